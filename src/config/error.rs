@@ -1,0 +1,111 @@
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// A configuration problem, reported at start-up: what is wrong and where.
+///
+/// Displayed as `file:line:column: message` when the problem has a place in
+/// a file, so editors and CI logs can jump to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    file: Option<PathBuf>,
+    position: Option<(usize, usize)>,
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self {
+            file: None,
+            position: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error at `span` (byte offsets) of `source`.
+    pub(crate) fn at(source: &str, span: Option<Range<usize>>, message: impl Into<String>) -> Self {
+        Self {
+            file: None,
+            position: span.map(|s| line_col(source, s.start)),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn in_file(mut self, file: &Path) -> Self {
+        self.file = Some(file.to_path_buf());
+        self
+    }
+
+    /// The file the error is in, when it came from one.
+    #[must_use]
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// 1-based line of the problem, when it has a place.
+    #[must_use]
+    pub fn line(&self) -> Option<usize> {
+        self.position.map(|p| p.0)
+    }
+
+    /// 1-based column (in characters) of the problem, when it has a place.
+    #[must_use]
+    pub fn column(&self) -> Option<usize> {
+        self.position.map(|p| p.1)
+    }
+
+    /// What is wrong.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(source.len());
+    let before = &source[..source.floor_char_boundary_compat(offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+trait FloorCharBoundary {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize;
+}
+
+impl FloorCharBoundary for str {
+    fn floor_char_boundary_compat(&self, mut i: usize) -> usize {
+        while !self.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.position) {
+            (Some(file), Some((l, c))) => write!(f, "{}:{l}:{c}: ", file.display())?,
+            (None, Some((l, c))) => write!(f, "line {l}, column {c}: ")?,
+            (Some(file), None) => write!(f, "{}: ", file.display())?,
+            (None, None) => {}
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_are_one_based_characters() {
+        assert_eq!(line_col("abc", 0), (1, 1));
+        assert_eq!(line_col("a\nbc", 3), (2, 2));
+        assert_eq!(line_col("é\néé", 5), (2, 2));
+        let e = ConfigError::at("x\ny", Some(2..3), "bad").in_file(Path::new("f.toml"));
+        assert_eq!(e.to_string(), "f.toml:2:1: bad");
+    }
+}

@@ -1,0 +1,189 @@
+//! The way people write rates and durations: `"10/s"`, `"600/min"`, `"5ms"`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A refill rate: `amount` tokens every `per`.
+///
+/// Written as `"<amount>/<period>"`, where the period is a unit (`s`, `min`,
+/// `h`, `d`) optionally preceded by a count: `"10/s"`, `"600/min"`,
+/// `"3/min"`, `"100/15min"`, `"1000/h"`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    amount: f64,
+    per: Duration,
+}
+
+impl Rate {
+    /// `amount` tokens every `per`. Panics if either is zero or not finite;
+    /// use [`Rate::from_str`] for untrusted input.
+    #[must_use]
+    pub fn new(amount: f64, per: Duration) -> Self {
+        assert!(
+            amount.is_finite() && amount > 0.0 && !per.is_zero(),
+            "a rate needs a positive amount and a non-zero period"
+        );
+        Self { amount, per }
+    }
+
+    /// `amount` tokens per second.
+    #[must_use]
+    pub fn per_second(amount: f64) -> Self {
+        Self::new(amount, Duration::from_secs(1))
+    }
+
+    /// `amount` tokens per minute.
+    #[must_use]
+    pub fn per_minute(amount: f64) -> Self {
+        Self::new(amount, Duration::from_secs(60))
+    }
+
+    /// Tokens added per second.
+    #[must_use]
+    pub fn tokens_per_second(&self) -> f64 {
+        self.amount / self.per.as_secs_f64()
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.amount, DisplayDuration(self.per))
+    }
+}
+
+/// Why a rate or duration string did not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseUnitError(String);
+
+impl fmt::Display for ParseUnitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseUnitError {}
+
+impl FromStr for Rate {
+    type Err = ParseUnitError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| {
+            ParseUnitError(format!(
+                "invalid rate {s:?}: {why} (write it like \"10/s\", \"600/min\" or \"100/15min\")"
+            ))
+        };
+        let (amount, period) = s.split_once('/').ok_or_else(|| bad("no '/'"))?;
+        let amount: f64 = amount
+            .trim()
+            .parse()
+            .map_err(|_| bad("the amount is not a number"))?;
+        if !(amount.is_finite() && amount > 0.0) {
+            return Err(bad("the amount must be greater than zero"));
+        }
+        let period = period.trim();
+        // "600/min" means one minute; "100/15min" means fifteen.
+        let per = if period.starts_with(|c: char| c.is_ascii_digit()) {
+            parse_duration(period).map_err(|e| bad(&e.0))?
+        } else {
+            unit(period).ok_or_else(|| bad(&format!("unknown time unit {period:?}; expected s, min, h or d")))?
+        };
+        if per.is_zero() {
+            return Err(bad("the period must be longer than zero"));
+        }
+        Ok(Self { amount, per })
+    }
+}
+
+fn unit(u: &str) -> Option<Duration> {
+    Some(match u {
+        "ms" | "millisecond" | "milliseconds" => Duration::from_millis(1),
+        "s" | "sec" | "secs" | "second" | "seconds" => Duration::from_secs(1),
+        "m" | "min" | "mins" | "minute" | "minutes" => Duration::from_secs(60),
+        "h" | "hr" | "hour" | "hours" => Duration::from_secs(3600),
+        "d" | "day" | "days" => Duration::from_secs(86_400),
+        _ => return None,
+    })
+}
+
+/// Parses `"5ms"`, `"1.5s"`, `"60s"`, `"2min"`, `"1h"`.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| ParseUnitError(format!("invalid duration {s:?}: no unit (write it like \"5ms\" or \"60s\")")))?;
+    let (num, u) = s.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| ParseUnitError(format!("invalid duration {s:?}: {num:?} is not a number")))?;
+    let u = unit(u.trim()).ok_or_else(|| {
+        ParseUnitError(format!(
+            "invalid duration {s:?}: unknown unit {:?}; expected ms, s, min, h or d",
+            u.trim()
+        ))
+    })?;
+    let d = u.as_secs_f64() * num;
+    if !d.is_finite() || d > 1e9 {
+        return Err(ParseUnitError(format!("invalid duration {s:?}: too long")));
+    }
+    Ok(Duration::from_secs_f64(d))
+}
+
+struct DisplayDuration(Duration);
+
+impl fmt::Display for DisplayDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        match d.as_millis() {
+            1000 => f.write_str("s"),
+            60_000 => f.write_str("min"),
+            3_600_000 => f.write_str("h"),
+            86_400_000 => f.write_str("d"),
+            ms if ms % 1000 == 0 => write!(f, "{}s", ms / 1000),
+            ms => write!(f, "{ms}ms"),
+        }
+    }
+}
+
+/// A duration in a config file, written `"5ms"`, `"60s"`, `"2min"`.
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    DisplayDuration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_people_write() {
+        assert_eq!("10/s".parse::<Rate>().unwrap().tokens_per_second(), 10.0);
+        assert_eq!("600/min".parse::<Rate>().unwrap().tokens_per_second(), 10.0);
+        assert_eq!("3/min".parse::<Rate>().unwrap().tokens_per_second(), 0.05);
+        assert_eq!("100/15min".parse::<Rate>().unwrap().tokens_per_second(), 100.0 / 900.0);
+        assert_eq!("3600 / h".parse::<Rate>().unwrap().tokens_per_second(), 1.0);
+        assert_eq!("1/s".parse::<Rate>().unwrap().to_string(), "1/s");
+        assert_eq!("600/min".parse::<Rate>().unwrap().to_string(), "600/min");
+    }
+
+    #[test]
+    fn bad_rates_say_why() {
+        let e = "10/fortnight".parse::<Rate>().unwrap_err().to_string();
+        assert!(e.contains("unknown time unit \"fortnight\""), "{e}");
+        assert!("ten/s".parse::<Rate>().is_err());
+        assert!("0/s".parse::<Rate>().is_err());
+        assert!("-1/s".parse::<Rate>().is_err());
+        assert!("10".parse::<Rate>().is_err());
+        assert!("10/0s".parse::<Rate>().is_err());
+        assert!("NaN/s".parse::<Rate>().is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5ms").unwrap(), Duration::from_millis(5));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2min").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(fmt_duration(Duration::from_millis(5)), "5ms");
+    }
+}

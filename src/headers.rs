@@ -1,0 +1,125 @@
+//! What clients see: `X-RateLimit-*`, `Retry-After`, and problem bodies.
+//!
+//! - `X-RateLimit-Limit`: the bucket's capacity (its burst);
+//! - `X-RateLimit-Remaining`: whole tokens left, rounded down, so a client
+//!   told `5` can spend 5 (unless someone else sharing the key does first);
+//! - `X-RateLimit-Reset`: seconds until the bucket is full again, rounded up
+//!   (a delay, not a timestamp: clients need no synchronised clock);
+//! - `Retry-After`: on every 429 and 503, whole seconds, at least 1.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, StatusCode};
+
+/// `X-RateLimit-Limit`
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The rate-limit headers of one response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RateHeaders {
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset: u64,
+}
+
+impl RateHeaders {
+    pub(crate) fn new(capacity: f64, remaining: f64, reset: f64) -> Self {
+        Self {
+            limit: capacity.floor() as u64,
+            // Rounded down: a hair under a whole token is not a token, so
+            // the header never promises a request that would be refused.
+            remaining: remaining.floor().max(0.0) as u64,
+            reset: reset.ceil().max(0.0) as u64,
+        }
+    }
+
+    pub(crate) fn write(&self, h: &mut HeaderMap) {
+        h.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(self.limit));
+        h.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(self.remaining));
+        h.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(self.reset));
+    }
+}
+
+/// A complete answer the layer gives without calling the service.
+#[derive(Debug)]
+pub(crate) struct Rejection {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl Rejection {
+    /// An `application/problem+json` answer (RFC 9457).
+    pub(crate) fn problem(status: StatusCode, detail: &str, extra: &[(&str, String)]) -> Self {
+        let mut body = format!(
+            "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{}",
+            json_str(status.canonical_reason().unwrap_or("")),
+            status.as_u16(),
+            json_str(detail)
+        );
+        for (k, v) in extra {
+            body.push_str(&format!(",{}:{}", json_str(k), v));
+        }
+        body.push('}');
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        Self {
+            status,
+            headers,
+            body: Bytes::from(body),
+        }
+    }
+
+    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
+        self.headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        self
+    }
+
+    pub(crate) fn rate_headers(mut self, h: &RateHeaders) -> Self {
+        h.write(&mut self.headers);
+        self
+    }
+}
+
+/// A JSON string literal.
+pub(crate) fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_round_honestly() {
+        let h = RateHeaders::new(5.0, 3.9999999999, 1.2);
+        assert_eq!((h.limit, h.remaining, h.reset), (5, 3, 2));
+        let h = RateHeaders::new(5.0, 3.5, 0.0);
+        assert_eq!(h.remaining, 3);
+    }
+
+    #[test]
+    fn problem_bodies_are_json() {
+        let r = Rejection::problem(StatusCode::TOO_MANY_REQUESTS, "say \"hi\"\n", &[("limit", json_str("a"))]);
+        let body = std::str::from_utf8(&r.body).unwrap();
+        assert_eq!(
+            body,
+            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"say \"hi\"\u000a","limit":"a"}"#
+        );
+    }
+}

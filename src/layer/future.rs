@@ -1,0 +1,114 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::ResponseBody;
+use crate::headers::RateHeaders;
+use crate::limiter::{Decision, DecisionFuture};
+
+pin_project! {
+    /// Response future of [`RateLimit`](super::RateLimit): first the
+    /// decision, then (if admitted) the inner service.
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        Deciding {
+            decision: DecisionFuture,
+            call: Option<(S, Request<ReqBody>)>,
+        },
+        Serving {
+            #[pin]
+            future: S::Future,
+            headers: Option<RateHeaders>,
+        },
+        Done,
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) fn deciding(decision: DecisionFuture, service: S, req: Request<ReqBody>) -> Self {
+        Self {
+            state: State::Deciding {
+                decision,
+                call: Some((service, req)),
+            },
+        }
+    }
+
+    pub(crate) fn serving(future: S::Future, headers: Option<RateHeaders>) -> Self {
+        Self {
+            state: State::Serving { future, headers },
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut this = self.as_mut().project();
+            match this.state.as_mut().project() {
+                StateProj::Deciding { decision, call } => {
+                    let decision = ready!(decision.as_mut().poll(cx));
+                    match decision {
+                        Decision::Admit(headers) => {
+                            let (mut service, req) = call.take().expect("polled after completion");
+                            let future = service.call(req);
+                            this.state.set(State::Serving { future, headers });
+                        }
+                        Decision::Reject(r) => {
+                            this.state.set(State::Done);
+                            let mut res = Response::new(ResponseBody::full(r.body));
+                            *res.status_mut() = r.status;
+                            *res.headers_mut() = r.headers;
+                            return Poll::Ready(Ok(res));
+                        }
+                    }
+                }
+                StateProj::Serving { future, headers } => {
+                    let res = ready!(future.poll(cx))?;
+                    let headers = headers.take();
+                    this.state.set(State::Done);
+                    let mut res = res.map(ResponseBody::inner);
+                    if let Some(h) = headers {
+                        h.write(res.headers_mut());
+                    }
+                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}

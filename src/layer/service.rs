@@ -1,0 +1,59 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::{ResponseBody, ResponseFuture};
+use crate::limiter::{Limiter, Plan};
+
+/// Middleware that rate limits requests; see the [module docs](super).
+#[derive(Clone, Debug)]
+pub struct RateLimit<S> {
+    inner: S,
+    limiter: Arc<Limiter>,
+}
+
+impl<S> RateLimit<S> {
+    pub(crate) fn new(inner: S, limiter: Arc<Limiter>) -> Self {
+        Self { inner, limiter }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Consumes `self`, returning the wrapped service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: http_body::Body<Data = Bytes>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let plan = self.limiter.plan(&req);
+        // `self.inner` is the clone that was driven to ready; take it and leave
+        // a fresh clone behind (calling an unready clone breaks backpressure).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        match plan {
+            Plan::Unlimited => ResponseFuture::serving(inner.call(req), None),
+            Plan::Now(decision) => ResponseFuture::deciding(Box::pin(std::future::ready(decision)), inner, req),
+            Plan::Ask(pending) => ResponseFuture::deciding(self.limiter.decide(pending), inner, req),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! # fleetlimit
+//!
+//! One rate limit across a whole fleet of axum/hyper servers, decided by
+//! one atomic Redis script per request, that degrades precision — never
+//! availability — when Redis is slow or gone.
+//!
+//! ## The request path
+//!
+//! 1. **Route** ([`policy`](crate::RateLimitLayer)): the route's policy is
+//!    found by axum's `MatchedPath` (the template, e.g. `/users/{id}`), else
+//!    the `[default]` policy, else the request is not limited.
+//! 2. **Key** ([`KeySource`]): each limit extracts its key — an API key
+//!    header, an [`Account`], the client IP (from `ConnectInfo`; forwarded
+//!    headers only from configured trusted proxies; IPv6 grouped by /64), IP
+//!    and account, or one global bucket. A request missing its key is
+//!    counted by IP or refused with 401, as the limit says — never put in a
+//!    shared "empty" bucket.
+//! 3. **Check** ([`store::Store`]): every limit of the request is decided in
+//!    one call — one `EVALSHA` of `lua/token_bucket.lua` on Redis with a
+//!    hard deadline (5 ms by default), or the in-process [`store::MemoryStore`].
+//!    The script uses Redis `TIME`, refills, takes `cost` tokens from every
+//!    bucket or none, and writes each key with its expiry in one `SET … PX`.
+//! 4. **Decide**: admitted requests reach the service and get
+//!    `X-RateLimit-*` headers; refused ones get `429` with `Retry-After`.
+//! 5. **Redis failed**: the route's `on_redis_error` — `open`, `closed`
+//!    (503) or `local` (in-process buckets of limit ÷ fleet size).
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{routing::{get, post}, Router};
+//! use fleetlimit::{Config, RateLimitLayer};
+//!
+//! # async fn sign_in() -> &'static str { "welcome" }
+//! # async fn search() -> &'static str { "results" }
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let cfg = Config::from_toml_file("fleetlimit.toml")?;
+//!     let app = Router::new()
+//!         .route("/sign-in", post(sign_in))
+//!         .route("/search", get(search))
+//!         .layer(RateLimitLayer::new(cfg).await?);
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     // ConnectInfo gives the limiter the client address.
+//!     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! See the [`config`] module for the TOML schema and the [`layer`] module
+//! for what clients see.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+
+pub mod config;
+pub mod headers;
+mod key;
+pub mod layer;
+mod limiter;
+mod outcome;
+mod policy;
+pub mod store;
+
+mod algorithm;
+
+pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
+pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};
+pub use layer::{RateLimit, RateLimitLayer, ResponseFuture};
+pub use outcome::{LimitState, Outcome};

@@ -1,0 +1,125 @@
+//! The route table: which limits a request counts against.
+//!
+//! Routes are found by axum's [`MatchedPath`](axum::extract::MatchedPath) —
+//! the route template such as `/users/{id}`, never the raw path, so
+//! `/users/1` and `/users/2` share one policy and a client cannot dodge a
+//! route's policy by varying the path. Requests with no matched path
+//! (unmatched routes, plain hyper) get the default policy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::Method;
+
+use crate::config::{Config, FailurePolicy, OnMissing, Rate};
+use crate::key::KeySource;
+
+/// A named token-bucket limit.
+#[derive(Debug)]
+pub(crate) struct Limit {
+    pub(crate) name: Arc<str>,
+    pub(crate) key: KeySource,
+    pub(crate) on_missing: OnMissing,
+    pub(crate) capacity: u64,
+    pub(crate) refill: Rate,
+}
+
+/// What applies to one route.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    pub(crate) limits: Vec<Arc<Limit>>,
+    pub(crate) cost: u32,
+    pub(crate) on_redis_error: FailurePolicy,
+}
+
+impl Policy {
+    pub(crate) fn describe(&self) -> String {
+        if self.limits.is_empty() {
+            return "not limited".into();
+        }
+        let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
+        format!(
+            "limits [{}], cost {}, on_redis_error {:?}",
+            names.join(", "),
+            self.cost,
+            self.on_redis_error
+        )
+    }
+}
+
+/// `MatchedPath` (and method) → policy.
+#[derive(Debug)]
+pub(crate) struct RouteTable {
+    by_path: HashMap<String, Vec<(Option<Vec<Method>>, Arc<Policy>)>>,
+    default: Option<Arc<Policy>>,
+}
+
+impl RouteTable {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        let mut by_path: HashMap<String, Vec<(Option<Vec<Method>>, Arc<Policy>)>> = HashMap::new();
+        for r in &cfg.routes {
+            by_path
+                .entry(r.path.clone())
+                .or_default()
+                .push((r.methods.clone(), Arc::clone(&r.policy)));
+        }
+        // A method-specific entry wins over a catch-all for the same path.
+        for entries in by_path.values_mut() {
+            entries.sort_by_key(|(m, _)| m.is_none());
+        }
+        Self {
+            by_path,
+            default: cfg.default_route.clone(),
+        }
+    }
+
+    /// The policy for a request, or `None` when it is not limited.
+    pub(crate) fn lookup(&self, matched_path: Option<&str>, method: &Method) -> Option<&Arc<Policy>> {
+        let hit = matched_path.and_then(|p| self.by_path.get(p)).and_then(|entries| {
+            entries
+                .iter()
+                .find(|(ms, _)| ms.as_ref().is_none_or(|ms| ms.contains(method)))
+                .map(|(_, p)| p)
+        });
+        hit.or(self.default.as_ref()).filter(|p| !p.limits.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_specific_entries_win_and_default_catches_the_rest() {
+        let cfg = Config::from_toml_str(
+            r#"
+[limits.a]
+key = "ip"
+capacity = 1
+refill = "1/s"
+[limits.b]
+key = "ip"
+capacity = 2
+refill = "1/s"
+[[routes]]
+path = "/x"
+limits = ["a"]
+[[routes]]
+path = "/x"
+methods = ["POST"]
+limits = ["b"]
+[default]
+limits = ["a", "b"]
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(&cfg);
+        let name = |p: Option<&Arc<Policy>>| {
+            p.map(|p| p.limits.iter().map(|l| l.name.to_string()).collect::<Vec<_>>().join("+"))
+        };
+        assert_eq!(name(t.lookup(Some("/x"), &Method::GET)).as_deref(), Some("a"));
+        assert_eq!(name(t.lookup(Some("/x"), &Method::POST)).as_deref(), Some("b"));
+        assert_eq!(name(t.lookup(Some("/y"), &Method::GET)).as_deref(), Some("a+b"));
+        assert_eq!(name(t.lookup(None, &Method::GET)).as_deref(), Some("a+b"));
+    }
+}

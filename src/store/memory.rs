@@ -1,0 +1,228 @@
+//! Bounded in-process token buckets: the embedded default and the `local`
+//! fallback.
+//!
+//! Buckets live in shards (a `std` mutex each, never held across an await).
+//! Each shard holds at most `max_keys / shards` buckets; when a new key
+//! would overflow it, buckets that have refilled to full are dropped first
+//! (forgetting a full bucket loses nothing), then the least recently used
+//! eighth. Clients inventing keys therefore cost bounded memory, and only
+//! the idlest keys forget their usage.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::time::Instant;
+
+use super::{Check, Store, StoreFuture};
+use crate::algorithm::token_bucket::TokenBucket;
+use crate::outcome::Outcome;
+
+const SHARDS: usize = 16;
+
+/// In-process token buckets with the same semantics as the Redis script.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard: usize,
+    hasher: RandomState,
+    epoch: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    buckets: HashMap<String, Entry>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    tokens: f64,
+    /// Seconds since the store's epoch.
+    at: f64,
+    /// When the bucket is full again; idle past this, it can go.
+    full_at: f64,
+    /// Last time any request (admitted or refused) touched it.
+    seen: f64,
+}
+
+impl MemoryStore {
+    /// A store holding at most about `max_keys` buckets.
+    #[must_use]
+    pub fn new(max_keys: usize) -> Self {
+        let per_shard = max_keys.div_ceil(SHARDS).max(1);
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            per_shard,
+            hasher: RandomState::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// How many buckets the store holds now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).buckets.len()).sum()
+    }
+
+    /// Whether the store holds no bucket.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Decides synchronously (the memory store never waits).
+    #[must_use]
+    pub fn check_now(&self, check: &Check) -> Outcome {
+        let now = self.epoch.elapsed().as_secs_f64();
+        let shard_of = |key: &str| (self.hasher.hash_one(key) as usize) % SHARDS;
+        // Lock every shard involved, in index order, so the decision is
+        // atomic across buckets and two requests cannot deadlock.
+        let mut idx: Vec<usize> = check.buckets.iter().map(|b| shard_of(&b.key)).collect();
+        let per_bucket = idx.clone();
+        idx.sort_unstable();
+        idx.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> = idx.iter().map(|&i| lock(&self.shards[i])).collect();
+        // Which guard holds each bucket's shard (`idx` is sorted).
+        let slots: Vec<usize> = per_bucket.iter().map(|i| idx.binary_search(i).unwrap_or(0)).collect();
+
+        let params: Vec<TokenBucket> = check
+            .buckets
+            .iter()
+            .map(|b| TokenBucket { capacity: b.capacity, rate: b.refill_per_sec })
+            .collect();
+        let levels: Vec<f64> = check
+            .buckets
+            .iter()
+            .zip(&params)
+            .zip(&slots)
+            .map(|((b, p), &g)| {
+                // A refused key is still a busy key: mark it seen, so LRU
+                // eviction never forgets a client that keeps hammering.
+                let stored = guards[g].buckets.get_mut(&b.key).map(|e| {
+                    e.seen = now;
+                    (e.tokens, e.at)
+                });
+                p.level(stored, now)
+            })
+            .collect();
+        let allowed = levels.iter().all(|&l| l >= check.cost);
+        let mut limits = Vec::with_capacity(levels.len());
+        for (i, b) in check.buckets.iter().enumerate() {
+            let mut level = levels[i];
+            if allowed {
+                level -= check.cost;
+                let entry = Entry {
+                    tokens: level,
+                    at: now,
+                    full_at: now + params[i].time_to_full(level),
+                    seen: now,
+                };
+                let shard = &mut guards[slots[i]];
+                if let Some(e) = shard.buckets.get_mut(&b.key) {
+                    *e = entry;
+                } else {
+                    shard.make_room(self.per_shard, now);
+                    shard.buckets.insert(b.key.clone(), entry);
+                }
+            }
+            limits.push(params[i].state(level, check.cost, allowed));
+        }
+        Outcome { allowed, limits }
+    }
+}
+
+impl Shard {
+    fn make_room(&mut self, cap: usize, now: f64) {
+        if self.buckets.len() < cap {
+            return;
+        }
+        // Full buckets are the same as missing ones: drop them for free.
+        self.buckets.retain(|_, e| e.full_at > now);
+        if self.buckets.len() < cap {
+            return;
+        }
+        // Still full of live buckets: forget the least recently used eighth,
+        // so the sweep's cost is shared by many inserts.
+        let mut ages: Vec<f64> = self.buckets.values().map(|e| e.seen).collect();
+        let cut = (cap / 8).max(1).min(ages.len() - 1);
+        let (_, &mut threshold, _) = ages.select_nth_unstable_by(cut, f64::total_cmp);
+        self.buckets.retain(|_, e| e.seen > threshold);
+    }
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A panic elsewhere cannot leave a bucket half-written (each write is one
+    // assignment), so a poisoned shard is still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Store for MemoryStore {
+    fn check(&self, check: &Check) -> StoreFuture {
+        let outcome = self.check_now(check);
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Bucket;
+    use std::time::Duration;
+
+    fn check(keys: &[&str], cap: f64, rate: f64, cost: f64) -> Check {
+        Check {
+            cost,
+            buckets: keys
+                .iter()
+                .map(|k| Bucket { key: (*k).into(), capacity: cap, refill_per_sec: rate })
+                .collect(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn admits_capacity_then_refills_on_the_clock() {
+        let s = MemoryStore::new(100);
+        let c = check(&["k"], 5.0, 1.0, 1.0);
+        let admitted = (0..10).filter(|_| s.check_now(&c).allowed).count();
+        assert_eq!(admitted, 5);
+        let refused = s.check_now(&c);
+        assert!(!refused.allowed);
+        assert!((refused.limits[0].wait - 1.0).abs() < 1e-6);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!((0..10).filter(|_| s.check_now(&c).allowed).count(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn all_or_nothing() {
+        let s = MemoryStore::new(100);
+        let small = check(&["a"], 1.0, 0.001, 1.0);
+        assert!(s.check_now(&small).allowed);
+        // "a" is empty, so a request counted against "a" and "b" takes from neither.
+        let both = Check {
+            cost: 1.0,
+            buckets: vec![small.buckets[0].clone(), check(&["b"], 3.0, 0.001, 1.0).buckets[0].clone()],
+        };
+        let o = s.check_now(&both);
+        assert!(!o.allowed);
+        assert!((o.limits[1].remaining - 3.0).abs() < 1e-9);
+        assert_eq!(s.len(), 1, "the refused request wrote nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_is_bounded_and_busy_keys_keep_their_counts() {
+        let s = MemoryStore::new(1_000);
+        let busy = check(&["busy"], 10.0, 0.001, 1.0);
+        for _ in 0..10 {
+            assert!(s.check_now(&busy).allowed);
+        }
+        for i in 0..50_000 {
+            tokio::time::advance(Duration::from_micros(10)).await;
+            let _ = s.check_now(&check(&[&format!("junk-{i}")], 10.0, 0.001, 1.0));
+            // The busy key keeps hammering (and keeps being refused).
+            if i % 10 == 0 {
+                assert!(!s.check_now(&busy).allowed, "the busy key forgot its usage at {i}");
+            }
+        }
+        assert!(s.len() <= 1_000 + SHARDS, "{}", s.len());
+    }
+}

@@ -1,0 +1,89 @@
+//! The one small trait between the layer and where counts live.
+//!
+//! A [`Store`] decides a [`Check`] — every bucket of one request, all or
+//! nothing — and answers an [`Outcome`] or a [`StoreError`]. The layer knows
+//! nothing of Redis; [`RedisStore`] knows nothing of HTTP; [`MemoryStore`]
+//! serves both as the embedded default and as the `local` fallback.
+
+mod memory;
+mod redis;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+pub use self::memory::MemoryStore;
+pub use self::redis::RedisStore;
+use crate::outcome::Outcome;
+
+/// The future a store returns: boxed, so stores are interchangeable behind
+/// `Arc<dyn Store>`.
+pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> + Send + 'static>>;
+
+/// Where rate-limit state lives.
+pub trait Store: fmt::Debug + Send + Sync + 'static {
+    /// Decides one request: if every bucket holds `cost` tokens, take them
+    /// from all; otherwise take none. Must finish within the store's own
+    /// deadline.
+    fn check(&self, check: &Check) -> StoreFuture;
+}
+
+/// Every bucket one request is counted against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    /// Tokens each bucket must give.
+    pub cost: f64,
+    /// The buckets, in the route's order.
+    pub buckets: Vec<Bucket>,
+}
+
+/// One token bucket, by key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bucket {
+    /// The full store key, e.g. `rl:per-key:{h:abc}`.
+    pub key: String,
+    /// Burst size.
+    pub capacity: f64,
+    /// Tokens added per second.
+    pub refill_per_sec: f64,
+}
+
+/// Why a store could not decide. The outcome of a timed-out command is
+/// unknown: Redis may still have run it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// No answer within the deadline.
+    Timeout,
+    /// Not connected, connection refused or broken.
+    Unavailable(String),
+    /// Redis answered with an error (script error, cluster error, OOM...).
+    Redis(String),
+    /// An answer the store did not understand.
+    Protocol(String),
+}
+
+impl StoreError {
+    /// A short label for logs and metrics.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Unavailable(_) => "unavailable",
+            Self::Redis(_) => "redis-error",
+            Self::Protocol(_) => "protocol",
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("no answer within the deadline"),
+            Self::Unavailable(e) => write!(f, "store unavailable: {e}"),
+            Self::Redis(e) => write!(f, "redis error: {e}"),
+            Self::Protocol(e) => write!(f, "unexpected answer: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
