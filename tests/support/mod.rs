@@ -1,0 +1,189 @@
+//! Test support: real `redis-server` processes on free loopback ports, and
+//! helpers to drive a router the way a server would.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::Router;
+use fred::prelude::*;
+use http::{Request, Response};
+use tower::ServiceExt;
+
+/// A `redis-server` of our own, killed when dropped.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("fleetlimit-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = Self { port, dir, child: None };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", self.dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.cli(&["PING"]).map(|o| o.trim() == "PONG").unwrap_or(false) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// `redis-cli` against this server; `None` if it could not answer.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// SIGKILL: the server is gone, connections are refused.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty, script cache gone).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGSTOP: connections stay open, nothing answers.
+    pub fn freeze(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        signal(self.pid(), "CONT");
+    }
+
+    /// A fresh fred client for inspecting the server.
+    pub async fn client(&self) -> Client {
+        let c = Builder::from_config(Config::from_url(&self.url()).unwrap()).build().unwrap();
+        c.init().await.unwrap();
+        c
+    }
+
+    /// Every key under `prefix` with its PTTL.
+    pub fn keys_with_pttl(&self, prefix: &str) -> Vec<(String, i64)> {
+        let keys = self.cli(&["--scan", "--pattern", &format!("{prefix}:*")]).unwrap_or_default();
+        keys.lines()
+            .filter(|k| !k.is_empty())
+            .map(|k| {
+                let pttl = self.cli(&["PTTL", k]).unwrap().trim().parse().unwrap();
+                (k.to_owned(), pttl)
+            })
+            .collect()
+    }
+
+    /// The invariant: every key the limiter wrote has an expiry.
+    pub fn assert_every_key_expires(&self, prefix: &str) {
+        let keys = self.keys_with_pttl(prefix);
+        assert!(!keys.is_empty(), "expected the limiter to have written keys under {prefix}");
+        for (k, pttl) in &keys {
+            assert!(*pttl > 0, "key {k} has PTTL {pttl}");
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            signal(c.id(), "CONT");
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// A request from `peer` carrying `headers`, as a server with
+/// `into_make_service_with_connect_info` would hand it over.
+pub fn request(method: &str, path: &str, peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut b = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let mut req = b.body(Body::empty()).unwrap();
+    req.extensions_mut().insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+    req
+}
+
+/// Sends a request through a router.
+pub async fn send(app: &Router, req: Request<Body>) -> Response<Body> {
+    app.clone().oneshot(req).await.unwrap()
+}
+
+pub fn header(res: &Response<Body>, name: &str) -> Option<String> {
+    res.headers().get(name).map(|v| v.to_str().unwrap().to_owned())
+}
+
+pub fn header_u64(res: &Response<Body>, name: &str) -> u64 {
+    header(res, name)
+        .unwrap_or_else(|| panic!("missing header {name}"))
+        .parse()
+        .unwrap()
+}
+
+pub async fn body_text(res: Response<Body>) -> String {
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// A unique key prefix per test, so tests sharing a server never collide.
+pub fn prefix(test: &str) -> String {
+    format!("t{}-{test}", std::process::id())
+}
