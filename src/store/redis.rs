@@ -61,7 +61,11 @@ impl RedisStore {
         deadline: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let config = FredConfig::from_url(url).map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+        let mut config =
+            FredConfig::from_url(url).map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+        // A Redis that is down at start-up is retried by the reconnect
+        // policy, like one that goes down later (fred gives up otherwise).
+        config.fail_fast = false;
         let pool = Builder::from_config(config)
             .with_performance_config(|p| {
                 // Safety net for anything sent without per-call options.

@@ -187,3 +187,13 @@ pub async fn body_text(res: Response<Body>) -> String {
 pub fn prefix(test: &str) -> String {
     format!("t{}-{test}", std::process::id())
 }
+
+/// A configuration on `server` under `prefix`, with the given TOML body
+/// (limits and routes) appended to the `[redis]` section.
+pub fn redis_config(server: &RedisServer, prefix: &str, deadline: &str, body: &str) -> fleetlimit::Config {
+    let src = format!(
+        "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{deadline}\"\npool_size = 2\n\n{body}",
+        server.url()
+    );
+    fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+}

@@ -1,0 +1,53 @@
+//! Exact under concurrency: separate "servers" (each its own layer and fred
+//! pool) hammering one key admit exactly the capacity.
+
+mod support;
+
+use axum::routing::get;
+use axum::Router;
+use fleetlimit::RateLimitLayer;
+use support::*;
+
+const LIMITS: &str = r#"
+[limits.hot]
+key = "header:x-api-key"
+capacity = 50
+refill = "1/d"
+
+[[routes]]
+path = "/"
+limits = ["hot"]
+on_redis_error = "closed"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_servers_400_requests_exactly_50_admitted() {
+    let server = RedisServer::start();
+    let prefix = prefix("concurrency");
+    let mut servers = Vec::new();
+    for _ in 0..4 {
+        // Generous deadline: a store failure shows as a 503 on this closed
+        // route, and the test counts those too.
+        let cfg = redis_config(&server, &prefix, "2s", LIMITS);
+        servers.push(
+            Router::new()
+                .route("/", get(|| async { "ok" }))
+                .layer(RateLimitLayer::new(cfg).await.unwrap()),
+        );
+    }
+    let mut tasks = Vec::new();
+    for i in 0..400 {
+        let app = servers[i % 4].clone();
+        tasks.push(tokio::spawn(async move {
+            send(&app, request("GET", "/", "127.0.0.1:9", &[("x-api-key", "shared")])).await.status().as_u16()
+        }));
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for t in tasks {
+        *counts.entry(t.await.unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(counts.get(&200), Some(&50), "{counts:?}");
+    assert_eq!(counts.get(&429), Some(&350), "{counts:?}");
+    assert_eq!(counts.len(), 2, "nothing but 200 and 429: {counts:?}");
+    server.assert_every_key_expires(&prefix);
+}
