@@ -20,14 +20,17 @@ use fleetlimit::{Config, RateLimitLayer};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleetlimit=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "fleetlimit=info".into()),
         )
         .init();
 
     let path = std::env::args()
         .nth(1)
         .or_else(|| std::env::var("FLEETLIMIT_CONFIG").ok())
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.toml").to_owned());
+        .unwrap_or_else(|| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.toml").to_owned()
+        });
     let mut cfg = Config::from_toml_file(&path)?;
     if let Ok(url) = std::env::var("REDIS_URL") {
         cfg = cfg.with_redis_url(url);
@@ -45,9 +48,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let addr = std::env::var("FLEETLIMIT_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("fleetlimit quickstart on http://{} using {store}", listener.local_addr()?);
+    println!(
+        "fleetlimit quickstart on http://{} using {store}",
+        listener.local_addr()?
+    );
     println!("config: {path}");
     // ConnectInfo gives the limiter each client's address.
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }

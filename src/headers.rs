@@ -39,7 +39,10 @@ impl RateHeaders {
 
     pub(crate) fn write(&self, h: &mut HeaderMap) {
         h.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(self.limit));
-        h.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(self.remaining));
+        h.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            HeaderValue::from(self.remaining),
+        );
         h.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(self.reset));
     }
 }
@@ -66,7 +69,10 @@ impl Rejection {
         }
         body.push('}');
         let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
         Self {
             status,
             headers,
@@ -115,7 +121,11 @@ mod tests {
 
     #[test]
     fn problem_bodies_are_json() {
-        let r = Rejection::problem(StatusCode::TOO_MANY_REQUESTS, "say \"hi\"\n", &[("limit", json_str("a"))]);
+        let r = Rejection::problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "say \"hi\"\n",
+            &[("limit", json_str("a"))],
+        );
         let body = std::str::from_utf8(&r.body).unwrap();
         assert_eq!(
             body,

@@ -127,7 +127,9 @@ impl KeySource {
             Self::Account(None) => "the Account extension".into(),
             Self::Account(Some(h)) => format!("the Account extension or header {h}"),
             Self::IpAndAccount(None) => "client IP and the Account extension".into(),
-            Self::IpAndAccount(Some(h)) => format!("client IP and the Account extension or header {h}"),
+            Self::IpAndAccount(Some(h)) => {
+                format!("client IP and the Account extension or header {h}")
+            }
         }
     }
 }
@@ -171,7 +173,8 @@ impl FromStr for KeySource {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let header = |h: &str| {
-            HeaderName::from_str(h.trim()).map_err(|_| format!("invalid header name {h:?} in key {s:?}"))
+            HeaderName::from_str(h.trim())
+                .map_err(|_| format!("invalid header name {h:?} in key {s:?}"))
         };
         match s.split_once(':') {
             None => match s {
@@ -240,11 +243,17 @@ const MAX_RAW: usize = 64;
 
 impl<'a> KeyMaterial<'a> {
     fn new(kind: Kind, value: &'a [u8]) -> Self {
-        Self { kind, value: value.into() }
+        Self {
+            kind,
+            value: value.into(),
+        }
     }
 
     fn owned(kind: Kind, value: Vec<u8>) -> KeyMaterial<'static> {
-        KeyMaterial { kind, value: value.into() }
+        KeyMaterial {
+            kind,
+            value: value.into(),
+        }
     }
 
     pub(crate) fn ip(ip: IpAddr) -> KeyMaterial<'static> {
@@ -261,7 +270,9 @@ impl<'a> KeyMaterial<'a> {
         k.push_str(":{");
         k.push_str(self.kind.tag());
         let v = &self.value;
-        let safe = v.len() <= MAX_RAW && v.iter().all(|&b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
+        let safe = v.len() <= MAX_RAW
+            && v.iter()
+                .all(|&b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
         if safe {
             k.push(':');
             // Safe bytes are ASCII, so this cannot fail.
@@ -350,7 +361,9 @@ impl ClientIpRules {
         }
         let mut current = peer;
         let name = match self.header {
-            ForwardedHeader::XForwardedFor => http::header::HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::XForwardedFor => {
+                http::header::HeaderName::from_static("x-forwarded-for")
+            }
             ForwardedHeader::Forwarded => http::header::FORWARDED,
         };
         // Several header lines form one list, in order.
@@ -380,7 +393,11 @@ impl ClientIpRules {
             IpAddr::V4(_) => ip,
             IpAddr::V6(v6) => {
                 let bits = u32::from(self.ipv6_prefix.min(128));
-                let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+                let mask = if bits == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - bits)
+                };
                 IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
             }
         }
@@ -469,12 +486,23 @@ mod tests {
         let r = rules(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
         // The client spoofed 6.6.6.6; the proxies appended the real hops.
         let h = xff("6.6.6.6, 5.5.5.5, 10.0.0.7");
-        assert_eq!(r.client_ip(&h, &ext("10.0.0.1:1")).unwrap().to_string(), "5.5.5.5");
+        assert_eq!(
+            r.client_ip(&h, &ext("10.0.0.1:1")).unwrap().to_string(),
+            "5.5.5.5"
+        );
         // Garbage stops the walk at the last trusted hop.
         let h = xff("not-an-ip, 10.0.0.7");
-        assert_eq!(r.client_ip(&h, &ext("10.0.0.1:1")).unwrap().to_string(), "10.0.0.7");
+        assert_eq!(
+            r.client_ip(&h, &ext("10.0.0.1:1")).unwrap().to_string(),
+            "10.0.0.7"
+        );
         // No header: the proxy itself.
-        assert_eq!(r.client_ip(&HeaderMap::new(), &ext("10.0.0.1:1")).unwrap().to_string(), "10.0.0.1");
+        assert_eq!(
+            r.client_ip(&HeaderMap::new(), &ext("10.0.0.1:1"))
+                .unwrap()
+                .to_string(),
+            "10.0.0.1"
+        );
     }
 
     #[test]
@@ -483,19 +511,30 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             http::header::FORWARDED,
-            HeaderValue::from_static("for=7.7.7.7, for=\"[2001:db8:cafe:1::17]:4711\";proto=https, for=10.1.1.1"),
+            HeaderValue::from_static(
+                "for=7.7.7.7, for=\"[2001:db8:cafe:1::17]:4711\";proto=https, for=10.1.1.1",
+            ),
         );
-        assert_eq!(r.client_ip(&h, &ext("10.0.0.1:1")).unwrap().to_string(), "2001:db8:cafe:1::");
+        assert_eq!(
+            r.client_ip(&h, &ext("10.0.0.1:1")).unwrap().to_string(),
+            "2001:db8:cafe:1::"
+        );
     }
 
     #[test]
     fn ipv6_grouped_by_64_and_v4_mapped_unwrapped() {
         let r = rules(&[], ForwardedHeader::XForwardedFor);
-        let a = r.client_ip(&HeaderMap::new(), &ext("[2001:db8:1:2:aaaa::1]:1")).unwrap();
-        let b = r.client_ip(&HeaderMap::new(), &ext("[2001:db8:1:2:bbbb::9]:1")).unwrap();
+        let a = r
+            .client_ip(&HeaderMap::new(), &ext("[2001:db8:1:2:aaaa::1]:1"))
+            .unwrap();
+        let b = r
+            .client_ip(&HeaderMap::new(), &ext("[2001:db8:1:2:bbbb::9]:1"))
+            .unwrap();
         assert_eq!(a, b);
         assert_eq!(a.to_string(), "2001:db8:1:2::");
-        let v4 = r.client_ip(&HeaderMap::new(), &ext("[::ffff:1.2.3.4]:1")).unwrap();
+        let v4 = r
+            .client_ip(&HeaderMap::new(), &ext("[::ffff:1.2.3.4]:1"))
+            .unwrap();
         assert_eq!(v4.to_string(), "1.2.3.4");
     }
 
@@ -521,8 +560,14 @@ mod tests {
     #[test]
     fn key_sources_parse() {
         assert_eq!("ip".parse::<KeySource>().unwrap(), KeySource::ClientIp);
-        assert_eq!("header:x-api-key".parse::<KeySource>().unwrap(), KeySource::header("x-api-key"));
-        assert!(matches!("account:x-account".parse::<KeySource>().unwrap(), KeySource::Account(Some(_))));
+        assert_eq!(
+            "header:x-api-key".parse::<KeySource>().unwrap(),
+            KeySource::header("x-api-key")
+        );
+        assert!(matches!(
+            "account:x-account".parse::<KeySource>().unwrap(),
+            KeySource::Account(Some(_))
+        ));
         assert!("cookie:sid".parse::<KeySource>().is_err());
         assert!("header:bad header".parse::<KeySource>().is_err());
     }

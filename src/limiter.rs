@@ -90,7 +90,10 @@ impl Limiter {
 
     /// Route → policy → keys.
     pub(crate) fn plan<B>(&self, req: &Request<B>) -> Plan {
-        let matched = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+        let matched = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
         let Some(policy) = self.routes.lookup(matched, req.method()) else {
             return Plan::Unlimited;
         };
@@ -152,7 +155,7 @@ impl Limiter {
         let this = Arc::clone(self);
         Box::pin(async move {
             match answer.await {
-                Ok(outcome) => this.from_outcome(&p, &outcome, false),
+                Ok(outcome) => this.decision_from(&p, &outcome, false),
                 Err(e) if this.store_is_local => {
                     // Only a custom store can get here; never turn it into a 500.
                     tracing::error!(target: "fleetlimit", error = %e, "store failed");
@@ -163,7 +166,7 @@ impl Limiter {
         })
     }
 
-    fn from_outcome(&self, p: &Pending, o: &Outcome, degraded: bool) -> Decision {
+    fn decision_from(&self, p: &Pending, o: &Outcome, degraded: bool) -> Decision {
         let Some(i) = o.reported() else {
             return Decision::Admit(None);
         };
@@ -188,7 +191,10 @@ impl Limiter {
             Rejection::problem(
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!("rate limit {:?} exceeded; retry in {retry} s", &*limit.name),
-                &[("limit", json_str(&limit.name)), ("retry_after", retry.to_string())],
+                &[
+                    ("limit", json_str(&limit.name)),
+                    ("retry_after", retry.to_string()),
+                ],
             )
             .retry_after(retry)
             .rate_headers(&headers),
@@ -238,7 +244,7 @@ impl Limiter {
                     remaining = s.map_or(0.0, |s| s.remaining.floor()),
                     "decided locally"
                 );
-                self.from_outcome(p, &outcome, true)
+                self.decision_from(p, &outcome, true)
             }
         }
     }

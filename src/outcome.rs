@@ -31,7 +31,8 @@ impl Outcome {
     #[must_use]
     pub fn reported(&self) -> Option<usize> {
         let by = |f: fn(&LimitState) -> f64| {
-            (0..self.limits.len()).max_by(|&a, &b| f(&self.limits[a]).total_cmp(&f(&self.limits[b])))
+            (0..self.limits.len())
+                .max_by(|&a, &b| f(&self.limits[a]).total_cmp(&f(&self.limits[b])))
         };
         if self.allowed {
             by(|s| -(s.remaining / s.capacity))
@@ -66,10 +67,21 @@ mod tests {
 
     #[test]
     fn reports_the_most_restrictive_bucket() {
-        let s = |remaining, wait| LimitState { remaining, wait, reset: 0.0, capacity: 10.0 };
-        let o = Outcome { allowed: true, limits: vec![s(5.0, 0.0), s(2.0, 0.0)] };
+        let s = |remaining, wait| LimitState {
+            remaining,
+            wait,
+            reset: 0.0,
+            capacity: 10.0,
+        };
+        let o = Outcome {
+            allowed: true,
+            limits: vec![s(5.0, 0.0), s(2.0, 0.0)],
+        };
         assert_eq!(o.reported(), Some(1));
-        let o = Outcome { allowed: false, limits: vec![s(0.0, 9.0), s(0.5, 3.0)] };
+        let o = Outcome {
+            allowed: false,
+            limits: vec![s(0.0, 9.0), s(0.5, 3.0)],
+        };
         assert_eq!(o.reported(), Some(0));
     }
 }

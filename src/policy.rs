@@ -47,16 +47,19 @@ impl Policy {
     }
 }
 
+/// The entries of one path: an optional method list and its policy.
+type PathEntries = Vec<(Option<Vec<Method>>, Arc<Policy>)>;
+
 /// `MatchedPath` (and method) → policy.
 #[derive(Debug)]
 pub(crate) struct RouteTable {
-    by_path: HashMap<String, Vec<(Option<Vec<Method>>, Arc<Policy>)>>,
+    by_path: HashMap<String, PathEntries>,
     default: Option<Arc<Policy>>,
 }
 
 impl RouteTable {
     pub(crate) fn new(cfg: &Config) -> Self {
-        let mut by_path: HashMap<String, Vec<(Option<Vec<Method>>, Arc<Policy>)>> = HashMap::new();
+        let mut by_path: HashMap<String, PathEntries> = HashMap::new();
         for r in &cfg.routes {
             by_path
                 .entry(r.path.clone())
@@ -74,14 +77,21 @@ impl RouteTable {
     }
 
     /// The policy for a request, or `None` when it is not limited.
-    pub(crate) fn lookup(&self, matched_path: Option<&str>, method: &Method) -> Option<&Arc<Policy>> {
-        let hit = matched_path.and_then(|p| self.by_path.get(p)).and_then(|entries| {
-            entries
-                .iter()
-                .find(|(ms, _)| ms.as_ref().is_none_or(|ms| ms.contains(method)))
-                .map(|(_, p)| p)
-        });
-        hit.or(self.default.as_ref()).filter(|p| !p.limits.is_empty())
+    pub(crate) fn lookup(
+        &self,
+        matched_path: Option<&str>,
+        method: &Method,
+    ) -> Option<&Arc<Policy>> {
+        let hit = matched_path
+            .and_then(|p| self.by_path.get(p))
+            .and_then(|entries| {
+                entries
+                    .iter()
+                    .find(|(ms, _)| ms.as_ref().is_none_or(|ms| ms.contains(method)))
+                    .map(|(_, p)| p)
+            });
+        hit.or(self.default.as_ref())
+            .filter(|p| !p.limits.is_empty())
     }
 }
 
@@ -115,11 +125,26 @@ limits = ["a", "b"]
         .unwrap();
         let t = RouteTable::new(&cfg);
         let name = |p: Option<&Arc<Policy>>| {
-            p.map(|p| p.limits.iter().map(|l| l.name.to_string()).collect::<Vec<_>>().join("+"))
+            p.map(|p| {
+                p.limits
+                    .iter()
+                    .map(|l| l.name.to_string())
+                    .collect::<Vec<_>>()
+                    .join("+")
+            })
         };
-        assert_eq!(name(t.lookup(Some("/x"), &Method::GET)).as_deref(), Some("a"));
-        assert_eq!(name(t.lookup(Some("/x"), &Method::POST)).as_deref(), Some("b"));
-        assert_eq!(name(t.lookup(Some("/y"), &Method::GET)).as_deref(), Some("a+b"));
+        assert_eq!(
+            name(t.lookup(Some("/x"), &Method::GET)).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            name(t.lookup(Some("/x"), &Method::POST)).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            name(t.lookup(Some("/y"), &Method::GET)).as_deref(),
+            Some("a+b")
+        );
         assert_eq!(name(t.lookup(None, &Method::GET)).as_deref(), Some("a+b"));
     }
 }

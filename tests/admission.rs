@@ -61,12 +61,19 @@ async fn five_pass_the_sixth_is_refused_and_waits_out_retry_after() {
     assert!(retry <= 2, "one token refills in a second, not {retry}");
     assert_eq!(header_u64(&refused, "x-ratelimit-limit"), 5);
     assert_eq!(header_u64(&refused, "x-ratelimit-remaining"), 0);
-    assert_eq!(header(&refused, "content-type").as_deref(), Some("application/problem+json"));
+    assert_eq!(
+        header(&refused, "content-type").as_deref(),
+        Some("application/problem+json")
+    );
     let body = body_text(refused).await;
     assert!(body.contains("\"limit\":\"per-key\""), "{body}");
 
     // Another key is unaffected.
-    let bob = send(&app, request("GET", "/", "127.0.0.1:1000", &[("x-api-key", "bob")])).await;
+    let bob = send(
+        &app,
+        request("GET", "/", "127.0.0.1:1000", &[("x-api-key", "bob")]),
+    )
+    .await;
     assert_eq!(bob.status(), 200);
     assert_eq!(header_u64(&bob, "x-ratelimit-remaining"), 4);
 
@@ -86,23 +93,45 @@ async fn routes_are_matched_by_template_and_unlisted_routes_are_free() {
     // /users/1 and /users/2 are one route: one bucket per key across both.
     let mut remaining = Vec::new();
     for i in 0..5 {
-        let res = send(&app, request("GET", &format!("/users/{i}"), "127.0.0.1:1", &[("x-api-key", "k")])).await;
+        let res = send(
+            &app,
+            request(
+                "GET",
+                &format!("/users/{i}"),
+                "127.0.0.1:1",
+                &[("x-api-key", "k")],
+            ),
+        )
+        .await;
         assert_eq!(res.status(), 200);
         remaining.push(header_u64(&res, "x-ratelimit-remaining"));
     }
     assert_eq!(remaining, [4, 3, 2, 1, 0]);
     assert_eq!(
-        send(&app, request("GET", "/users/99", "127.0.0.1:1", &[("x-api-key", "k")])).await.status(),
+        send(
+            &app,
+            request("GET", "/users/99", "127.0.0.1:1", &[("x-api-key", "k")])
+        )
+        .await
+        .status(),
         429
     );
     // No [default]: an unlisted route is not limited and says nothing.
     for _ in 0..10 {
-        let res = send(&app, request("GET", "/free", "127.0.0.1:1", &[("x-api-key", "k")])).await;
+        let res = send(
+            &app,
+            request("GET", "/free", "127.0.0.1:1", &[("x-api-key", "k")]),
+        )
+        .await;
         assert_eq!(res.status(), 200);
         assert!(header(&res, "x-ratelimit-limit").is_none());
     }
     // A 404 is not limited either (and stays a 404).
-    let res = send(&app, request("GET", "/nope", "127.0.0.1:1", &[("x-api-key", "k")])).await;
+    let res = send(
+        &app,
+        request("GET", "/nope", "127.0.0.1:1", &[("x-api-key", "k")]),
+    )
+    .await;
     assert_eq!(res.status(), 404);
     server.assert_every_key_expires(&prefix);
 }
@@ -113,7 +142,11 @@ async fn the_script_stores_one_string_with_a_ttl_of_time_to_full() {
     let prefix = prefix("ttl");
     let app = app(&server, &prefix).await;
     for _ in 0..3 {
-        send(&app, request("GET", "/", "127.0.0.1:1", &[("x-api-key", "ttl")])).await;
+        send(
+            &app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", "ttl")]),
+        )
+        .await;
     }
     let keys = server.keys_with_pttl(&prefix);
     assert_eq!(keys.len(), 1);
@@ -141,7 +174,11 @@ async fn route_layer_works_too() {
 async fn futures_statuses(app: &Router, n: usize) -> Vec<u16> {
     let mut out = Vec::new();
     for _ in 0..n {
-        let res = send(app, request("GET", "/", "127.0.0.1:1", &[("x-api-key", "rl")])).await;
+        let res = send(
+            app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", "rl")]),
+        )
+        .await;
         out.push(res.status().as_u16());
     }
     out

@@ -76,13 +76,20 @@ async fn spoofed_forwarded_headers_from_untrusted_peers_change_nothing() {
                 "GET",
                 "/ip",
                 "203.0.113.7:5000",
-                &[("x-forwarded-for", &format!("198.51.100.{i}")), ("forwarded", &format!("for=192.0.2.{i}"))],
+                &[
+                    ("x-forwarded-for", &format!("198.51.100.{i}")),
+                    ("forwarded", &format!("for=192.0.2.{i}")),
+                ],
             )
         }),
     )
     .await;
     assert_eq!(got, [200, 200, 200, 429, 429, 429]);
-    let keys: Vec<String> = server.keys_with_pttl(&prefix).into_iter().map(|k| k.0).collect();
+    let keys: Vec<String> = server
+        .keys_with_pttl(&prefix)
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
     assert_eq!(keys, [format!("{prefix}:per-ip:{{ip:203.0.113.7}}")]);
 }
 
@@ -100,7 +107,10 @@ async fn trusted_proxies_are_walked_right_to_left() {
                 "GET",
                 "/ip",
                 "10.0.0.2:80",
-                &[("x-forwarded-for", &format!("192.0.2.{i}, 198.51.100.1, 10.0.0.9"))],
+                &[(
+                    "x-forwarded-for",
+                    &format!("192.0.2.{i}, 198.51.100.1, 10.0.0.9"),
+                )],
             )
         }),
     )
@@ -110,15 +120,29 @@ async fn trusted_proxies_are_walked_right_to_left() {
     // hop (the proxy's own bucket), whatever the garbage says.
     let got = statuses(
         &app,
-        (0..4).map(|i| request("GET", "/ip", "10.0.0.2:80", &[("x-forwarded-for", &format!("garbage-{i}, 10.0.0.9"))])),
+        (0..4).map(|i| {
+            request(
+                "GET",
+                "/ip",
+                "10.0.0.2:80",
+                &[("x-forwarded-for", &format!("garbage-{i}, 10.0.0.9"))],
+            )
+        }),
     )
     .await;
     assert_eq!(got, [200, 200, 200, 429]);
-    let mut keys: Vec<String> = server.keys_with_pttl(&prefix).into_iter().map(|k| k.0).collect();
+    let mut keys: Vec<String> = server
+        .keys_with_pttl(&prefix)
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
     keys.sort();
     assert_eq!(
         keys,
-        [format!("{prefix}:per-ip:{{ip:10.0.0.9}}"), format!("{prefix}:per-ip:{{ip:198.51.100.1}}")]
+        [
+            format!("{prefix}:per-ip:{{ip:10.0.0.9}}"),
+            format!("{prefix}:per-ip:{{ip:198.51.100.1}}")
+        ]
     );
 }
 
@@ -129,10 +153,18 @@ async fn a_10kb_api_key_is_bounded_in_redis_and_collides_with_nothing() {
     let app = app(&server, &prefix).await;
     let huge_a = "a".repeat(10 * 1024);
     let huge_b = format!("{}b", "a".repeat(10 * 1024 - 1));
-    let got = statuses(&app, (0..4).map(|_| request("GET", "/key", "127.0.0.1:1", &[("x-api-key", &huge_a)]))).await;
+    let got = statuses(
+        &app,
+        (0..4).map(|_| request("GET", "/key", "127.0.0.1:1", &[("x-api-key", &huge_a)])),
+    )
+    .await;
     assert_eq!(got, [200, 200, 200, 429]);
     // Differs in the last byte only: its own full bucket.
-    let res = send(&app, request("GET", "/key", "127.0.0.1:1", &[("x-api-key", &huge_b)])).await;
+    let res = send(
+        &app,
+        request("GET", "/key", "127.0.0.1:1", &[("x-api-key", &huge_b)]),
+    )
+    .await;
     assert_eq!(res.status(), 200);
     assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 2);
 
@@ -153,8 +185,10 @@ async fn keys_with_braces_or_binary_bytes_are_hashed_not_slot_picking() {
     let mut req = request("GET", "/key", "127.0.0.1:1", &[("x-api-key", "}{evil")]);
     assert_eq!(send(&app, req).await.status(), 200);
     req = request("GET", "/key", "127.0.0.1:1", &[]);
-    req.headers_mut()
-        .insert("x-api-key", HeaderValue::from_bytes(&[0xff, 0xfe, b'k']).unwrap());
+    req.headers_mut().insert(
+        "x-api-key",
+        HeaderValue::from_bytes(&[0xff, 0xfe, b'k']).unwrap(),
+    );
     assert_eq!(send(&app, req).await.status(), 200);
     for (k, pttl) in server.keys_with_pttl(&prefix) {
         assert!(pttl > 0);
@@ -175,22 +209,45 @@ async fn missing_keys_are_rejected_or_counted_by_ip_as_configured() {
     for headers in [&[][..], &[("x-api-key", "")][..]] {
         let res = send(&app, request("GET", "/key", "127.0.0.1:1", headers)).await;
         assert_eq!(res.status(), 401);
-        assert_eq!(header(&res, "content-type").as_deref(), Some("application/problem+json"));
+        assert_eq!(
+            header(&res, "content-type").as_deref(),
+            Some("application/problem+json")
+        );
         let body = body_text(res).await;
         assert!(body.contains("x-api-key"), "{body}");
     }
 
     // on_missing = "ip": counted by the client IP, in a bucket apart from an
     // API key that happens to spell that IP.
-    let got = statuses(&app, (0..3).map(|_| request("GET", "/key-or-ip", "192.0.2.50:1", &[]))).await;
+    let got = statuses(
+        &app,
+        (0..3).map(|_| request("GET", "/key-or-ip", "192.0.2.50:1", &[])),
+    )
+    .await;
     assert_eq!(got, [200, 200, 429]);
-    let spelled = send(&app, request("GET", "/key-or-ip", "192.0.2.50:1", &[("x-api-key", "192.0.2.50")])).await;
+    let spelled = send(
+        &app,
+        request(
+            "GET",
+            "/key-or-ip",
+            "192.0.2.50:1",
+            &[("x-api-key", "192.0.2.50")],
+        ),
+    )
+    .await;
     assert_eq!(spelled.status(), 200);
-    let mut keys: Vec<String> = server.keys_with_pttl(&prefix).into_iter().map(|k| k.0).collect();
+    let mut keys: Vec<String> = server
+        .keys_with_pttl(&prefix)
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
     keys.sort();
     assert_eq!(
         keys,
-        [format!("{prefix}:key-or-ip:{{h:192.0.2.50}}"), format!("{prefix}:key-or-ip:{{ip:192.0.2.50}}")]
+        [
+            format!("{prefix}:key-or-ip:{{h:192.0.2.50}}"),
+            format!("{prefix}:key-or-ip:{{ip:192.0.2.50}}")
+        ]
     );
 }
 
@@ -204,15 +261,36 @@ async fn no_peer_address_is_a_503_not_a_500_nor_a_shared_bucket() {
     let res = send(&app, req).await;
     assert_eq!(res.status(), 503);
     assert!(header_u64(&res, "retry-after") >= 1);
-    assert!(server.keys_with_pttl(&prefix).is_empty(), "nothing was charged");
+    assert!(
+        server.keys_with_pttl(&prefix).is_empty(),
+        "nothing was charged"
+    );
     // axum's MockConnectInfo and a plain SocketAddr extension both work.
-    let app = app.layer(axum::extract::connect_info::MockConnectInfo(std::net::SocketAddr::from(([192, 0, 2, 1], 9))));
-    assert_eq!(send(&app, Request::get("/ip").body(Body::empty()).unwrap()).await.status(), 200);
+    let app = app.layer(axum::extract::connect_info::MockConnectInfo(
+        std::net::SocketAddr::from(([192, 0, 2, 1], 9)),
+    ));
+    assert_eq!(
+        send(&app, Request::get("/ip").body(Body::empty()).unwrap())
+            .await
+            .status(),
+        200
+    );
     let mut req = Request::get("/ip").body(Body::empty()).unwrap();
-    req.extensions_mut().insert(std::net::SocketAddr::from(([192, 0, 2, 2], 9)));
+    req.extensions_mut()
+        .insert(std::net::SocketAddr::from(([192, 0, 2, 2], 9)));
     let app2 = self::app(&server, &prefix).await;
     assert_eq!(send(&app2, req).await.status(), 200);
-    let mut keys: Vec<String> = server.keys_with_pttl(&prefix).into_iter().map(|k| k.0).collect();
+    let mut keys: Vec<String> = server
+        .keys_with_pttl(&prefix)
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
     keys.sort();
-    assert_eq!(keys, [format!("{prefix}:per-ip:{{ip:192.0.2.1}}"), format!("{prefix}:per-ip:{{ip:192.0.2.2}}")]);
+    assert_eq!(
+        keys,
+        [
+            format!("{prefix}:per-ip:{{ip:192.0.2.1}}"),
+            format!("{prefix}:per-ip:{{ip:192.0.2.2}}")
+        ]
+    );
 }

@@ -39,7 +39,13 @@ async fn four_servers_400_requests_exactly_50_admitted() {
     for i in 0..400 {
         let app = servers[i % 4].clone();
         tasks.push(tokio::spawn(async move {
-            send(&app, request("GET", "/", "127.0.0.1:9", &[("x-api-key", "shared")])).await.status().as_u16()
+            send(
+                &app,
+                request("GET", "/", "127.0.0.1:9", &[("x-api-key", "shared")]),
+            )
+            .await
+            .status()
+            .as_u16()
         }));
     }
     let mut counts = std::collections::BTreeMap::new();

@@ -61,31 +61,59 @@ fn unknown_top_level_section() {
 
 #[test]
 fn unknown_limit_name() {
-    let e = error_for("unknown-limit.toml", "limits = [\"per-key\"]", "limits = [\"per-kee\"]");
-    assert_eq!(e, "unknown-limit.toml:11:11: unknown limit \"per-kee\" (defined: per-key)");
+    let e = error_for(
+        "unknown-limit.toml",
+        "limits = [\"per-key\"]",
+        "limits = [\"per-kee\"]",
+    );
+    assert_eq!(
+        e,
+        "unknown-limit.toml:11:11: unknown limit \"per-kee\" (defined: per-key)"
+    );
 }
 
 #[test]
 fn rate_with_an_unknown_unit() {
     let e = error_for("fortnight.toml", "\"1/s\"", "\"10/fortnight\"");
-    assert!(e.starts_with("fortnight.toml:7:10: invalid rate \"10/fortnight\": unknown time unit \"fortnight\""), "{e}");
+    assert!(
+        e.starts_with(
+            "fortnight.toml:7:10: invalid rate \"10/fortnight\": unknown time unit \"fortnight\""
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn zero_capacity() {
     let e = error_for("zero.toml", "capacity = 5", "capacity = 0");
-    assert_eq!(e, "zero.toml:6:12: limit \"per-key\": capacity must be at least 1");
+    assert_eq!(
+        e,
+        "zero.toml:6:12: limit \"per-key\": capacity must be at least 1"
+    );
 }
 
 #[test]
 fn other_mistakes_are_located_too() {
     let e = error_for("policy.toml", "\"open\"", "\"ajar\"");
-    assert!(e.starts_with("policy.toml:12:18: unknown variant `ajar`"), "{e}");
+    assert!(
+        e.starts_with("policy.toml:12:18: unknown variant `ajar`"),
+        "{e}"
+    );
     let e = error_for("key.toml", "\"header:x-api-key\"", "\"cookie:sid\"");
-    assert!(e.starts_with("key.toml:5:7: unknown key source \"cookie:sid\""), "{e}");
+    assert!(
+        e.starts_with("key.toml:5:7: unknown key source \"cookie:sid\""),
+        "{e}"
+    );
     let e = error_for("cost.toml", "on_redis_error = \"open\"", "cost = 6");
-    assert!(e.starts_with("cost.toml:12:8: cost 6 is more than limit \"per-key\" can ever hold"), "{e}");
-    let e = error_for("deadline.toml", "url = \"redis://127.0.0.1:6379\"", "deadline = \"5 parsecs\"");
+    assert!(
+        e.starts_with("cost.toml:12:8: cost 6 is more than limit \"per-key\" can ever hold"),
+        "{e}"
+    );
+    let e = error_for(
+        "deadline.toml",
+        "url = \"redis://127.0.0.1:6379\"",
+        "deadline = \"5 parsecs\"",
+    );
     assert!(e.starts_with("deadline.toml:2:12: invalid duration"), "{e}");
     let e = error_for("syntax.toml", "capacity = 5", "capacity = ");
     assert!(e.starts_with("syntax.toml:6:"), "{e}");
@@ -94,5 +122,9 @@ fn other_mistakes_are_located_too() {
 #[test]
 fn a_missing_file_names_the_file() {
     let err = Config::from_toml_file("/nonexistent/fleetlimit.toml").unwrap_err();
-    assert!(err.to_string().starts_with("/nonexistent/fleetlimit.toml: cannot read the configuration"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/fleetlimit.toml: cannot read the configuration"),
+        "{err}"
+    );
 }

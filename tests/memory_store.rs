@@ -65,12 +65,20 @@ async fn admits_refuses_and_refills_on_the_clock() {
     assert_eq!(header_u64(&refused, "x-ratelimit-reset"), 5);
 
     tokio::time::advance(Duration::from_millis(999)).await;
-    assert_eq!(send(&app, req()).await.status(), 429, "not a whole token yet");
+    assert_eq!(
+        send(&app, req()).await.status(),
+        429,
+        "not a whole token yet"
+    );
     tokio::time::advance(Duration::from_millis(2)).await;
     assert_eq!(send(&app, req()).await.status(), 200);
     tokio::time::advance(Duration::from_secs(60)).await;
     let full = send(&app, req()).await;
-    assert_eq!(header_u64(&full, "x-ratelimit-remaining"), 4, "refill is capped at capacity");
+    assert_eq!(
+        header_u64(&full, "x-ratelimit-remaining"),
+        4,
+        "refill is capped at capacity"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,7 +93,11 @@ async fn cost_and_methods() {
     assert_eq!(r.status(), 429, "1 token left, the search costs 2");
     // POST / is not the limited GET / route and there is no default.
     for _ in 0..10 {
-        let r = send(&app, request("POST", "/", "127.0.0.1:1", &[("x-api-key", "c")])).await;
+        let r = send(
+            &app,
+            request("POST", "/", "127.0.0.1:1", &[("x-api-key", "c")]),
+        )
+        .await;
         assert_eq!(r.status(), 200);
         assert!(header(&r, "x-ratelimit-limit").is_none());
     }
@@ -103,7 +115,12 @@ async fn the_account_extension_wins_over_the_header() {
     };
     // Three attempts for "alice" via the extension, whatever the header says.
     for i in 0..3 {
-        assert_eq!(send(&app, sign_in(Some("alice"), &format!("h{i}"))).await.status(), 200);
+        assert_eq!(
+            send(&app, sign_in(Some("alice"), &format!("h{i}")))
+                .await
+                .status(),
+            200
+        );
     }
     assert_eq!(send(&app, sign_in(Some("alice"), "h9")).await.status(), 429);
     // Without the extension the header is the account.
@@ -118,10 +135,23 @@ async fn missing_api_key_falls_back_to_ip() {
         assert_eq!(send(&app, anon("192.0.2.1:1")).await.status(), 200);
     }
     assert_eq!(send(&app, anon("192.0.2.1:2")).await.status(), 429);
-    assert_eq!(send(&app, anon("192.0.2.2:1")).await.status(), 200, "another IP");
+    assert_eq!(
+        send(&app, anon("192.0.2.2:1")).await.status(),
+        200,
+        "another IP"
+    );
     // IPv6 clients are grouped by /64.
     for i in 0..5 {
-        assert_eq!(send(&app, anon(&format!("[2001:db8:0:1::{i}]:1"))).await.status(), 200);
+        assert_eq!(
+            send(&app, anon(&format!("[2001:db8:0:1::{i}]:1")))
+                .await
+                .status(),
+            200
+        );
     }
-    assert_eq!(send(&app, anon("[2001:db8:0:1:ffff::1]:1")).await.status(), 429, "same /64");
+    assert_eq!(
+        send(&app, anon("[2001:db8:0:1:ffff::1]:1")).await.status(),
+        429,
+        "same /64"
+    );
 }

@@ -82,24 +82,43 @@ async fn assert_degraded(app: &Router, tag: &str) {
     for i in 0..20 {
         let home = timed(app, "GET", "/", &[("x-api-key", "outage")]).await;
         assert_eq!(home.status, 200, "{tag}: open route, request {i}");
-        assert!(!home.limited, "{tag}: an unlimited answer carries no rate-limit headers");
+        assert!(
+            !home.limited,
+            "{tag}: an unlimited answer carries no rate-limit headers"
+        );
 
         let sign_in = timed(app, "POST", "/sign-in", &[("x-account", "mallory")]).await;
         assert_eq!(sign_in.status, 503, "{tag}: closed route, request {i}");
-        assert!(sign_in.retry_after.unwrap_or(0) >= 1, "{tag}: 503 carries Retry-After");
+        assert!(
+            sign_in.retry_after.unwrap_or(0) >= 1,
+            "{tag}: 503 carries Retry-After"
+        );
         slowest = slowest.max(home.took).max(sign_in.took);
     }
     // Local buckets: capacity 10 ÷ fleet size 2 = 5 for this instance.
     let mut counts = BTreeMap::new();
     for _ in 0..12 {
-        let r = timed(app, "GET", "/search", &[("x-api-key", &format!("local-{tag}"))]).await;
+        let r = timed(
+            app,
+            "GET",
+            "/search",
+            &[("x-api-key", &format!("local-{tag}"))],
+        )
+        .await;
         if r.status == 429 {
-            assert!(r.retry_after.unwrap_or(0) >= 1, "{tag}: 429 carries Retry-After");
+            assert!(
+                r.retry_after.unwrap_or(0) >= 1,
+                "{tag}: 429 carries Retry-After"
+            );
         }
         *counts.entry(r.status).or_insert(0) += 1;
         slowest = slowest.max(r.took);
     }
-    assert_eq!(counts.get(&200), Some(&5), "{tag}: local limit is capacity ÷ 2: {counts:?}");
+    assert_eq!(
+        counts.get(&200),
+        Some(&5),
+        "{tag}: local limit is capacity ÷ 2: {counts:?}"
+    );
     assert_eq!(counts.get(&429), Some(&7), "{tag}: {counts:?}");
     assert!(
         slowest < DEADLINE + MARGIN,
@@ -125,8 +144,17 @@ async fn assert_recovered(app: &Router, server: &RedisServer, prefix: &str, tag:
         assert!(r.limited, "{tag}: decided by Redis");
         admitted += usize::from(r.status == 200);
     }
-    assert_eq!(admitted, 10, "{tag}: a fresh key admits exactly its capacity");
-    let sign_in = timed(app, "POST", "/sign-in", &[("x-account", &format!("acct-{tag}"))]).await;
+    assert_eq!(
+        admitted, 10,
+        "{tag}: a fresh key admits exactly its capacity"
+    );
+    let sign_in = timed(
+        app,
+        "POST",
+        "/sign-in",
+        &[("x-account", &format!("acct-{tag}"))],
+    )
+    .await;
     assert_eq!(sign_in.status, 200, "{tag}");
     server.assert_every_key_expires(prefix);
 }
@@ -136,7 +164,11 @@ async fn redis_killed_then_restarted() {
     let mut server = RedisServer::start();
     let prefix = prefix("killed");
     let app = app(&server, &prefix).await;
-    assert!(timed(&app, "GET", "/", &[("x-api-key", "warm")]).await.limited);
+    assert!(
+        timed(&app, "GET", "/", &[("x-api-key", "warm")])
+            .await
+            .limited
+    );
 
     server.kill();
     assert_degraded(&app, "killed").await;
@@ -151,7 +183,11 @@ async fn redis_frozen_by_sigstop_then_thawed() {
     let server = RedisServer::start();
     let prefix = prefix("frozen");
     let app = app(&server, &prefix).await;
-    assert!(timed(&app, "GET", "/", &[("x-api-key", "warm")]).await.limited);
+    assert!(
+        timed(&app, "GET", "/", &[("x-api-key", "warm")])
+            .await
+            .limited
+    );
 
     server.freeze();
     assert_degraded(&app, "frozen").await;
@@ -167,7 +203,10 @@ async fn redis_down_at_start_up_is_not_an_error() {
     server.kill();
     let started = Instant::now();
     let app = app(&server, &prefix).await;
-    assert!(started.elapsed() < Duration::from_secs(5), "start-up waits a bounded time");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "start-up waits a bounded time"
+    );
     assert_degraded(&app, "down-at-start").await;
     server.restart();
     assert_recovered(&app, &server, &prefix, "up-later").await;

@@ -17,12 +17,19 @@ fn example_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let bin = dir.join("examples").join("quickstart");
-    assert!(bin.exists(), "{} missing: run through `cargo test`, which builds examples", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: run through `cargo test`, which builds examples",
+        bin.display()
+    );
     bin
 }
 
 struct Example {
     child: Child,
+    /// Kept open: the example prints more lines, and a closed pipe would
+    /// make its `println!` panic.
+    _stdout: BufReader<std::process::ChildStdout>,
     port: u16,
     banner: String,
 }
@@ -42,8 +49,14 @@ impl Example {
         }
         let mut child = cmd.spawn().unwrap();
         let mut banner = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut banner).unwrap();
-        Self { child, port, banner }
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut banner).unwrap();
+        Self {
+            child,
+            _stdout: stdout,
+            port,
+            banner,
+        }
     }
 
     /// One HTTP/1.1 request; returns (status, raw response).
@@ -57,7 +70,8 @@ impl Example {
         req.push_str("\r\n");
         s.write_all(req.as_bytes()).unwrap();
         let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
+        s.read_to_string(&mut out)
+            .unwrap_or_else(|e| panic!("{method} {path} {headers:?}: {e}; read {out:?}"));
         let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
         (status, out.to_ascii_lowercase())
     }
@@ -76,20 +90,34 @@ impl Drop for Example {
 
 fn exercise(ex: &Example, tag: &str) {
     let key = format!("key-{tag}");
-    assert_eq!(ex.statuses("GET", "/", &[("x-api-key", &key)], 6), [200, 200, 200, 200, 200, 429]);
+    assert_eq!(
+        ex.statuses("GET", "/", &[("x-api-key", &key)], 6),
+        [200, 200, 200, 200, 200, 429]
+    );
     let (_, raw) = ex.http("GET", "/", &[("x-api-key", &key)]);
     assert!(raw.contains("retry-after: 1"), "{raw}");
     let acct = format!("acct-{tag}");
-    assert_eq!(ex.statuses("POST", "/sign-in", &[("x-account", &acct)], 4), [200, 200, 200, 429]);
+    assert_eq!(
+        ex.statuses("POST", "/sign-in", &[("x-account", &acct)], 4),
+        [200, 200, 200, 429]
+    );
     assert_eq!(ex.http("POST", "/sign-in", &[]).0, 401, "no account");
     let search = format!("search-{tag}");
-    assert_eq!(ex.statuses("GET", "/search", &[("x-api-key", &search)], 3), [200, 200, 429], "cost 2 of 5");
+    assert_eq!(
+        ex.statuses("GET", "/search", &[("x-api-key", &search)], 3),
+        [200, 200, 429],
+        "cost 2 of 5"
+    );
 }
 
 #[test]
 fn quickstart_runs_without_redis() {
     let ex = Example::start(None);
-    assert!(ex.banner.contains("using the in-process store"), "{}", ex.banner);
+    assert!(
+        ex.banner.contains("using the in-process store"),
+        "{}",
+        ex.banner
+    );
     exercise(&ex, "memory");
 }
 
@@ -97,7 +125,12 @@ fn quickstart_runs_without_redis() {
 fn quickstart_uses_redis_when_redis_url_is_set() {
     let server = RedisServer::start();
     let ex = Example::start(Some(&server.url()));
-    assert!(ex.banner.contains(&format!("using Redis at {}", server.url())), "{}", ex.banner);
+    assert!(
+        ex.banner
+            .contains(&format!("using Redis at {}", server.url())),
+        "{}",
+        ex.banner
+    );
     exercise(&ex, "redis");
     let keys = server.keys_with_pttl("rl");
     assert_eq!(keys.len(), 3, "{keys:?}");

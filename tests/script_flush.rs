@@ -36,7 +36,11 @@ async fn script_flush_mid_traffic_loses_nothing() {
         if i % 40 == 20 {
             assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).unwrap().trim(), "OK");
         }
-        let res = send(&app, request("GET", "/", "127.0.0.1:1", &[("x-api-key", "flushy")])).await;
+        let res = send(
+            &app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", "flushy")]),
+        )
+        .await;
         *counts.entry(res.status().as_u16()).or_insert(0) += 1;
     }
     assert_eq!(counts.get(&200), Some(&100), "{counts:?}");

@@ -29,7 +29,11 @@ impl TokenBucket {
 
     /// The reported state at `level` tokens (after any charge).
     pub(crate) fn state(&self, level: f64, cost: f64, allowed: bool) -> LimitState {
-        let wait = if !allowed && level < cost { (cost - level) / self.rate } else { 0.0 };
+        let wait = if !allowed && level < cost {
+            (cost - level) / self.rate
+        } else {
+            0.0
+        };
         LimitState {
             remaining: level,
             wait,
@@ -45,7 +49,10 @@ mod tests {
 
     #[test]
     fn refill_is_capped_and_waits_are_exact() {
-        let b = TokenBucket { capacity: 5.0, rate: 10.0 };
+        let b = TokenBucket {
+            capacity: 5.0,
+            rate: 10.0,
+        };
         assert_eq!(b.level(None, 100.0), 5.0);
         assert!((b.level(Some((0.0, 100.0)), 100.04) - 0.4).abs() < 1e-9);
         assert_eq!(b.level(Some((0.0, 100.0)), 200.0), 5.0);

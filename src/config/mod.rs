@@ -117,7 +117,8 @@ pub(crate) struct RouteEntry {
 impl Config {
     /// Parses and validates a TOML configuration.
     pub fn from_toml_str(source: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(source).map_err(|e| ConfigError::at(source, e.span(), e.message()))?;
+        let raw: RawConfig =
+            toml::from_str(source).map_err(|e| ConfigError::at(source, e.span(), e.message()))?;
         raw.validate(source)
     }
 
@@ -125,13 +126,13 @@ impl Config {
     /// the file, line and column.
     pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let source = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(format!("cannot read the configuration: {e}")).in_file(path))?;
+        let source = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(format!("cannot read the configuration: {e}")).in_file(path)
+        })?;
         Self::from_toml_str(&source).map_err(|e| e.in_file(path))
     }
 
     /// A configuration built in code.
-    #[must_use]
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
@@ -143,7 +144,12 @@ impl Config {
         let url = url.into();
         match &mut self.redis {
             Some(r) => r.url = url,
-            None => self.redis = Some(RedisSettings { url, ..RedisSettings::default() }),
+            None => {
+                self.redis = Some(RedisSettings {
+                    url,
+                    ..RedisSettings::default()
+                })
+            }
         }
         self
     }
@@ -173,10 +179,19 @@ impl Config {
         use std::fmt::Write;
         let mut out = String::new();
         let store = match &self.redis {
-            Some(r) => format!("redis {} (pool {}, deadline {})", r.url, r.pool_size, fmt_duration(self.deadline)),
+            Some(r) => format!(
+                "redis {} (pool {}, deadline {})",
+                r.url,
+                r.pool_size,
+                fmt_duration(self.deadline)
+            ),
             None => "in-process memory".to_owned(),
         };
-        let _ = writeln!(out, "store: {store}; key prefix {:?}; fleet size {}", self.key_prefix, self.fleet_size);
+        let _ = writeln!(
+            out,
+            "store: {store}; key prefix {:?}; fleet size {}",
+            self.key_prefix, self.fleet_size
+        );
         for l in &self.limits {
             let _ = writeln!(
                 out,
@@ -185,10 +200,10 @@ impl Config {
             );
         }
         for r in &self.routes {
-            let methods = r
-                .methods
-                .as_ref()
-                .map_or_else(|| "*".to_owned(), |m| m.iter().map(Method::as_str).collect::<Vec<_>>().join(","));
+            let methods = r.methods.as_ref().map_or_else(
+                || "*".to_owned(),
+                |m| m.iter().map(Method::as_str).collect::<Vec<_>>().join(","),
+            );
             let _ = writeln!(out, "route {methods} {}: {}", r.path, r.policy.describe());
         }
         match &self.default_route {
@@ -309,7 +324,9 @@ impl ConfigBuilder {
 
     /// Connections in the fred pool (default 4).
     pub fn pool_size(mut self, n: usize) -> Self {
-        self.redis.get_or_insert_with(RedisSettings::default).pool_size = n;
+        self.redis
+            .get_or_insert_with(RedisSettings::default)
+            .pool_size = n;
         self
     }
 
@@ -338,7 +355,11 @@ impl ConfigBuilder {
     }
 
     /// Proxies whose forwarded headers are believed.
-    pub fn trusted_proxies(mut self, nets: impl IntoIterator<Item = IpNet>, header: ForwardedHeader) -> Self {
+    pub fn trusted_proxies(
+        mut self,
+        nets: impl IntoIterator<Item = IpNet>,
+        header: ForwardedHeader,
+    ) -> Self {
         self.client_ip.trusted = nets.into_iter().collect();
         self.client_ip.header = header;
         self
@@ -379,10 +400,19 @@ impl ConfigBuilder {
                 r.on_redis_error,
             )?;
             b.check_route(&path, r.methods.as_deref(), None)?;
-            routes.push(RouteEntry { path, methods: r.methods, policy });
+            routes.push(RouteEntry {
+                path,
+                methods: r.methods,
+                policy,
+            });
         }
         let default_route = match self.default_route {
-            Some(r) => Some(b.policy(r.limits.iter().map(|n| (n.as_str(), None)), r.cost, None, r.on_redis_error)?),
+            Some(r) => Some(b.policy(
+                r.limits.iter().map(|n| (n.as_str(), None)),
+                r.cost,
+                None,
+                r.on_redis_error,
+            )?),
             None => None,
         };
         let fleet_size = self.fleet_size.unwrap_or(1);
@@ -509,14 +539,22 @@ impl RawConfig {
                 }
                 if let Some(n) = r.pool_size {
                     if *n.get_ref() == 0 {
-                        return Err(ConfigError::at(src, Some(n.span()), "pool_size must be at least 1"));
+                        return Err(ConfigError::at(
+                            src,
+                            Some(n.span()),
+                            "pool_size must be at least 1",
+                        ));
                     }
                     s.pool_size = n.into_inner();
                 }
                 if let Some(d) = &r.deadline {
                     deadline = parse_at(src, d, units::parse_duration)?;
                     if deadline.is_zero() {
-                        return Err(ConfigError::at(src, Some(d.span()), "deadline must be longer than zero"));
+                        return Err(ConfigError::at(
+                            src,
+                            Some(d.span()),
+                            "deadline must be longer than zero",
+                        ));
                     }
                 }
                 if let Some(d) = &r.connect_timeout {
@@ -534,7 +572,11 @@ impl RawConfig {
         };
         let fleet_size = match self.fleet.size {
             Some(n) if *n.get_ref() == 0 => {
-                return Err(ConfigError::at(src, Some(n.span()), "fleet size must be at least 1"));
+                return Err(ConfigError::at(
+                    src,
+                    Some(n.span()),
+                    "fleet size must be at least 1",
+                ));
             }
             Some(n) => n.into_inner(),
             None => 1,
@@ -547,12 +589,18 @@ impl RawConfig {
             client_ip.header = parse_at(src, h, |h| match h.to_ascii_lowercase().as_str() {
                 "x-forwarded-for" => Ok(ForwardedHeader::XForwardedFor),
                 "forwarded" => Ok(ForwardedHeader::Forwarded),
-                _ => Err(format!("forwarded_header must be \"x-forwarded-for\" or \"forwarded\", not {h:?}")),
+                _ => Err(format!(
+                    "forwarded_header must be \"x-forwarded-for\" or \"forwarded\", not {h:?}"
+                )),
             })?;
         }
         if let Some(p) = self.client_ip.ipv6_prefix {
             if *p.get_ref() > 128 {
-                return Err(ConfigError::at(src, Some(p.span()), "ipv6_prefix must be between 0 and 128"));
+                return Err(ConfigError::at(
+                    src,
+                    Some(p.span()),
+                    "ipv6_prefix must be between 0 and 128",
+                ));
             }
             client_ip.ipv6_prefix = p.into_inner();
         }
@@ -581,7 +629,9 @@ impl RawConfig {
             };
             b.check_route(r.path.get_ref(), methods.as_deref(), Some(r.path.span()))?;
             let policy = b.policy(
-                r.limits.iter().map(|l| (l.get_ref().as_str(), Some(l.span()))),
+                r.limits
+                    .iter()
+                    .map(|l| (l.get_ref().as_str(), Some(l.span()))),
                 r.cost.as_ref().map_or(1, |c| *c.get_ref()),
                 r.cost.as_ref().map(Spanned::span),
                 r.on_redis_error.unwrap_or(FailurePolicy::Open),
@@ -594,16 +644,24 @@ impl RawConfig {
         }
         let default_route = match &self.default {
             None => None,
-            Some(d) => Some(b.policy(
-                d.limits.iter().map(|l| (l.get_ref().as_str(), Some(l.span()))),
-                d.cost.as_ref().map_or(1, |c| *c.get_ref()),
-                d.cost.as_ref().map(Spanned::span),
-                d.on_redis_error.unwrap_or(FailurePolicy::Open),
-            )?),
+            Some(d) => Some(
+                b.policy(
+                    d.limits
+                        .iter()
+                        .map(|l| (l.get_ref().as_str(), Some(l.span()))),
+                    d.cost.as_ref().map_or(1, |c| *c.get_ref()),
+                    d.cost.as_ref().map(Spanned::span),
+                    d.on_redis_error.unwrap_or(FailurePolicy::Open),
+                )?,
+            ),
         };
         let memory_max_keys = match self.memory.max_keys {
             Some(n) if *n.get_ref() == 0 => {
-                return Err(ConfigError::at(src, Some(n.span()), "max_keys must be at least 1"));
+                return Err(ConfigError::at(
+                    src,
+                    Some(n.span()),
+                    "max_keys must be at least 1",
+                ));
             }
             Some(n) => n.into_inner(),
             None => DEFAULT_MEMORY_KEYS,
@@ -626,7 +684,9 @@ impl RawConfig {
 fn parse_net(s: &str) -> Result<IpNet, String> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| format!("invalid proxy address {s:?}; expected a CIDR such as \"10.0.0.0/8\" or an IP"))
+        .map_err(|_| {
+            format!("invalid proxy address {s:?}; expected a CIDR such as \"10.0.0.0/8\" or an IP")
+        })
 }
 
 /// Validation shared by the TOML loader and the builder.
@@ -650,10 +710,17 @@ impl<'s> Validator<'s> {
     }
 
     /// Names end up inside Redis keys, so they may not hold `:`, `{` or `}`.
-    fn check_name(&self, what: &str, name: &str, span: Option<Range<usize>>) -> Result<(), ConfigError> {
+    fn check_name(
+        &self,
+        what: &str,
+        name: &str,
+        span: Option<Range<usize>>,
+    ) -> Result<(), ConfigError> {
         let ok = !name.is_empty()
             && name.len() <= 64
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
         if ok {
             Ok(())
         } else {
@@ -680,11 +747,17 @@ impl<'s> Validator<'s> {
             return Err(self.err(name_span, format!("limit {name:?} is defined twice")));
         }
         if capacity == 0 {
-            return Err(self.err(capacity_span, format!("limit {name:?}: capacity must be at least 1")));
+            return Err(self.err(
+                capacity_span,
+                format!("limit {name:?}: capacity must be at least 1"),
+            ));
         }
         // Beyond 2^53 Lua's doubles stop counting whole tokens exactly.
         if capacity > (1 << 53) {
-            return Err(self.err(capacity_span, format!("limit {name:?}: capacity must be at most 2^53")));
+            return Err(self.err(
+                capacity_span,
+                format!("limit {name:?}: capacity must be at most 2^53"),
+            ));
         }
         self.limits.push(Arc::new(Limit {
             name: name.into(),
@@ -712,7 +785,10 @@ impl<'s> Validator<'s> {
         for k in keys {
             let label = k.as_ref().map_or("*", Method::as_str).to_owned();
             if !self.routes_seen.insert((path.to_owned(), k)) {
-                return Err(self.err(span.clone(), format!("route {label} {path} is listed twice")));
+                return Err(self.err(
+                    span.clone(),
+                    format!("route {label} {path} is listed twice"),
+                ));
             }
         }
         Ok(())
@@ -732,7 +808,10 @@ impl<'s> Validator<'s> {
         for (name, span) in names {
             let Some(l) = self.limits.iter().find(|l| &*l.name == name) else {
                 let known: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
-                return Err(self.err(span, format!("unknown limit {name:?} (defined: {})", known.join(", "))));
+                return Err(self.err(
+                    span,
+                    format!("unknown limit {name:?} (defined: {})", known.join(", ")),
+                ));
             };
             if u64::from(cost) > l.capacity {
                 return Err(self.err(
@@ -832,7 +911,10 @@ on_redis_error = "local"
             .unwrap_err();
         assert!(e.message().contains("unknown limit \"nope\""), "{e}");
         let ok = Config::builder()
-            .limit("ip", LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1.0)))
+            .limit(
+                "ip",
+                LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1.0)),
+            )
             .default_route(RouteConfig::new(["ip"]))
             .build()
             .unwrap();

@@ -86,7 +86,11 @@ impl FromStr for Rate {
         let per = if period.starts_with(|c: char| c.is_ascii_digit()) {
             parse_duration(period).map_err(|e| bad(&e.0))?
         } else {
-            unit(period).ok_or_else(|| bad(&format!("unknown time unit {period:?}; expected s, min, h or d")))?
+            unit(period).ok_or_else(|| {
+                bad(&format!(
+                    "unknown time unit {period:?}; expected s, min, h or d"
+                ))
+            })?
         };
         if per.is_zero() {
             return Err(bad("the period must be longer than zero"));
@@ -111,7 +115,11 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| ParseUnitError(format!("invalid duration {s:?}: no unit (write it like \"5ms\" or \"60s\")")))?;
+        .ok_or_else(|| {
+            ParseUnitError(format!(
+                "invalid duration {s:?}: no unit (write it like \"5ms\" or \"60s\")"
+            ))
+        })?;
     let (num, u) = s.split_at(split);
     let num: f64 = num
         .parse()
@@ -159,7 +167,10 @@ mod tests {
         assert_eq!("10/s".parse::<Rate>().unwrap().tokens_per_second(), 10.0);
         assert_eq!("600/min".parse::<Rate>().unwrap().tokens_per_second(), 10.0);
         assert_eq!("3/min".parse::<Rate>().unwrap().tokens_per_second(), 0.05);
-        assert_eq!("100/15min".parse::<Rate>().unwrap().tokens_per_second(), 100.0 / 900.0);
+        assert_eq!(
+            "100/15min".parse::<Rate>().unwrap().tokens_per_second(),
+            100.0 / 900.0
+        );
         assert_eq!("3600 / h".parse::<Rate>().unwrap().tokens_per_second(), 1.0);
         assert_eq!("1/s".parse::<Rate>().unwrap().to_string(), "1/s");
         assert_eq!("600/min".parse::<Rate>().unwrap().to_string(), "600/min");

@@ -24,7 +24,9 @@ pin_project! {
 
 impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
-        Self { kind: Kind::Inner { body } }
+        Self {
+            kind: Kind::Inner { body },
+        }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
@@ -50,7 +52,10 @@ where
     type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
@@ -67,7 +72,9 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body } => body.size_hint(),
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
         }
     }
 }

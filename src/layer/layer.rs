@@ -25,7 +25,9 @@ impl RateLimitLayer {
     pub async fn new(config: Config) -> Result<Self, StoreError> {
         match &config.redis {
             Some(r) => {
-                let store = RedisStore::connect(&r.url, r.pool_size, config.deadline, r.connect_timeout).await?;
+                let store =
+                    RedisStore::connect(&r.url, r.pool_size, config.deadline, r.connect_timeout)
+                        .await?;
                 Ok(Self::with_store(&config, Arc::new(store)))
             }
             None => Ok(Self::in_memory(&config)),

@@ -54,6 +54,8 @@
 
 mod body;
 mod future;
+// tower-http's layout: the layer type lives in `layer.rs` of its module.
+#[allow(clippy::module_inception)]
 mod layer;
 mod service;
 

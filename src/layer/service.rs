@@ -52,8 +52,12 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         match plan {
             Plan::Unlimited => ResponseFuture::serving(inner.call(req), None),
-            Plan::Now(decision) => ResponseFuture::deciding(Box::pin(std::future::ready(decision)), inner, req),
-            Plan::Ask(pending) => ResponseFuture::deciding(self.limiter.decide(pending), inner, req),
+            Plan::Now(decision) => {
+                ResponseFuture::deciding(Box::pin(std::future::ready(decision)), inner, req)
+            }
+            Plan::Ask(pending) => {
+                ResponseFuture::deciding(self.limiter.decide(pending), inner, req)
+            }
         }
     }
 }

@@ -81,14 +81,21 @@ impl MemoryStore {
         let per_bucket = idx.clone();
         idx.sort_unstable();
         idx.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> = idx.iter().map(|&i| lock(&self.shards[i])).collect();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            idx.iter().map(|&i| lock(&self.shards[i])).collect();
         // Which guard holds each bucket's shard (`idx` is sorted).
-        let slots: Vec<usize> = per_bucket.iter().map(|i| idx.binary_search(i).unwrap_or(0)).collect();
+        let slots: Vec<usize> = per_bucket
+            .iter()
+            .map(|i| idx.binary_search(i).unwrap_or(0))
+            .collect();
 
         let params: Vec<TokenBucket> = check
             .buckets
             .iter()
-            .map(|b| TokenBucket { capacity: b.capacity, rate: b.refill_per_sec })
+            .map(|b| TokenBucket {
+                capacity: b.capacity,
+                rate: b.refill_per_sec,
+            })
             .collect();
         let levels: Vec<f64> = check
             .buckets
@@ -174,7 +181,11 @@ mod tests {
             cost,
             buckets: keys
                 .iter()
-                .map(|k| Bucket { key: (*k).into(), capacity: cap, refill_per_sec: rate })
+                .map(|k| Bucket {
+                    key: (*k).into(),
+                    capacity: cap,
+                    refill_per_sec: rate,
+                })
                 .collect(),
         }
     }
@@ -200,7 +211,10 @@ mod tests {
         // "a" is empty, so a request counted against "a" and "b" takes from neither.
         let both = Check {
             cost: 1.0,
-            buckets: vec![small.buckets[0].clone(), check(&["b"], 3.0, 0.001, 1.0).buckets[0].clone()],
+            buckets: vec![
+                small.buckets[0].clone(),
+                check(&["b"], 3.0, 0.001, 1.0).buckets[0].clone(),
+            ],
         };
         let o = s.check_now(&both);
         assert!(!o.allowed);
@@ -220,7 +234,10 @@ mod tests {
             let _ = s.check_now(&check(&[&format!("junk-{i}")], 10.0, 0.001, 1.0));
             // The busy key keeps hammering (and keeps being refused).
             if i % 10 == 0 {
-                assert!(!s.check_now(&busy).allowed, "the busy key forgot its usage at {i}");
+                assert!(
+                    !s.check_now(&busy).allowed,
+                    "the busy key forgot its usage at {i}"
+                );
             }
         }
         assert!(s.len() <= 1_000 + SHARDS, "{}", s.len());

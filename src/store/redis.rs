@@ -61,8 +61,8 @@ impl RedisStore {
         deadline: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let mut config =
-            FredConfig::from_url(url).map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+        let mut config = FredConfig::from_url(url)
+            .map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
         // A Redis that is down at start-up is retried by the reconnect
         // policy, like one that goes down later (fred gives up otherwise).
         config.fail_fast = false;
@@ -152,14 +152,25 @@ impl Store for RedisStore {
             let started = Instant::now();
             let run = async {
                 let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
-                match pool.with_options(&inner.options).custom::<Value, Value>(evalsha, args.clone()).await {
+                match pool
+                    .with_options(&inner.options)
+                    .custom::<Value, Value>(evalsha, args.clone())
+                    .await
+                {
                     Err(e) if is_noscript(&e) => {
                         // Same arguments, the script's text instead of its SHA.
                         let mut opts = inner.options.clone();
-                        opts.timeout = Some(inner.deadline.saturating_sub(started.elapsed()).max(Duration::from_millis(1)));
+                        opts.timeout = Some(
+                            inner
+                                .deadline
+                                .saturating_sub(started.elapsed())
+                                .max(Duration::from_millis(1)),
+                        );
                         args[0] = inner.script.clone();
                         let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
-                        pool.with_options(&opts).custom::<Value, Value>(eval, args).await
+                        pool.with_options(&opts)
+                            .custom::<Value, Value>(eval, args)
+                            .await
                     }
                     other => other,
                 }
@@ -237,10 +248,19 @@ mod tests {
 
     #[test]
     fn noscript_and_error_kinds_map() {
-        let e = FredError::new(ErrorKind::Unknown, "NOSCRIPT No matching script. Please use EVAL.");
+        let e = FredError::new(
+            ErrorKind::Unknown,
+            "NOSCRIPT No matching script. Please use EVAL.",
+        );
         assert!(is_noscript(&e));
-        assert_eq!(map_err(FredError::new(ErrorKind::Timeout, "t")), StoreError::Timeout);
-        assert!(matches!(map_err(FredError::new(ErrorKind::IO, "refused")), StoreError::Unavailable(_)));
+        assert_eq!(
+            map_err(FredError::new(ErrorKind::Timeout, "t")),
+            StoreError::Timeout
+        );
+        assert!(matches!(
+            map_err(FredError::new(ErrorKind::IO, "refused")),
+            StoreError::Unavailable(_)
+        ));
         assert!(matches!(map_err(e), StoreError::Redis(_)));
     }
 }

@@ -22,15 +22,24 @@ pub struct RedisServer {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl RedisServer {
     pub fn start() -> Self {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("fleetlimit-redis-{port}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("fleetlimit-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut s = Self { port, dir, child: None };
+        let mut s = Self {
+            port,
+            dir,
+            child: None,
+        };
         s.spawn();
         s
     }
@@ -51,7 +60,11 @@ impl RedisServer {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.cli(&["PING"]).map(|o| o.trim() == "PONG").unwrap_or(false) {
+            if self
+                .cli(&["PING"])
+                .map(|o| o.trim() == "PONG")
+                .unwrap_or(false)
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -75,7 +88,9 @@ impl RedisServer {
             .stderr(Stdio::null())
             .output()
             .ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// SIGKILL: the server is gone, connections are refused.
@@ -104,14 +119,18 @@ impl RedisServer {
 
     /// A fresh fred client for inspecting the server.
     pub async fn client(&self) -> Client {
-        let c = Builder::from_config(Config::from_url(&self.url()).unwrap()).build().unwrap();
+        let c = Builder::from_config(Config::from_url(&self.url()).unwrap())
+            .build()
+            .unwrap();
         c.init().await.unwrap();
         c
     }
 
     /// Every key under `prefix` with its PTTL.
     pub fn keys_with_pttl(&self, prefix: &str) -> Vec<(String, i64)> {
-        let keys = self.cli(&["--scan", "--pattern", &format!("{prefix}:*")]).unwrap_or_default();
+        let keys = self
+            .cli(&["--scan", "--pattern", &format!("{prefix}:*")])
+            .unwrap_or_default();
         keys.lines()
             .filter(|k| !k.is_empty())
             .map(|k| {
@@ -124,7 +143,10 @@ impl RedisServer {
     /// The invariant: every key the limiter wrote has an expiry.
     pub fn assert_every_key_expires(&self, prefix: &str) {
         let keys = self.keys_with_pttl(prefix);
-        assert!(!keys.is_empty(), "expected the limiter to have written keys under {prefix}");
+        assert!(
+            !keys.is_empty(),
+            "expected the limiter to have written keys under {prefix}"
+        );
         for (k, pttl) in &keys {
             assert!(*pttl > 0, "key {k} has PTTL {pttl}");
         }
@@ -158,7 +180,8 @@ pub fn request(method: &str, path: &str, peer: &str, headers: &[(&str, &str)]) -
         b = b.header(*k, *v);
     }
     let mut req = b.body(Body::empty()).unwrap();
-    req.extensions_mut().insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+    req.extensions_mut()
+        .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
     req
 }
 
@@ -168,7 +191,9 @@ pub async fn send(app: &Router, req: Request<Body>) -> Response<Body> {
 }
 
 pub fn header(res: &Response<Body>, name: &str) -> Option<String> {
-    res.headers().get(name).map(|v| v.to_str().unwrap().to_owned())
+    res.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
 }
 
 pub fn header_u64(res: &Response<Body>, name: &str) -> u64 {
@@ -179,7 +204,9 @@ pub fn header_u64(res: &Response<Body>, name: &str) -> u64 {
 }
 
 pub async fn body_text(res: Response<Body>) -> String {
-    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
@@ -190,7 +217,12 @@ pub fn prefix(test: &str) -> String {
 
 /// A configuration on `server` under `prefix`, with the given TOML body
 /// (limits and routes) appended to the `[redis]` section.
-pub fn redis_config(server: &RedisServer, prefix: &str, deadline: &str, body: &str) -> fleetlimit::Config {
+pub fn redis_config(
+    server: &RedisServer,
+    prefix: &str,
+    deadline: &str,
+    body: &str,
+) -> fleetlimit::Config {
     let src = format!(
         "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{deadline}\"\npool_size = 2\n\n{body}",
         server.url()
