@@ -1,0 +1,105 @@
+//! The evidence that settles "your limiter is broken": a tracing event for
+//! every refusal and every degraded decision, with the limit, the key
+//! (digested, never a raw API key), remaining, reason and degraded flag.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use axum::routing::get;
+use axum::Router;
+use fleetlimit::RateLimitLayer;
+use support::*;
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+const LIMITS: &str = r#"
+[fleet]
+size = 2
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 2
+refill = "1/d"
+
+[[routes]]
+path = "/"
+limits = ["per-key"]
+on_redis_error = "local"
+"#;
+
+#[tokio::test(flavor = "current_thread")]
+async fn refusals_and_degraded_decisions_leave_evidence() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mut server = RedisServer::start();
+    let prefix = prefix("evidence");
+    let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let secret = "sk_live_do_not_log_me";
+    let req = || request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]);
+
+    for _ in 0..2 {
+        assert_eq!(send(&app, req()).await.status(), 200);
+    }
+    let _ = captured.take();
+    assert_eq!(send(&app, req()).await.status(), 429);
+    let refusal = captured.take();
+    assert!(refusal.contains("refused"), "{refusal}");
+    assert!(refusal.contains("limit=per-key"), "{refusal}");
+    assert!(refusal.contains("key=h#"), "{refusal}");
+    assert!(refusal.contains("remaining=0"), "{refusal}");
+    assert!(refusal.contains("reason=\"limit-exceeded\""), "{refusal}");
+    assert!(refusal.contains("degraded=false"), "{refusal}");
+    assert!(
+        !refusal.contains(secret),
+        "a raw API key in the logs: {refusal}"
+    );
+
+    server.kill();
+    // Local share is 2 ÷ 2 = 1: one admitted, one refused, both degraded.
+    assert_eq!(send(&app, req()).await.status(), 200);
+    assert_eq!(send(&app, req()).await.status(), 429);
+    let degraded = captured.take();
+    let lines: Vec<&str> = degraded.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.contains("decided locally")
+            && l.contains("allowed=true")
+            && l.contains("degraded=true")),
+        "{degraded}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("refused")
+            && l.contains("degraded=true")
+            && l.contains("limit=per-key")),
+        "{degraded}"
+    );
+    assert!(!degraded.contains(secret), "{degraded}");
+}
