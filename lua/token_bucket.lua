@@ -1,29 +1,15 @@
--- fleetlimit token bucket: every limit of one request, all or nothing.
+-- Token bucket: capacity `cap` (burst), refill `rate` tokens per second.
 --
--- KEYS[i]                bucket i (all in one hash slot on a cluster)
--- ARGV[1]                cost: tokens each bucket must give
--- ARGV[2i], ARGV[2i+1]   capacity and refill (tokens per second) of bucket i
---
--- State is one string "<tokens> <microseconds>" per key, written with
--- SET ... PX: the value and its expiry are a single write, so no key ever
--- lives without a TTL. A missing key is a full bucket, which is why expiry
--- (time to refill fully, plus a second) loses nothing.
---
--- The clock is Redis TIME: one clock for the whole fleet.
--- Returns { allowed, then per bucket: remaining, wait, reset } as strings,
--- because Redis truncates Lua numbers to integers on the way out.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local cost = tonumber(ARGV[1])
-local n = #KEYS
-local level, cap, rate = {}, {}, {}
-local allowed = true
+-- State is one string "<tokens> <microseconds>", written with SET ... PX so
+-- the value and its expiry are a single write: no key ever lives without a
+-- TTL. A missing key is a full bucket, which is why the expiry (time to
+-- refill fully, plus a second) loses nothing.
+local token_bucket = {}
 
-for i = 1, n do
-  cap[i] = tonumber(ARGV[2 * i])
-  rate[i] = tonumber(ARGV[2 * i + 1]) / 1000000 -- tokens per microsecond
-  local tokens = cap[i]
-  local v = redis.call('GET', KEYS[i])
+function token_bucket.read(key, cap, rate, now)
+  local per_us = rate / 1000000
+  local tokens = cap
+  local v = redis.call('GET', key)
   if v then
     local sp = string.find(v, ' ', 1, true)
     if sp then
@@ -32,28 +18,27 @@ for i = 1, n do
       if stored and at then
         local elapsed = now - at
         if elapsed < 0 then elapsed = 0 end
-        tokens = math.min(cap[i], stored + elapsed * rate[i])
+        tokens = math.min(cap, stored + elapsed * per_us)
       end
     end
   end
-  level[i] = tokens
-  if tokens < cost then allowed = false end
+  return { cap = cap, per_us = per_us, avail = tokens, tokens = tokens }
 end
 
-local out = { allowed and '1' or '0' }
-for i = 1, n do
-  local tokens = level[i]
-  local wait = 0
-  if allowed then
-    -- Only an admitted request writes: a refusal charges nothing anywhere.
-    tokens = tokens - cost
-    local ttl = math.ceil((cap[i] - tokens) / rate[i] / 1000) + 1000
-    redis.call('SET', KEYS[i], string.format('%.17g %.17g', tokens, now), 'PX', ttl)
-  elseif tokens < cost then
-    wait = (cost - tokens) / rate[i] / 1000000
-  end
-  out[#out + 1] = string.format('%.17g', tokens)
-  out[#out + 1] = string.format('%.17g', wait)
-  out[#out + 1] = string.format('%.17g', (cap[i] - tokens) / rate[i] / 1000000)
+-- Takes `cost` tokens (a negative cost is a refund, capped at capacity).
+function token_bucket.write(key, s, cost, now)
+  s.tokens = math.min(s.cap, s.tokens - cost)
+  local ttl = math.ceil((s.cap - s.tokens) / s.per_us / 1000) + 1000
+  redis.call('SET', key, string.format('%.17g %.17g', s.tokens, now), 'PX', ttl)
 end
-return out
+
+-- Nothing to repair: every write carries its expiry.
+function token_bucket.keep(key, s)
+end
+
+-- remaining, seconds until `cost` fits (when it does not), seconds to full.
+function token_bucket.report(s, cost)
+  local wait = 0
+  if s.tokens < cost then wait = (cost - s.tokens) / s.per_us / 1000000 end
+  return s.tokens, wait, (s.cap - s.tokens) / s.per_us / 1000000
+end

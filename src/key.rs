@@ -285,6 +285,17 @@ impl<'a> KeyMaterial<'a> {
         k
     }
 
+    /// The caller identity plans are looked up by: the key's value (for
+    /// IP + account, the account).
+    pub(crate) fn plan_key(&self) -> String {
+        let v: &[u8] = &self.value;
+        let v = match self.kind {
+            Kind::IpAccount => v.iter().position(|&b| b == b'|').map_or(v, |i| &v[i + 1..]),
+            _ => v,
+        };
+        String::from_utf8_lossy(v).into_owned()
+    }
+
     /// How the key appears in logs: IPs as they are, anything that may be a
     /// secret (API keys, accounts) as a short digest.
     pub(crate) fn log_id(&self) -> String {

@@ -65,12 +65,17 @@ mod key;
 pub mod layer;
 mod limiter;
 mod outcome;
+pub mod plan;
 mod policy;
+mod request;
 pub mod store;
 
 mod algorithm;
 
 pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
 pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};
-pub use layer::{RateLimit, RateLimitLayer, ResponseFuture};
+pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
+pub use limiter::{CostFn, Refund};
 pub use outcome::{LimitState, Outcome};
+pub use plan::PlanResolver;
+pub use request::RequestRef;

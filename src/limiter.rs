@@ -2,14 +2,16 @@
 //!
 //! [`Limiter::plan`] does the synchronous part (find the route's policy,
 //! extract each limit's key, build the store keys once);
-//! [`Limiter::decide`] asks the store and, when the store fails, applies the
-//! route's failure policy. Both are free of Redis knowledge and of response
-//! building: the layer turns a [`Decision`] into a response.
+//! [`Limiter::decide`] resolves plans, asks the store and, when the store
+//! fails, applies the route's failure policy. Neither knows Redis or builds
+//! responses beyond a [`Rejection`]: the layer turns a [`Decision`] into one.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use axum::extract::MatchedPath;
@@ -19,8 +21,13 @@ use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
 use crate::key::{ClientIpRules, Extracted, KeyMaterial};
 use crate::outcome::{retry_after_secs, Outcome};
+use crate::plan::{PlanResolver, Plans};
 use crate::policy::{Policy, RouteTable};
 use crate::store::{Bucket, Check, MemoryStore, Store, StoreError};
+use crate::RequestRef;
+
+/// Computes a request's cost (see [`RateLimitLayerBuilder::cost_fn`](crate::layer::RateLimitLayerBuilder::cost_fn)).
+pub type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u32 + Send + Sync>;
 
 pub(crate) struct Limiter {
     routes: RouteTable,
@@ -32,6 +39,8 @@ pub(crate) struct Limiter {
     fallback: MemoryStore,
     fleet_size: u32,
     closed_retry_after: u64,
+    plans: Plans,
+    cost_fns: HashMap<String, CostFn>,
 }
 
 impl fmt::Debug for Limiter {
@@ -39,6 +48,7 @@ impl fmt::Debug for Limiter {
         f.debug_struct("Limiter")
             .field("store", &self.store)
             .field("fleet_size", &self.fleet_size)
+            .field("plans", &self.plans)
             .finish_non_exhaustive()
     }
 }
@@ -55,23 +65,50 @@ pub(crate) enum Plan {
 
 pub(crate) struct Pending {
     policy: Arc<Policy>,
-    check: Check,
-    log_keys: Vec<String>,
+    cost: u32,
+    keys: Vec<PendingKey>,
+}
+
+struct PendingKey {
+    key: String,
+    log_id: String,
+    /// The key value plans are looked up by, for limits that have plans.
+    plan_key: Option<String>,
 }
 
 /// What the layer does with the request.
 #[derive(Debug)]
 pub(crate) enum Decision {
-    /// Call the service; add these headers to its response, if any.
-    Admit(Option<RateHeaders>),
+    /// Call the service; add these headers to its response, and give the
+    /// handler this refund handle.
+    Admit(Option<RateHeaders>, Option<Refund>),
     /// Answer this instead of calling the service.
     Reject(Rejection),
 }
 
 pub(crate) type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
 
+pub(crate) struct Extras {
+    pub(crate) resolver: Option<Arc<dyn PlanResolver>>,
+    pub(crate) cost_fns: HashMap<String, CostFn>,
+}
+
+impl Extras {
+    pub(crate) fn none() -> Self {
+        Self {
+            resolver: None,
+            cost_fns: HashMap::new(),
+        }
+    }
+}
+
 impl Limiter {
-    pub(crate) fn new(cfg: &Config, store: Arc<dyn Store>, store_is_local: bool) -> Self {
+    pub(crate) fn new(
+        cfg: &Config,
+        store: Arc<dyn Store>,
+        store_is_local: bool,
+        extras: Extras,
+    ) -> Self {
         Self {
             routes: RouteTable::new(cfg),
             client_ip: cfg.client_ip.clone(),
@@ -81,6 +118,13 @@ impl Limiter {
             fallback: MemoryStore::new(cfg.memory_max_keys),
             fleet_size: cfg.fleet_size,
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
+            plans: Plans::new(
+                cfg.plan_assignments.clone(),
+                extras.resolver,
+                cfg.plan_cache_ttl,
+                cfg.plan_cache_keys,
+            ),
+            cost_fns: extras.cost_fns,
         }
     }
 
@@ -102,8 +146,7 @@ impl Limiter {
         let mut ip: Option<Option<IpAddr>> = None;
         let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
 
-        let mut buckets = Vec::with_capacity(policy.limits.len());
-        let mut log_keys = Vec::with_capacity(policy.limits.len());
+        let mut keys = Vec::with_capacity(policy.limits.len());
         for limit in &policy.limits {
             let peer = if limit.key.needs_ip() || limit.on_missing == OnMissing::Ip {
                 client_ip()
@@ -115,76 +158,105 @@ impl Limiter {
                 Extracted::Missing => match (limit.on_missing, peer) {
                     (OnMissing::Ip, Some(ip)) => KeyMaterial::ip(ip),
                     (OnMissing::Ip, None) => return Plan::Now(no_client_ip(&limit.name)),
-                    (OnMissing::Reject, _) => {
-                        tracing::info!(
-                            target: "fleetlimit",
-                            limit = %limit.name,
-                            reason = "missing-key",
-                            "refused: the request does not carry {}",
-                            limit.key.describe()
-                        );
-                        return Plan::Now(Decision::Reject(Rejection::problem(
-                            StatusCode::UNAUTHORIZED,
-                            &format!("this endpoint is rate limited by {}, which the request does not carry", limit.key.describe()),
-                            &[("limit", json_str(&limit.name))],
-                        )));
-                    }
+                    (OnMissing::Reject, _) => return Plan::Now(missing_key(limit)),
                 },
                 Extracted::NoClientIp => return Plan::Now(no_client_ip(&limit.name)),
             };
-            buckets.push(Bucket {
+            keys.push(PendingKey {
                 key: material.redis_key(&self.prefix, &limit.name),
-                capacity: limit.capacity as f64,
-                refill_per_sec: limit.refill.tokens_per_second(),
+                log_id: material.log_id(),
+                plan_key: (!limit.plans.is_empty()).then(|| material.plan_key()),
             });
-            log_keys.push(material.log_id());
         }
+        let cost = match matched.and_then(|m| self.cost_fns.get(m)) {
+            Some(f) => f(&RequestRef::new(req)),
+            None => policy.cost,
+        };
         Plan::Ask(Pending {
             policy: Arc::clone(policy),
-            check: Check {
-                cost: f64::from(policy.cost),
-                buckets,
-            },
-            log_keys,
+            cost,
+            keys,
         })
     }
 
-    /// Store → decision, with the failure policy when the store fails.
+    /// Plans → store → decision, with the failure policy when the store fails.
     pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> DecisionFuture {
-        let answer = self.store.check(&p.check);
         let this = Arc::clone(self);
         Box::pin(async move {
-            match answer.await {
-                Ok(outcome) => this.decision_from(&p, &outcome, false),
+            let mut buckets = Vec::with_capacity(p.keys.len());
+            for (limit, k) in p.policy.limits.iter().zip(&p.keys) {
+                let plan = match &k.plan_key {
+                    Some(pk) => this.plans.plan_of(pk).await,
+                    None => None,
+                };
+                let rule = limit.rule_for(plan.as_deref());
+                let shadow = limit.shadow || p.policy.shadow;
+                if f64::from(p.cost) > rule.capacity() && !shadow {
+                    return too_costly(&limit.name, p.cost, rule.capacity());
+                }
+                buckets.push(Bucket {
+                    key: k.key.clone(),
+                    rule,
+                    shadow,
+                });
+            }
+            let check = Check {
+                cost: f64::from(p.cost),
+                buckets,
+            };
+            match this.store.check(&check).await {
+                Ok(outcome) => this.decision_from(&p, check, &outcome, false),
                 Err(e) if this.store_is_local => {
                     // Only a custom store can get here; never turn it into a 500.
                     tracing::error!(target: "fleetlimit", error = %e, "store failed");
-                    Decision::Admit(None)
+                    Decision::Admit(None, None)
                 }
-                Err(e) => this.degraded(&p, &e),
+                Err(e) => this.degraded(&p, check, &e),
             }
         })
     }
 
-    fn decision_from(&self, p: &Pending, o: &Outcome, degraded: bool) -> Decision {
-        let Some(i) = o.reported() else {
-            return Decision::Admit(None);
+    fn decision_from(
+        self: &Arc<Self>,
+        p: &Pending,
+        check: Check,
+        o: &Outcome,
+        local: bool,
+    ) -> Decision {
+        let shadow = |i: usize| check.buckets[i].shadow;
+        for (i, s) in o.limits.iter().enumerate() {
+            if shadow(i) && !s.enough {
+                tracing::info!(
+                    target: "fleetlimit",
+                    limit = %p.policy.limits[i].name,
+                    key = %p.keys[i].log_id,
+                    remaining = s.remaining.floor().max(0.0),
+                    reason = "limit-exceeded",
+                    degraded = local,
+                    shadow = true,
+                    "would refuse (shadow mode: served)"
+                );
+            }
+        }
+        let Some(i) = o.reported(shadow) else {
+            return Decision::Admit(None, None);
         };
         let s = o.limits[i];
         let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
-        let limit = &p.policy.limits[i];
         if o.allowed {
-            return Decision::Admit(Some(headers));
+            let refund = Refund::new(self, check, o, p.cost, local);
+            return Decision::Admit(Some(headers), refund);
         }
+        let limit = &p.policy.limits[i];
         let retry = retry_after_secs(s.wait);
         tracing::info!(
             target: "fleetlimit",
             limit = %limit.name,
-            key = %p.log_keys[i],
+            key = %p.keys[i].log_id,
             remaining = headers.remaining,
             retry_after = retry,
             reason = "limit-exceeded",
-            degraded,
+            degraded = local,
             "refused"
         );
         Decision::Reject(
@@ -202,13 +274,13 @@ impl Limiter {
     }
 
     /// Redis failed: the route's failure policy decides. Never a 500.
-    fn degraded(&self, p: &Pending, e: &StoreError) -> Decision {
+    fn degraded(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
         let limit = &p.policy.limits[0].name;
-        let key = &p.log_keys[0];
+        let key = &p.keys[0].log_id;
         match p.policy.on_redis_error {
             FailurePolicy::Open => {
                 tracing::warn!(target: "fleetlimit", %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "open", "served without limiting");
-                Decision::Admit(None)
+                Decision::Admit(None, None)
             }
             FailurePolicy::Closed => {
                 tracing::warn!(target: "fleetlimit", %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "closed", "refused: limiter unavailable");
@@ -224,14 +296,14 @@ impl Limiter {
             FailurePolicy::Local => {
                 // limit ÷ N: each instance's share, assuming the balancer
                 // spreads a key's requests evenly.
-                let n = f64::from(self.fleet_size.max(1));
-                let mut local = p.check.clone();
+                let mut local = check;
                 for b in &mut local.buckets {
-                    b.capacity /= n;
-                    b.refill_per_sec /= n;
+                    b.rule = b.rule.share(self.fleet_size);
                 }
                 let outcome = self.fallback.check_now(&local);
-                let s = outcome.reported().map(|i| outcome.limits[i]);
+                let s = outcome
+                    .reported(|i| local.buckets[i].shadow)
+                    .map(|i| outcome.limits[i]);
                 tracing::warn!(
                     target: "fleetlimit",
                     %limit,
@@ -244,10 +316,142 @@ impl Limiter {
                     remaining = s.map_or(0.0, |s| s.remaining.floor()),
                     "decided locally"
                 );
-                self.decision_from(p, &outcome, true)
+                self.decision_from(p, local, &outcome, true)
             }
         }
     }
+}
+
+/// Gives back units an admitted request did not need (its real cost was
+/// lower than it was charged). The layer puts one in the request's
+/// extensions for every admitted, limited request:
+///
+/// ```
+/// use axum::Extension;
+/// use fleetlimit::Refund;
+///
+/// async fn search(refund: Option<Extension<Refund>>) -> &'static str {
+///     let cheap = true; // found in the cache, say
+///     if let (true, Some(Extension(refund))) = (cheap, refund) {
+///         // Charged the route's cost (e.g. 5); the real cost was 2.
+///         let _ = refund.give_back(3).await;
+///     }
+///     "results"
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Refund {
+    inner: Arc<RefundInner>,
+}
+
+struct RefundInner {
+    limiter: Arc<Limiter>,
+    /// Only the buckets that were charged.
+    check: Check,
+    local: bool,
+    left: AtomicU32,
+}
+
+impl Refund {
+    fn new(
+        limiter: &Arc<Limiter>,
+        mut check: Check,
+        o: &Outcome,
+        cost: u32,
+        local: bool,
+    ) -> Option<Self> {
+        let charged: Vec<Bucket> = check
+            .buckets
+            .drain(..)
+            .zip(&o.limits)
+            .filter(|(_, s)| s.enough)
+            .map(|(b, _)| b)
+            .collect();
+        if charged.is_empty() {
+            return None;
+        }
+        check.buckets = charged;
+        Some(Self {
+            inner: Arc::new(RefundInner {
+                limiter: Arc::clone(limiter),
+                check,
+                local,
+                left: AtomicU32::new(cost),
+            }),
+        })
+    }
+
+    /// Units still refundable (the request's cost, less what was given back).
+    #[must_use]
+    pub fn refundable(&self) -> u32 {
+        self.inner.left.load(Ordering::Acquire)
+    }
+
+    /// Gives `units` back to every limit that charged this request (never
+    /// more than it was charged, never past full). One store call.
+    pub async fn give_back(&self, units: u32) -> Result<(), crate::store::StoreError> {
+        let taken = self
+            .inner
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                Some(left - units.min(left))
+            })
+            .unwrap_or(0);
+        let n = units.min(taken);
+        if n == 0 {
+            return Ok(());
+        }
+        let refund = Check {
+            cost: -f64::from(n),
+            buckets: self.inner.check.buckets.clone(),
+        };
+        let limiter = &self.inner.limiter;
+        let store: &dyn Store = if self.inner.local {
+            &limiter.fallback
+        } else {
+            limiter.store.as_ref()
+        };
+        store.check(&refund).await.map(|_| ())
+    }
+}
+
+impl fmt::Debug for Refund {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refund")
+            .field("refundable", &self.refundable())
+            .field("local", &self.inner.local)
+            .finish_non_exhaustive()
+    }
+}
+
+fn missing_key(limit: &crate::policy::Limit) -> Decision {
+    tracing::info!(
+        target: "fleetlimit",
+        limit = %limit.name,
+        reason = "missing-key",
+        "refused: the request does not carry {}",
+        limit.key.describe()
+    );
+    Decision::Reject(Rejection::problem(
+        StatusCode::UNAUTHORIZED,
+        &format!(
+            "this endpoint is rate limited by {}, which the request does not carry",
+            limit.key.describe()
+        ),
+        &[("limit", json_str(&limit.name))],
+    ))
+}
+
+/// A cost no bucket of this limit can ever hold: refused at once, without
+/// touching the store (so it drains nothing), and not with 429 — waiting
+/// would not help.
+fn too_costly(limit: &str, cost: u32, capacity: f64) -> Decision {
+    tracing::info!(target: "fleetlimit", %limit, cost, capacity, reason = "cost-exceeds-capacity", "refused");
+    Decision::Reject(Rejection::problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("this request costs {cost}, more than limit {limit:?} can ever allow ({capacity}); it can never be admitted"),
+        &[("limit", json_str(limit)), ("cost", cost.to_string())],
+    ))
 }
 
 fn no_client_ip(limit: &str) -> Decision {

@@ -1,10 +1,10 @@
-//! What a store answers, and what the layer decides from it.
+//! What a store answers for one request.
 
 /// A store's answer for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
-    /// Every limit had enough tokens, and each was charged the cost. When
-    /// `false`, none was charged.
+    /// Every enforced limit had room, and each limit with room was charged.
+    /// When `false`, none was charged.
     pub allowed: bool,
     /// One entry per bucket of the [`Check`](crate::store::Check), in order.
     pub limits: Vec<LimitState>,
@@ -13,31 +13,35 @@ pub struct Outcome {
 /// One bucket's state after a decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LimitState {
-    /// Tokens left (fractional).
+    /// This limit had room for the cost (and was charged if the request was
+    /// admitted).
+    pub enough: bool,
+    /// Room left (fractional): tokens, or the window's limit minus its count.
     pub remaining: f64,
-    /// Seconds until this bucket holds the request's cost; `0` when it
-    /// already does.
+    /// Seconds until this limit has room for the request's cost; `0` when it
+    /// already has.
     pub wait: f64,
-    /// Seconds until this bucket is full again.
+    /// Seconds until this limit is back to full (empty window).
     pub reset: f64,
-    /// The bucket's capacity.
+    /// The limit's capacity (burst, or the window's limit).
     pub capacity: f64,
 }
 
 impl Outcome {
-    /// The index of the bucket to report in headers: on refusal the one
-    /// that makes the client wait longest, on admission the one with the
-    /// fewest tokens left relative to its capacity.
+    /// The index of the bucket to report in headers: on refusal the
+    /// refusing limit that makes the client wait longest, on admission the
+    /// one with the least room left relative to its capacity. Limits for
+    /// which `shadow(i)` is true never decide a refusal's `Retry-After`.
     #[must_use]
-    pub fn reported(&self) -> Option<usize> {
-        let by = |f: fn(&LimitState) -> f64| {
-            (0..self.limits.len())
-                .max_by(|&a, &b| f(&self.limits[a]).total_cmp(&f(&self.limits[b])))
-        };
+    pub fn reported(&self, shadow: impl Fn(usize) -> bool) -> Option<usize> {
+        let ls = &self.limits;
+        let room = |i: usize| ls[i].remaining / ls[i].capacity;
         if self.allowed {
-            by(|s| -(s.remaining / s.capacity))
+            (0..ls.len()).min_by(|&a, &b| room(a).total_cmp(&room(b)))
         } else {
-            by(|s| s.wait)
+            (0..ls.len())
+                .filter(|&i| !ls[i].enough && !shadow(i))
+                .max_by(|&a, &b| ls[a].wait.total_cmp(&ls[b].wait))
         }
     }
 }
@@ -68,6 +72,7 @@ mod tests {
     #[test]
     fn reports_the_most_restrictive_bucket() {
         let s = |remaining, wait| LimitState {
+            enough: wait == 0.0,
             remaining,
             wait,
             reset: 0.0,
@@ -77,11 +82,16 @@ mod tests {
             allowed: true,
             limits: vec![s(5.0, 0.0), s(2.0, 0.0)],
         };
-        assert_eq!(o.reported(), Some(1));
+        assert_eq!(o.reported(|_| false), Some(1));
         let o = Outcome {
             allowed: false,
             limits: vec![s(0.0, 9.0), s(0.5, 3.0)],
         };
-        assert_eq!(o.reported(), Some(0));
+        assert_eq!(o.reported(|_| false), Some(0));
+        assert_eq!(
+            o.reported(|i| i == 0),
+            Some(1),
+            "a shadow limit never sets Retry-After"
+        );
     }
 }

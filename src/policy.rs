@@ -11,17 +11,65 @@ use std::sync::Arc;
 
 use http::Method;
 
-use crate::config::{Config, FailurePolicy, OnMissing, Rate};
+use crate::algorithm::Rule;
+use crate::config::{fmt_duration, Config, FailurePolicy, OnMissing};
 use crate::key::KeySource;
 
-/// A named token-bucket limit.
+/// A named limit: its key, its rule, and other numbers per plan.
 #[derive(Debug)]
 pub(crate) struct Limit {
     pub(crate) name: Arc<str>,
     pub(crate) key: KeySource,
     pub(crate) on_missing: OnMissing,
-    pub(crate) capacity: u64,
-    pub(crate) refill: Rate,
+    /// The numbers for callers on no particular plan.
+    pub(crate) rule: Rule,
+    /// Shadow mode: counted, logged, never refuses.
+    pub(crate) shadow: bool,
+    /// Plan name → that plan's numbers (same algorithm).
+    pub(crate) plans: HashMap<Arc<str>, Rule>,
+}
+
+impl Limit {
+    /// The rule for a caller on `plan` (the base rule for an unknown plan).
+    pub(crate) fn rule_for(&self, plan: Option<&str>) -> Rule {
+        plan.and_then(|p| self.plans.get(p))
+            .copied()
+            .unwrap_or(self.rule)
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let mut s = format!(
+            "{}: key {} (missing: {:?}), {}{}",
+            self.name,
+            self.key,
+            self.on_missing,
+            describe_rule(&self.rule),
+            if self.shadow { ", shadow" } else { "" }
+        );
+        let mut plans: Vec<_> = self.plans.iter().collect();
+        plans.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, rule) in plans {
+            s.push_str(&format!("; plan {name}: {}", describe_rule(rule)));
+        }
+        s
+    }
+}
+
+fn describe_rule(rule: &Rule) -> String {
+    match rule {
+        Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } => {
+            format!("token bucket of {capacity} refilled at {refill_per_sec}/s")
+        }
+        Rule::FixedWindow { limit, window } => {
+            format!("fixed window of {limit} per {}", fmt_duration(*window))
+        }
+        Rule::SlidingWindow { limit, window } => {
+            format!("sliding window of {limit} per {}", fmt_duration(*window))
+        }
+    }
 }
 
 /// What applies to one route.
@@ -30,6 +78,8 @@ pub(crate) struct Policy {
     pub(crate) limits: Vec<Arc<Limit>>,
     pub(crate) cost: u32,
     pub(crate) on_redis_error: FailurePolicy,
+    /// Shadow mode for every limit of the route.
+    pub(crate) shadow: bool,
 }
 
 impl Policy {
@@ -39,10 +89,11 @@ impl Policy {
         }
         let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
         format!(
-            "limits [{}], cost {}, on_redis_error {:?}",
+            "limits [{}], cost {}, on_redis_error {:?}{}",
             names.join(", "),
             self.cost,
-            self.on_redis_error
+            self.on_redis_error,
+            if self.shadow { ", shadow" } else { "" }
         )
     }
 }

@@ -74,8 +74,12 @@ where
                 StateProj::Deciding { decision, call } => {
                     let decision = ready!(decision.as_mut().poll(cx));
                     match decision {
-                        Decision::Admit(headers) => {
-                            let (mut service, req) = call.take().expect("polled after completion");
+                        Decision::Admit(headers, refund) => {
+                            let (mut service, mut req) =
+                                call.take().expect("polled after completion");
+                            if let Some(refund) = refund {
+                                req.extensions_mut().insert(refund);
+                            }
                             let future = service.call(req);
                             this.state.set(State::Serving { future, headers });
                         }

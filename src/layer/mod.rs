@@ -61,5 +61,5 @@ mod service;
 
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
-pub use self::layer::RateLimitLayer;
+pub use self::layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use self::service::RateLimit;

@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use super::{Check, Store, StoreFuture};
-use crate::algorithm::token_bucket::TokenBucket;
+use crate::algorithm::{Level, State};
 use crate::outcome::Outcome;
 
 const SHARDS: usize = 16;
@@ -36,11 +36,10 @@ struct Shard {
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    tokens: f64,
-    /// Seconds since the store's epoch.
-    at: f64,
-    /// When the bucket is full again; idle past this, it can go.
-    full_at: f64,
+    state: State,
+    /// When the state is the same as a missing key (bucket full, window
+    /// over): past this, it can go for free.
+    idle_at: f64,
     /// Last time any request (admitted or refused) touched it.
     seen: f64,
 }
@@ -89,39 +88,37 @@ impl MemoryStore {
             .map(|i| idx.binary_search(i).unwrap_or(0))
             .collect();
 
-        let params: Vec<TokenBucket> = check
+        let mut levels: Vec<Level> = check
             .buckets
             .iter()
-            .map(|b| TokenBucket {
-                capacity: b.capacity,
-                rate: b.refill_per_sec,
-            })
-            .collect();
-        let levels: Vec<f64> = check
-            .buckets
-            .iter()
-            .zip(&params)
             .zip(&slots)
-            .map(|((b, p), &g)| {
+            .map(|(b, &g)| {
                 // A refused key is still a busy key: mark it seen, so LRU
                 // eviction never forgets a client that keeps hammering.
                 let stored = guards[g].buckets.get_mut(&b.key).map(|e| {
                     e.seen = now;
-                    (e.tokens, e.at)
+                    e.state
                 });
-                p.level(stored, now)
+                Level::read(b.rule, stored, now)
             })
             .collect();
-        let allowed = levels.iter().all(|&l| l >= check.cost);
+        let cost = check.cost;
+        let enough: Vec<bool> = levels
+            .iter()
+            .map(|l| cost <= 0.0 || l.avail() >= cost)
+            .collect();
+        let allowed = check
+            .buckets
+            .iter()
+            .zip(&enough)
+            .all(|(b, &e)| e || b.shadow);
         let mut limits = Vec::with_capacity(levels.len());
         for (i, b) in check.buckets.iter().enumerate() {
-            let mut level = levels[i];
-            if allowed {
-                level -= check.cost;
+            if allowed && enough[i] {
+                let (state, idle_at) = levels[i].write(cost);
                 let entry = Entry {
-                    tokens: level,
-                    at: now,
-                    full_at: now + params[i].time_to_full(level),
+                    state,
+                    idle_at,
                     seen: now,
                 };
                 let shard = &mut guards[slots[i]];
@@ -132,7 +129,7 @@ impl MemoryStore {
                     shard.buckets.insert(b.key.clone(), entry);
                 }
             }
-            limits.push(params[i].state(level, check.cost, allowed));
+            limits.push(levels[i].report(cost, enough[i]));
         }
         Outcome { allowed, limits }
     }
@@ -144,7 +141,7 @@ impl Shard {
             return;
         }
         // Full buckets are the same as missing ones: drop them for free.
-        self.buckets.retain(|_, e| e.full_at > now);
+        self.buckets.retain(|_, e| e.idle_at > now);
         if self.buckets.len() < cap {
             return;
         }
@@ -173,7 +170,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Bucket;
+    use crate::store::{Bucket, Rule};
     use std::time::Duration;
 
     fn check(keys: &[&str], cap: f64, rate: f64, cost: f64) -> Check {
@@ -183,8 +180,11 @@ mod tests {
                 .iter()
                 .map(|k| Bucket {
                     key: (*k).into(),
-                    capacity: cap,
-                    refill_per_sec: rate,
+                    rule: Rule::TokenBucket {
+                        capacity: cap,
+                        refill_per_sec: rate,
+                    },
+                    shadow: false,
                 })
                 .collect(),
         }

@@ -14,6 +14,7 @@ use std::pin::Pin;
 
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
+pub use crate::algorithm::Rule;
 use crate::outcome::Outcome;
 
 /// The future a store returns: boxed, so stores are interchangeable behind
@@ -28,24 +29,25 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     fn check(&self, check: &Check) -> StoreFuture;
 }
 
-/// Every bucket one request is counted against.
+/// Every limit one request is counted against, decided all or nothing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Check {
-    /// Tokens each bucket must give.
+    /// Units each limit must give. A negative cost is a refund: it gives
+    /// units back (never past full) and is always "allowed".
     pub cost: f64,
     /// The buckets, in the route's order.
     pub buckets: Vec<Bucket>,
 }
 
-/// One token bucket, by key.
+/// One limit's bucket, by key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bucket {
     /// The full store key, e.g. `rl:per-key:{h:abc}`.
     pub key: String,
-    /// Burst size.
-    pub capacity: f64,
-    /// Tokens added per second.
-    pub refill_per_sec: f64,
+    /// The algorithm and its numbers.
+    pub rule: Rule,
+    /// Shadow mode: counted when it has room, never refuses.
+    pub shadow: bool,
 }
 
 /// Why a store could not decide. The outcome of a timed-out command is

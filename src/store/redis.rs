@@ -23,8 +23,14 @@ use tokio::time::Instant;
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::outcome::{LimitState, Outcome};
 
-/// The token bucket script, run by `EVALSHA`.
-pub(crate) const TOKEN_BUCKET: &str = include_str!("../../lua/token_bucket.lua");
+/// The decision script, run by `EVALSHA`: each algorithm's functions, then
+/// the driver that decides every limit of a request at once.
+pub(crate) const SCRIPT: &str = concat!(
+    include_str!("../../lua/token_bucket.lua"),
+    include_str!("../../lua/fixed_window.lua"),
+    include_str!("../../lua/sliding_window.lua"),
+    include_str!("../../lua/decide.lua"),
+);
 
 /// Rate-limit state in Redis (standalone for now).
 #[derive(Clone)]
@@ -84,8 +90,8 @@ impl RedisStore {
         let store = Self {
             pool,
             inner: Arc::new(Inner {
-                sha: Value::from(fred::util::sha1_hash(TOKEN_BUCKET)),
-                script: Value::from(TOKEN_BUCKET),
+                sha: Value::from(fred::util::sha1_hash(SCRIPT)),
+                script: Value::from(SCRIPT),
                 deadline,
                 options: Options {
                     timeout: Some(deadline),
@@ -114,7 +120,7 @@ impl RedisStore {
 
     /// `SCRIPT LOAD`s the script; the check also recovers by itself.
     pub async fn load_script(&self) -> Result<(), StoreError> {
-        let sha: String = self.pool.script_load(TOKEN_BUCKET).await.map_err(map_err)?;
+        let sha: String = self.pool.script_load(SCRIPT).await.map_err(map_err)?;
         debug_assert_eq!(Value::from(sha), self.inner.sha);
         Ok(())
     }
@@ -125,64 +131,160 @@ impl RedisStore {
         &self.pool
     }
 
-    /// The SHA1 of the token-bucket script.
+    /// The SHA1 of the decision script (what `EVALSHA` sends).
     #[must_use]
-    pub fn script_sha(&self) -> String {
-        fred::util::sha1_hash(TOKEN_BUCKET)
+    pub fn script_sha() -> String {
+        fred::util::sha1_hash(SCRIPT)
     }
 }
 
 impl Store for RedisStore {
     fn check(&self, check: &Check) -> StoreFuture {
-        // EVALSHA sha numkeys key.. cost (capacity refill)..
+        let pool = self.pool.clone();
+        let inner = Arc::clone(&self.inner);
+        let groups = slot_groups(check, pool.is_clustered());
+        let check = check.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            // One call for the whole request, unless a cluster spreads its
+            // keys over several slots (see `slot_groups`).
+            let run = async {
+                if groups.len() == 1 {
+                    return inner.run(&pool, &check, started).await;
+                }
+                inner.run_in_order(&pool, &check, &groups, started).await
+            };
+            // fred enforces the deadline per command; this guard bounds the
+            // whole check, NOSCRIPT recovery included.
+            match tokio::time::timeout(inner.deadline, run).await {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Timeout),
+            }
+        })
+    }
+}
+
+/// Indexes of the check's buckets, grouped by cluster slot in the route's
+/// order. Standalone Redis does not care about slots: one group.
+fn slot_groups(check: &Check, clustered: bool) -> Vec<Vec<usize>> {
+    if !clustered {
+        return vec![(0..check.buckets.len()).collect()];
+    }
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, b) in check.buckets.iter().enumerate() {
+        let slot = fred::util::redis_keyslot(b.key.as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+impl Inner {
+    /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
+    async fn run(
+        &self,
+        pool: &Pool,
+        check: &Check,
+        started: Instant,
+    ) -> Result<Outcome, StoreError> {
+        // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
         let n = check.buckets.len();
-        let mut args: Vec<Value> = Vec::with_capacity(3 + 3 * n);
-        args.push(self.inner.sha.clone());
+        let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
+        args.push(self.sha.clone());
         args.push(Value::Integer(n as i64));
         args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
         args.push(Value::from(check.cost.to_string()));
         for b in &check.buckets {
-            args.push(Value::from(b.capacity.to_string()));
-            args.push(Value::from(b.refill_per_sec.to_string()));
+            let (code, p1, p2) = b.rule.script_args();
+            args.push(Value::from(code));
+            args.push(Value::from(p1.to_string()));
+            args.push(Value::from(p2.to_string()));
+            args.push(Value::from(if b.shadow { "1" } else { "0" }));
         }
-        let capacities: Vec<f64> = check.buckets.iter().map(|b| b.capacity).collect();
-        let pool = self.pool.clone();
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let started = Instant::now();
-            let run = async {
-                let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
-                match pool
-                    .with_options(&inner.options)
-                    .custom::<Value, Value>(evalsha, args.clone())
+        let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        let reply = match pool
+            .with_options(&self.options)
+            .custom::<Value, Value>(evalsha, args.clone())
+            .await
+        {
+            Err(e) if is_noscript(&e) => {
+                // Same arguments, the script's text instead of its SHA.
+                let mut opts = self.options.clone();
+                opts.timeout = Some(
+                    self.deadline
+                        .saturating_sub(started.elapsed())
+                        .max(Duration::from_millis(1)),
+                );
+                args[0] = self.script.clone();
+                let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+                pool.with_options(&opts)
+                    .custom::<Value, Value>(eval, args)
                     .await
-                {
-                    Err(e) if is_noscript(&e) => {
-                        // Same arguments, the script's text instead of its SHA.
-                        let mut opts = inner.options.clone();
-                        opts.timeout = Some(
-                            inner
-                                .deadline
-                                .saturating_sub(started.elapsed())
-                                .max(Duration::from_millis(1)),
-                        );
-                        args[0] = inner.script.clone();
-                        let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
-                        pool.with_options(&opts)
-                            .custom::<Value, Value>(eval, args)
-                            .await
-                    }
-                    other => other,
+            }
+            other => other,
+        };
+        parse(reply.map_err(map_err)?, &check.buckets)
+    }
+
+    /// A cluster cannot run one script over several slots, so the groups are
+    /// decided in order; when a later group refuses, the earlier ones get
+    /// their cost back. Between the charge and the refund another request
+    /// may see those units spent: the price of limits that share no slot.
+    async fn run_in_order(
+        &self,
+        pool: &Pool,
+        check: &Check,
+        groups: &[Vec<usize>],
+        started: Instant,
+    ) -> Result<Outcome, StoreError> {
+        let subset = |g: &[usize], cost: f64| Check {
+            cost,
+            buckets: g.iter().map(|&i| check.buckets[i].clone()).collect(),
+        };
+        let mut limits: Vec<Option<LimitState>> = vec![None; check.buckets.len()];
+        let mut charged: Vec<usize> = Vec::new();
+        let mut allowed = true;
+        for g in groups {
+            let o = self.run(pool, &subset(g, check.cost), started).await?;
+            for (k, &i) in g.iter().enumerate() {
+                limits[i] = Some(o.limits[k]);
+            }
+            if !o.allowed {
+                allowed = false;
+                break;
+            }
+            charged.extend(
+                g.iter()
+                    .copied()
+                    .filter(|&i| limits[i].is_some_and(|l| l.enough)),
+            );
+        }
+        if !allowed && !charged.is_empty() && check.cost > 0.0 {
+            // Give back what the earlier groups took (one call per slot).
+            for g in groups {
+                let back: Vec<usize> = g.iter().copied().filter(|i| charged.contains(i)).collect();
+                if !back.is_empty() {
+                    self.run(pool, &subset(&back, -check.cost), started).await?;
                 }
-            };
-            // fred enforces the deadline per command; this guard bounds the
-            // whole check, NOSCRIPT recovery included.
-            let reply = match tokio::time::timeout(inner.deadline, run).await {
-                Ok(r) => r.map_err(map_err)?,
-                Err(_) => return Err(StoreError::Timeout),
-            };
-            parse(reply, &capacities)
-        })
+            }
+        }
+        let limits = limits
+            .into_iter()
+            .zip(&check.buckets)
+            .map(|(l, b)| {
+                // Not reached: unknown, reported as untouched.
+                l.unwrap_or(LimitState {
+                    enough: true,
+                    remaining: b.rule.capacity(),
+                    wait: 0.0,
+                    reset: 0.0,
+                    capacity: b.rule.capacity(),
+                })
+            })
+            .collect();
+        Ok(Outcome { allowed, limits })
     }
 }
 
@@ -202,12 +304,12 @@ pub(crate) fn map_err(e: FredError) -> StoreError {
     }
 }
 
-fn parse(reply: Value, capacities: &[f64]) -> Result<Outcome, StoreError> {
-    let bad = |why: &str| StoreError::Protocol(format!("token bucket script: {why}"));
+fn parse(reply: Value, buckets: &[super::Bucket]) -> Result<Outcome, StoreError> {
+    let bad = |why: &str| StoreError::Protocol(format!("decision script: {why}"));
     let Value::Array(items) = reply else {
         return Err(bad("not an array"));
     };
-    if items.len() != 1 + 3 * capacities.len() {
+    if items.len() != 1 + 4 * buckets.len() {
         return Err(bad("wrong length"));
     }
     let num = |v: &Value| -> Result<f64, StoreError> {
@@ -216,15 +318,17 @@ fn parse(reply: Value, capacities: &[f64]) -> Result<Outcome, StoreError> {
             .ok_or_else(|| bad("not a number"))
     };
     let allowed = num(&items[0])? == 1.0;
-    let limits = capacities
+    let limits = buckets
         .iter()
         .enumerate()
-        .map(|(i, &capacity)| {
+        .map(|(i, b)| {
+            let at = 1 + 4 * i;
             Ok(LimitState {
-                remaining: num(&items[1 + 3 * i])?,
-                wait: num(&items[2 + 3 * i])?,
-                reset: num(&items[3 + 3 * i])?,
-                capacity,
+                enough: num(&items[at])? == 1.0,
+                remaining: num(&items[at + 1])?,
+                wait: num(&items[at + 2])?,
+                reset: num(&items[at + 3])?,
+                capacity: b.rule.capacity(),
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
@@ -237,13 +341,29 @@ mod tests {
 
     #[test]
     fn parses_string_replies() {
-        let reply = Value::Array(vec!["0".into(), "0.4".into(), "0.06".into(), "0.46".into()]);
-        let o = parse(reply, &[5.0]).unwrap();
+        let bucket = super::super::Bucket {
+            key: "k".into(),
+            rule: super::super::Rule::TokenBucket {
+                capacity: 5.0,
+                refill_per_sec: 10.0,
+            },
+            shadow: false,
+        };
+        let buckets = [bucket];
+        let reply = Value::Array(vec![
+            "0".into(),
+            "0".into(),
+            "0.4".into(),
+            "0.06".into(),
+            "0.46".into(),
+        ]);
+        let o = parse(reply, &buckets).unwrap();
         assert!(!o.allowed);
         assert_eq!(o.limits[0].remaining, 0.4);
         assert_eq!(o.limits[0].wait, 0.06);
-        assert!(parse(Value::Array(vec!["1".into()]), &[5.0]).is_err());
-        assert!(parse(Value::Null, &[5.0]).is_err());
+        assert!(!o.limits[0].enough);
+        assert!(parse(Value::Array(vec!["1".into()]), &buckets).is_err());
+        assert!(parse(Value::Null, &buckets).is_err());
     }
 
     #[test]

@@ -1,0 +1,64 @@
+-- Sliding window counter: at most `limit` per `window` milliseconds,
+-- estimated from two fixed windows: count = previous × (overlap of the
+-- sliding window with it) + current. It mostly refuses the burst that a
+-- fixed window admits at its boundary.
+--
+-- State is one string "<window index> <current> <previous>" written with
+-- SET ... PX until the end of the next window (after which this window
+-- no longer weighs anything), so every write carries its expiry.
+local sliding_window = {}
+
+function sliding_window.read(key, limit, window, now)
+  local now_ms = math.floor(now / 1000)
+  local idx = math.floor(now_ms / window)
+  local elapsed = now_ms - idx * window
+  local curr, prev = 0, 0
+  local v = redis.call('GET', key)
+  if v then
+    local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
+    local sidx = tonumber(a)
+    if sidx == idx then
+      curr, prev = tonumber(b) or 0, tonumber(c) or 0
+    elseif sidx == idx - 1 then
+      prev = tonumber(b) or 0
+    end
+  end
+  local s = { limit = limit, window = window, idx = idx, elapsed = elapsed, curr = curr, prev = prev }
+  s.avail = limit - sliding_window.estimate(s)
+  return s
+end
+
+function sliding_window.estimate(s)
+  return s.prev * (s.window - s.elapsed) / s.window + s.curr
+end
+
+function sliding_window.write(key, s, cost, now)
+  s.curr = math.max(0, s.curr + cost)
+  local ttl = 2 * s.window - s.elapsed
+  redis.call('SET', key, string.format('%d %.17g %.17g', s.idx, s.curr, s.prev), 'PX', ttl)
+end
+
+function sliding_window.keep(key, s)
+end
+
+function sliding_window.report(s, cost)
+  local est = sliding_window.estimate(s)
+  local w = s.window
+  local wait = 0
+  if est + cost > s.limit then
+    if s.curr + cost <= s.limit then
+      -- The previous window's weight has to fade a little more.
+      wait = (w - s.elapsed) - (s.limit - s.curr - cost) * w / s.prev
+    else
+      -- Only after this window ends, once its count fades in turn.
+      wait = (w - s.elapsed) + math.max(0, w * (1 - (s.limit - cost) / s.curr))
+    end
+  end
+  local reset = 0
+  if s.curr > 0 then
+    reset = 2 * w - s.elapsed
+  elseif s.prev > 0 then
+    reset = w - s.elapsed
+  end
+  return s.limit - est, wait / 1000, reset / 1000
+end

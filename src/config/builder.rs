@@ -1,0 +1,332 @@
+//! Building a [`Config`] in code, validated exactly as TOML is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+use ipnet::IpNet;
+
+use super::validate::Validator;
+use super::{
+    Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
+    DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
+};
+use crate::algorithm::Rule;
+use crate::key::{ClientIpRules, ForwardedHeader, KeySource};
+
+/// A limit for [`ConfigBuilder::limit`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct LimitConfig {
+    key: KeySource,
+    on_missing: OnMissing,
+    rule: Rule,
+    shadow: bool,
+    plans: Vec<(String, Rule)>,
+}
+
+impl LimitConfig {
+    /// A token bucket of `capacity` (burst) refilled at `refill`.
+    pub fn token_bucket(key: KeySource, capacity: u64, refill: Rate) -> Self {
+        Self::new(
+            key,
+            Rule::TokenBucket {
+                capacity: capacity as f64,
+                refill_per_sec: refill.tokens_per_second(),
+            },
+        )
+    }
+
+    /// At most `limit` per `window`, the window opening with a key's first
+    /// request.
+    pub fn fixed_window(key: KeySource, limit: u64, window: Duration) -> Self {
+        Self::new(
+            key,
+            Rule::FixedWindow {
+                limit: limit as f64,
+                window,
+            },
+        )
+    }
+
+    /// About `limit` per sliding `window`.
+    pub fn sliding_window(key: KeySource, limit: u64, window: Duration) -> Self {
+        Self::new(
+            key,
+            Rule::SlidingWindow {
+                limit: limit as f64,
+                window,
+            },
+        )
+    }
+
+    fn new(key: KeySource, rule: Rule) -> Self {
+        Self {
+            key,
+            on_missing: OnMissing::Reject,
+            rule,
+            shadow: false,
+            plans: Vec::new(),
+        }
+    }
+
+    /// What to do when a request lacks the key.
+    pub fn on_missing(mut self, on_missing: OnMissing) -> Self {
+        self.on_missing = on_missing;
+        self
+    }
+
+    /// Shadow mode: count and log, never refuse.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Other numbers for callers on `plan`, with the same algorithm (the
+    /// capacity of `numbers` and, for windows, its window).
+    pub fn plan(mut self, plan: impl Into<String>, numbers: LimitConfig) -> Self {
+        self.plans.push((plan.into(), numbers.rule));
+        self
+    }
+}
+
+/// A route policy for [`ConfigBuilder::route`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RouteConfig {
+    limits: Vec<String>,
+    methods: Option<Vec<Method>>,
+    cost: u32,
+    on_redis_error: FailurePolicy,
+    shadow: bool,
+}
+
+impl RouteConfig {
+    /// The limits (by name) every request of the route is counted against.
+    pub fn new<I, S>(limits: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            limits: limits.into_iter().map(Into::into).collect(),
+            methods: None,
+            cost: 1,
+            on_redis_error: FailurePolicy::Open,
+            shadow: false,
+        }
+    }
+
+    /// Units each request takes (default 1).
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Only these methods (default: all).
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// What to do when Redis fails (default `open`).
+    pub fn on_redis_error(mut self, policy: FailurePolicy) -> Self {
+        self.on_redis_error = policy;
+        self
+    }
+
+    /// Shadow mode for the whole route: count and log, never refuse.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+}
+
+/// Builds a [`Config`] in code; [`build`](Self::build) validates it as the
+/// TOML loader does.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct ConfigBuilder {
+    redis: Option<RedisSettings>,
+    deadline: Option<Duration>,
+    key_prefix: Option<String>,
+    fleet_size: Option<u32>,
+    memory_max_keys: Option<usize>,
+    client_ip: ClientIpRules,
+    limits: Vec<(String, LimitConfig)>,
+    routes: Vec<(String, RouteConfig)>,
+    default_route: Option<RouteConfig>,
+    plan_assignments: HashMap<String, String>,
+    plan_cache_ttl: Option<Duration>,
+}
+
+impl ConfigBuilder {
+    /// Use Redis at `url`.
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.redis.get_or_insert_with(RedisSettings::default).url = url.into();
+        self
+    }
+
+    /// Connections in the fred pool (default 4).
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.redis
+            .get_or_insert_with(RedisSettings::default)
+            .pool_size = n;
+        self
+    }
+
+    /// The per-check deadline (default 5 ms).
+    pub fn deadline(mut self, d: Duration) -> Self {
+        self.deadline = Some(d);
+        self
+    }
+
+    /// The Redis key prefix (default `rl`).
+    pub fn key_prefix(mut self, p: impl Into<String>) -> Self {
+        self.key_prefix = Some(p.into());
+        self
+    }
+
+    /// N for the `local` fallback.
+    pub fn fleet_size(mut self, n: u32) -> Self {
+        self.fleet_size = Some(n);
+        self
+    }
+
+    /// Most keys the in-process store holds.
+    pub fn memory_max_keys(mut self, n: usize) -> Self {
+        self.memory_max_keys = Some(n);
+        self
+    }
+
+    /// Proxies whose forwarded headers are believed.
+    pub fn trusted_proxies(
+        mut self,
+        nets: impl IntoIterator<Item = IpNet>,
+        header: ForwardedHeader,
+    ) -> Self {
+        self.client_ip.trusted = nets.into_iter().collect();
+        self.client_ip.header = header;
+        self
+    }
+
+    /// Adds a named limit.
+    pub fn limit(mut self, name: impl Into<String>, limit: LimitConfig) -> Self {
+        self.limits.push((name.into(), limit));
+        self
+    }
+
+    /// Adds a route (an axum route template such as `/users/{id}`).
+    pub fn route(mut self, path: impl Into<String>, route: RouteConfig) -> Self {
+        self.routes.push((path.into(), route));
+        self
+    }
+
+    /// The policy of routes not listed.
+    pub fn default_route(mut self, route: RouteConfig) -> Self {
+        self.default_route = Some(route);
+        self
+    }
+
+    /// Puts the caller with this key (API key, account) on `plan`.
+    pub fn assign_plan(mut self, key: impl Into<String>, plan: impl Into<String>) -> Self {
+        self.plan_assignments.insert(key.into(), plan.into());
+        self
+    }
+
+    /// How long a resolved plan is cached per key (default 5 s).
+    pub fn plan_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.plan_cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Validates and builds.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        let mut v = Validator::new("");
+        let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
+        v.check_name("key prefix", &prefix, None)?;
+        for (name, l) in &self.limits {
+            v.add_limit(
+                name,
+                None,
+                l.key.clone(),
+                l.on_missing,
+                l.rule,
+                None,
+                l.shadow,
+            )?;
+        }
+        for (name, l) in &self.limits {
+            for (plan, rule) in &l.plans {
+                v.add_plan_rule(plan, None, name, None, |base| {
+                    if std::mem::discriminant(base) == std::mem::discriminant(rule) {
+                        Ok(*rule)
+                    } else {
+                        Err(format!(
+                            "plan {plan:?} of limit {name:?} must use the limit's algorithm"
+                        ))
+                    }
+                })?;
+            }
+        }
+        let mut plan_assignments = HashMap::new();
+        for (key, plan) in self.plan_assignments {
+            if !v.plans.contains(&plan) {
+                return Err(ConfigError::new(format!("unknown plan {plan:?}")));
+            }
+            plan_assignments.insert(key, Arc::<str>::from(plan));
+        }
+        let limits: Vec<Arc<crate::policy::Limit>> = std::mem::take(&mut v.limits)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let mut routes = Vec::new();
+        for (path, r) in self.routes {
+            v.check_route(&path, r.methods.as_deref(), None)?;
+            let policy = v.policy(
+                &limits,
+                r.limits.iter().map(|n| (n.as_str(), None)),
+                r.cost,
+                None,
+                r.on_redis_error,
+                r.shadow,
+            )?;
+            routes.push(RouteEntry {
+                path,
+                methods: r.methods,
+                policy,
+            });
+        }
+        let default_route = match self.default_route {
+            Some(r) => Some(v.policy(
+                &limits,
+                r.limits.iter().map(|n| (n.as_str(), None)),
+                r.cost,
+                None,
+                r.on_redis_error,
+                r.shadow,
+            )?),
+            None => None,
+        };
+        let fleet_size = self.fleet_size.unwrap_or(1);
+        if fleet_size == 0 {
+            return Err(ConfigError::new("fleet size must be at least 1"));
+        }
+        Ok(Config {
+            redis: self.redis,
+            deadline: self.deadline.unwrap_or(DEFAULT_DEADLINE),
+            key_prefix: prefix.into(),
+            closed_retry_after: Duration::from_secs(1),
+            fleet_size,
+            memory_max_keys: self.memory_max_keys.unwrap_or(DEFAULT_MEMORY_KEYS),
+            client_ip: self.client_ip,
+            limits,
+            routes,
+            default_route,
+            plan_assignments,
+            plan_cache_ttl: self.plan_cache_ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL),
+            plan_cache_keys: DEFAULT_PLAN_CACHE_KEYS,
+        })
+    }
+}

@@ -1,0 +1,85 @@
+//! Unit tests of the schema and its validation.
+
+use super::*;
+use crate::key::KeySource;
+
+const GOOD: &str = r#"
+[redis]
+url = "redis://127.0.0.1:1"
+deadline = "7ms"
+
+[fleet]
+size = 3
+
+[limits.per-key]
+key = "header:x-api-key"
+on_missing = "ip"
+capacity = 5
+refill = "1/s"
+
+[[routes]]
+path = "/search"
+methods = ["get"]
+limits = ["per-key"]
+cost = 2
+on_redis_error = "local"
+"#;
+
+#[test]
+fn parses_a_good_file() {
+    let c = Config::from_toml_str(GOOD).unwrap();
+    assert_eq!(c.deadline, Duration::from_millis(7));
+    assert_eq!(c.fleet_size, 3);
+    assert_eq!(c.routes[0].policy.cost, 2);
+    assert_eq!(c.routes[0].methods.as_deref(), Some(&[Method::GET][..]));
+    assert_eq!(c.limits[0].on_missing, OnMissing::Ip);
+    assert!(c.describe().contains("route GET /search"));
+}
+
+fn err(src: &str) -> ConfigError {
+    Config::from_toml_str(src).unwrap_err()
+}
+
+#[test]
+fn errors_name_line_and_column() {
+    let e = err(&GOOD.replace("capacity = 5", "capacty = 5"));
+    assert!(e.message().contains("unknown field `capacty`"), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(12), Some(1)), "{e}");
+
+    let e = err(&GOOD.replace("limits = [\"per-key\"]", "limits = [\"per-kye\"]"));
+    assert!(e.message().contains("unknown limit \"per-kye\""), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(18), Some(11)), "{e}");
+
+    let e = err(&GOOD.replace("\"1/s\"", "\"10/fortnight\""));
+    assert!(e.message().contains("fortnight"), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(13), Some(10)), "{e}");
+
+    let e = err(&GOOD.replace("capacity = 5", "capacity = 0"));
+    assert!(e.message().contains("capacity must be at least 1"), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(12), Some(12)), "{e}");
+
+    let e = err(&GOOD.replace("cost = 2", "cost = 6"));
+    assert!(e.message().contains("capacity 5"), "{e}");
+
+    let e = err(&GOOD.replace("\"local\"", "\"sometimes\""));
+    assert!(e.message().contains("unknown variant `sometimes`"), "{e}");
+    assert_eq!(e.line(), Some(20), "{e}");
+}
+
+#[test]
+fn builder_validates_too() {
+    let e = Config::builder()
+        .route("/", RouteConfig::new(["nope"]))
+        .build()
+        .unwrap_err();
+    assert!(e.message().contains("unknown limit \"nope\""), "{e}");
+    let ok = Config::builder()
+        .limit(
+            "ip",
+            LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1.0)),
+        )
+        .default_route(RouteConfig::new(["ip"]))
+        .build()
+        .unwrap();
+    assert!(ok.redis.is_none());
+}
