@@ -19,6 +19,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// More `redis-server` arguments (cluster mode...).
+    extra: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -39,6 +41,7 @@ impl RedisServer {
             port,
             dir,
             child: None,
+            extra: Vec::new(),
         };
         s.spawn();
         s
@@ -49,6 +52,7 @@ impl RedisServer {
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.to_str().unwrap()])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -228,4 +232,124 @@ pub fn redis_config(
         server.url()
     );
     fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+}
+
+/// A 3-primary Redis Cluster of our own (`--cluster-enabled yes` and
+/// `redis-cli --cluster create`), killed when dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let dir = std::env::temp_dir()
+                .join(format!("fleetlimit-cluster-{port}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut s = RedisServer {
+                port,
+                dir,
+                child: None,
+                extra: vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    format!("nodes-{port}.conf"),
+                    "--cluster-node-timeout".into(),
+                    "2000".into(),
+                ],
+            };
+            s.spawn();
+            nodes.push(s);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let c = Self { nodes };
+        c.wait_ok();
+        c
+    }
+
+    fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = self.nodes.iter().all(|n| {
+                n.cli(&["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster never became ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis-cluster://` URL naming every node.
+    pub fn url(&self) -> String {
+        let mut url = format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port);
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            url.push(if i == 1 { '?' } else { '&' });
+            url.push_str(&format!("node=127.0.0.1:{}", n.port));
+        }
+        url
+    }
+
+    /// Every key under `prefix` on every primary, with its PTTL.
+    pub fn keys_with_pttl(&self, prefix: &str) -> Vec<(String, i64)> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.keys_with_pttl(prefix))
+            .collect()
+    }
+
+    pub fn assert_every_key_expires(&self, prefix: &str) {
+        let keys = self.keys_with_pttl(prefix);
+        assert!(!keys.is_empty(), "expected keys under {prefix}");
+        for (k, pttl) in &keys {
+            assert!(*pttl > 0, "key {k} has PTTL {pttl}");
+        }
+    }
+}
+
+/// A configuration on a cluster.
+pub fn cluster_config(
+    cluster: &RedisCluster,
+    prefix: &str,
+    deadline: &str,
+    body: &str,
+) -> fleetlimit::Config {
+    let src = format!(
+        "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{deadline}\"\npool_size = 2\n\n{body}",
+        cluster.url()
+    );
+    fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+}
+
+/// Log `fleetlimit` events (warnings and up, or `RUST_LOG`) into the
+/// test's captured output, so a failing test shows why.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("fleetlimit=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
