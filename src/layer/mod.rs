@@ -47,7 +47,7 @@
 //! assert_eq!(second.headers()["x-ratelimit-remaining"], "0");
 //! let third = app.clone().oneshot(req()).await?;
 //! assert_eq!(third.status(), 429);
-//! assert_eq!(third.headers()["retry-after"], "30");
+//! assert_eq!(third.headers()["retry-after"], "60"); // one token a minute
 //! # Ok(())
 //! # }
 //! ```
