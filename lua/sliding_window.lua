@@ -49,9 +49,11 @@ function sliding_window.report(s, cost)
     if s.curr + cost <= s.limit then
       -- The previous window's weight has to fade a little more.
       wait = (w - s.elapsed) - (s.limit - s.curr - cost) * w / s.prev
-    else
+    elseif s.curr > 0 then
       -- Only after this window ends, once its count fades in turn.
       wait = (w - s.elapsed) + math.max(0, w * (1 - (s.limit - cost) / s.curr))
+    else
+      wait = w - s.elapsed
     end
   end
   local reset = 0

@@ -295,18 +295,30 @@ impl<'a> KeyMaterial<'a> {
         };
         String::from_utf8_lossy(v).into_owned()
     }
+}
 
-    /// How the key appears in logs: IPs as they are, anything that may be a
-    /// secret (API keys, accounts) as a short digest.
-    pub(crate) fn log_id(&self) -> String {
-        match self.kind {
-            Kind::Ip | Kind::Global => String::from_utf8_lossy(&self.value).into_owned(),
-            _ => {
-                let mut s = String::from(self.kind.tag());
-                s.push('#');
-                push_hex(&mut s, &Sha256::digest(&self.value)[..6]);
-                s
-            }
+/// How a Redis key's caller appears in logs, computed from the key only
+/// when something is logged: IPs as they are, anything that may be a secret
+/// (API keys, accounts) as a short digest — the same digest whether the key
+/// holds the value raw or hashed, so one caller has one log id.
+pub(crate) fn log_id(redis_key: &str) -> String {
+    let tag = redis_key
+        .rfind('{')
+        .and_then(|i| redis_key[i + 1..].strip_suffix('}'))
+        .unwrap_or(redis_key);
+    let split = tag.find([':', '#']).unwrap_or(tag.len());
+    let (kind, sep, value) = (
+        &tag[..split],
+        tag[split..].chars().next(),
+        tag.get(split + 1..).unwrap_or(""),
+    );
+    match (kind, sep) {
+        ("ip" | "g", Some(':')) => value.to_owned(),
+        (_, Some('#')) => format!("{kind}#{}", &value[..value.len().min(12)]),
+        _ => {
+            let mut s = format!("{kind}#");
+            push_hex(&mut s, &Sha256::digest(value.as_bytes())[..6]);
+            s
         }
     }
 }
@@ -563,6 +575,18 @@ mod tests {
         let ip = KeyMaterial::new(Kind::Ip, b"1.2.3.4").redis_key("rl", "l");
         let hdr = KeyMaterial::new(Kind::Header, b"1.2.3.4").redis_key("rl", "l");
         assert_ne!(ip, hdr);
+        // One caller, one log id, whether its key is stored raw or hashed;
+        // never the raw value of a header.
+        assert_eq!(log_id(&short.redis_key("rl", "l")), "h#ba7816bf8f01");
+        let hashed = KeyMaterial::new(Kind::Header, &long).redis_key("rl", "l");
+        let raw_digest = {
+            let mut s = String::from("h#");
+            push_hex(&mut s, &Sha256::digest(&long)[..6]);
+            s
+        };
+        assert_eq!(log_id(&hashed), raw_digest);
+        assert_eq!(log_id(&ip), "1.2.3.4");
+        assert_eq!(log_id("rl:l:{ip:2001:db8::}"), "2001:db8::");
         // A raw key can never spell a hashed one.
         let raw_hashlike = KeyMaterial::new(Kind::Header, b"#0011").redis_key("rl", "l");
         assert!(raw_hashlike.contains("{h:#0011}"));

@@ -19,7 +19,7 @@ use http::{Request, StatusCode};
 
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
-use crate::key::{ClientIpRules, Extracted, KeyMaterial};
+use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial};
 use crate::outcome::{retry_after_secs, Outcome};
 use crate::plan::{PlanResolver, Plans};
 use crate::policy::{Policy, RouteTable};
@@ -71,7 +71,6 @@ pub(crate) struct Pending {
 
 struct PendingKey {
     key: String,
-    log_id: String,
     /// The key value plans are looked up by, for limits that have plans.
     plan_key: Option<String>,
 }
@@ -148,23 +147,24 @@ impl Limiter {
 
         let mut keys = Vec::with_capacity(policy.limits.len());
         for limit in &policy.limits {
-            let peer = if limit.key.needs_ip() || limit.on_missing == OnMissing::Ip {
+            let peer = if limit.key.needs_ip() {
                 client_ip()
             } else {
                 None
             };
             let material = match limit.key.extract(headers, ext, peer) {
                 Extracted::Found(m) => m,
-                Extracted::Missing => match (limit.on_missing, peer) {
-                    (OnMissing::Ip, Some(ip)) => KeyMaterial::ip(ip),
-                    (OnMissing::Ip, None) => return Plan::Now(no_client_ip(&limit.name)),
-                    (OnMissing::Reject, _) => return Plan::Now(missing_key(limit)),
+                Extracted::Missing => match limit.on_missing {
+                    OnMissing::Ip => match client_ip() {
+                        Some(ip) => KeyMaterial::ip(ip),
+                        None => return Plan::Now(no_client_ip(&limit.name)),
+                    },
+                    OnMissing::Reject => return Plan::Now(missing_key(limit)),
                 },
                 Extracted::NoClientIp => return Plan::Now(no_client_ip(&limit.name)),
             };
             keys.push(PendingKey {
                 key: material.redis_key(&self.prefix, &limit.name),
-                log_id: material.log_id(),
                 plan_key: (!limit.plans.is_empty()).then(|| material.plan_key()),
             });
         }
@@ -180,11 +180,11 @@ impl Limiter {
     }
 
     /// Plans → store → decision, with the failure policy when the store fails.
-    pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> DecisionFuture {
+    pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> DecisionFuture {
         let this = Arc::clone(self);
         Box::pin(async move {
             let mut buckets = Vec::with_capacity(p.keys.len());
-            for (limit, k) in p.policy.limits.iter().zip(&p.keys) {
+            for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
                 let plan = match &k.plan_key {
                     Some(pk) => this.plans.plan_of(pk).await,
                     None => None,
@@ -195,7 +195,7 @@ impl Limiter {
                     return too_costly(&limit.name, p.cost, rule.capacity());
                 }
                 buckets.push(Bucket {
-                    key: k.key.clone(),
+                    key: k.key,
                     rule,
                     shadow,
                 });
@@ -229,7 +229,7 @@ impl Limiter {
                 tracing::info!(
                     target: "fleetlimit",
                     limit = %p.policy.limits[i].name,
-                    key = %p.keys[i].log_id,
+                    key = %log_id(&check.buckets[i].key),
                     remaining = s.remaining.floor().max(0.0),
                     reason = "limit-exceeded",
                     degraded = local,
@@ -252,7 +252,7 @@ impl Limiter {
         tracing::info!(
             target: "fleetlimit",
             limit = %limit.name,
-            key = %p.keys[i].log_id,
+            key = %log_id(&check.buckets[i].key),
             remaining = headers.remaining,
             retry_after = retry,
             reason = "limit-exceeded",
@@ -276,7 +276,7 @@ impl Limiter {
     /// Redis failed: the route's failure policy decides. Never a 500.
     fn degraded(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
         let limit = &p.policy.limits[0].name;
-        let key = &p.keys[0].log_id;
+        let key = log_id(&check.buckets[0].key);
         match p.policy.on_redis_error {
             FailurePolicy::Open => {
                 tracing::warn!(target: "fleetlimit", %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "open", "served without limiting");
@@ -295,11 +295,19 @@ impl Limiter {
             }
             FailurePolicy::Local => {
                 // limit ÷ N: each instance's share, assuming the balancer
-                // spreads a key's requests evenly.
+                // spreads a key's requests evenly. A request costing more
+                // than a share is charged the whole share instead, so it can
+                // pass when the local bucket is full rather than never.
                 let mut local = check;
                 for b in &mut local.buckets {
                     b.rule = b.rule.share(self.fleet_size);
                 }
+                let smallest = local
+                    .buckets
+                    .iter()
+                    .map(|b| b.rule.capacity())
+                    .fold(f64::INFINITY, f64::min);
+                local.cost = local.cost.min(smallest);
                 let outcome = self.fallback.check_now(&local);
                 let s = outcome
                     .reported(|i| local.buckets[i].shadow)

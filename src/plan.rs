@@ -46,13 +46,16 @@ pub trait PlanResolver: Send + Sync + 'static {
 /// A resolver that is slower than this is skipped (base numbers, logged).
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Key → (its plan, when it was looked up).
+type Cache = HashMap<String, (Option<Arc<str>>, Instant)>;
+
 /// The static table, then the resolver behind a bounded per-key cache.
 pub(crate) struct Plans {
     assignments: HashMap<String, Arc<str>>,
     resolver: Option<Arc<dyn PlanResolver>>,
     ttl: Duration,
     max_keys: usize,
-    cache: Mutex<HashMap<String, (Option<Arc<str>>, Instant)>>,
+    cache: Mutex<Cache>,
 }
 
 impl fmt::Debug for Plans {
@@ -96,8 +99,10 @@ impl Plans {
         let plan = match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.resolve(key)).await {
             Ok(p) => p.map(Arc::<str>::from),
             Err(_) => {
+                // Cached like an answer, so a slow resolver costs each key
+                // this wait once per TTL, not on every request.
                 tracing::warn!(target: "fleetlimit", "plan resolver timed out; using the base numbers");
-                return None;
+                None
             }
         };
         let mut cache = self.lock();
@@ -112,7 +117,7 @@ impl Plans {
         plan
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<Arc<str>>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -212,8 +212,12 @@ impl Level {
                     0.0
                 } else if curr + cost <= limit {
                     (w - elapsed) - (limit - curr - cost) * w / prev
-                } else {
+                } else if curr > 0.0 {
                     (w - elapsed) + (w * (1.0 - (limit - cost) / curr)).max(0.0)
+                } else {
+                    // The cost alone exceeds the limit (a local share): the
+                    // next window is the best there is.
+                    w - elapsed
                 };
                 let reset = if curr > 0.0 {
                     2.0 * w - elapsed

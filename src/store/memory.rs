@@ -148,9 +148,20 @@ impl Shard {
         // Still full of live buckets: forget the least recently used eighth,
         // so the sweep's cost is shared by many inserts.
         let mut ages: Vec<f64> = self.buckets.values().map(|e| e.seen).collect();
-        let cut = (cap / 8).max(1).min(ages.len() - 1);
-        let (_, &mut threshold, _) = ages.select_nth_unstable_by(cut, f64::total_cmp);
-        self.buckets.retain(|_, e| e.seen > threshold);
+        let cut = (cap / 8).max(1).min(ages.len());
+        let (_, &mut threshold, _) = ages.select_nth_unstable_by(cut - 1, f64::total_cmp);
+        // Drop exactly `cut`: everything older than the threshold, then ties.
+        let mut ties = cut - ages.iter().filter(|&&a| a < threshold).count();
+        self.buckets.retain(|_, e| {
+            if e.seen < threshold {
+                false
+            } else if e.seen == threshold && ties > 0 {
+                ties -= 1;
+                false
+            } else {
+                true
+            }
+        });
     }
 }
 
