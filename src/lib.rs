@@ -71,7 +71,9 @@ mod request;
 pub mod store;
 
 mod algorithm;
+pub mod breaker;
 
+pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
 pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use axum::extract::MatchedPath;
 use http::{Request, StatusCode};
 
+use crate::breaker::{Breaker, BreakerStats, Permit};
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
 use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial};
@@ -37,17 +38,21 @@ pub(crate) struct Limiter {
     /// `true` when the primary store is already in-process: it cannot fail.
     store_is_local: bool,
     fallback: MemoryStore,
-    fleet_size: u32,
     closed_retry_after: u64,
     plans: Plans,
     cost_fns: HashMap<String, CostFn>,
+    /// In front of a store that can fail (not the in-process one).
+    breaker: Option<Breaker>,
+    /// N for the `local` fallback: configured, or kept up to date by the
+    /// heartbeat (and kept at its last value while Redis is down).
+    fleet: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("store", &self.store)
-            .field("fleet_size", &self.fleet_size)
+            .field("fleet_size", &self.fleet_size())
             .field("plans", &self.plans)
             .finish_non_exhaustive()
     }
@@ -115,7 +120,8 @@ impl Limiter {
             store,
             store_is_local,
             fallback: MemoryStore::new(cfg.memory_max_keys),
-            fleet_size: cfg.fleet_size,
+            fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
+            breaker: (!store_is_local).then(|| Breaker::new(cfg.breaker)),
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             plans: Plans::new(
                 cfg.plan_assignments.clone(),
@@ -129,6 +135,18 @@ impl Limiter {
 
     pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    pub(crate) fn breaker_stats(&self) -> Option<BreakerStats> {
+        self.breaker.as_ref().map(Breaker::stats)
+    }
+
+    pub(crate) fn fleet_size(&self) -> u32 {
+        self.fleet.load(Ordering::Relaxed).max(1)
+    }
+
+    pub(crate) fn fleet_handle(&self) -> &Arc<AtomicU32> {
+        &self.fleet
     }
 
     /// Route → policy → keys.
@@ -204,7 +222,15 @@ impl Limiter {
                 cost: f64::from(p.cost),
                 buckets,
             };
-            match this.store.check(&check).await {
+            let permit = this.breaker.as_ref().map_or(Permit::Call, Breaker::permit);
+            if permit == Permit::Refuse {
+                return this.degraded(&p, check, &StoreError::CircuitOpen);
+            }
+            let answer = this.store.check(&check).await;
+            if let Some(b) = &this.breaker {
+                b.record(permit, answer.is_ok());
+            }
+            match answer {
                 Ok(outcome) => this.decision_from(&p, check, &outcome, false),
                 Err(e) if this.store_is_local => {
                     // Only a custom store can get here; never turn it into a 500.
@@ -300,7 +326,7 @@ impl Limiter {
                 // pass when the local bucket is full rather than never.
                 let mut local = check;
                 for b in &mut local.buckets {
-                    b.rule = b.rule.share(self.fleet_size);
+                    b.rule = b.rule.share(self.fleet_size());
                 }
                 let smallest = local
                     .buckets

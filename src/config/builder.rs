@@ -159,6 +159,8 @@ pub struct ConfigBuilder {
     default_route: Option<RouteConfig>,
     plan_assignments: HashMap<String, String>,
     plan_cache_ttl: Option<Duration>,
+    breaker: Option<crate::breaker::BreakerConfig>,
+    heartbeat: Option<super::Heartbeat>,
 }
 
 impl ConfigBuilder {
@@ -238,6 +240,18 @@ impl ConfigBuilder {
     /// How long a resolved plan is cached per key (default 5 s).
     pub fn plan_cache_ttl(mut self, ttl: Duration) -> Self {
         self.plan_cache_ttl = Some(ttl);
+        self
+    }
+
+    /// The circuit breaker's settings.
+    pub fn breaker(mut self, b: crate::breaker::BreakerConfig) -> Self {
+        self.breaker = Some(b);
+        self
+    }
+
+    /// Discover the fleet size by heartbeats in Redis.
+    pub fn heartbeat(mut self, every: Duration, dead_after: Duration) -> Self {
+        self.heartbeat = Some(super::Heartbeat { every, dead_after });
         self
     }
 
@@ -327,6 +341,8 @@ impl ConfigBuilder {
             plan_assignments,
             plan_cache_ttl: self.plan_cache_ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL),
             plan_cache_keys: DEFAULT_PLAN_CACHE_KEYS,
+            breaker: self.breaker.unwrap_or_default(),
+            heartbeat: self.heartbeat,
         })
     }
 }

@@ -131,6 +131,17 @@ pub struct Config {
     pub(crate) plan_assignments: HashMap<String, Arc<str>>,
     pub(crate) plan_cache_ttl: Duration,
     pub(crate) plan_cache_keys: usize,
+    pub(crate) breaker: crate::breaker::BreakerConfig,
+    pub(crate) heartbeat: Option<Heartbeat>,
+}
+
+/// Fleet discovery: each instance heartbeats into Redis and counts the live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// How often each instance heartbeats and re-reads the count.
+    pub every: Duration,
+    /// An instance silent this long is dead.
+    pub dead_after: Duration,
 }
 
 /// One `[[routes]]` entry, resolved.

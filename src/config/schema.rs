@@ -29,6 +29,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     memory: RawMemory,
     #[serde(default)]
+    breaker: RawBreaker,
+    #[serde(default)]
     limits: BTreeMap<Spanned<String>, Spanned<RawLimit>>,
     #[serde(default)]
     plans: BTreeMap<Spanned<String>, BTreeMap<Spanned<String>, Spanned<RawPlanLimit>>>,
@@ -56,6 +58,18 @@ struct RawRedis {
 #[serde(deny_unknown_fields)]
 struct RawFleet {
     size: Option<Spanned<u32>>,
+    #[serde(default)]
+    discover: bool,
+    heartbeat: Option<Spanned<String>>,
+    dead_after: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBreaker {
+    failures: Option<Spanned<u32>>,
+    cool_off: Option<Spanned<String>>,
+    probes: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -306,6 +320,50 @@ impl RawConfig {
             Some(n) => n.into_inner(),
             None => 1,
         };
+        let heartbeat = if self.fleet.discover {
+            let every = match &self.fleet.heartbeat {
+                Some(d) => duration_at(src, d, "heartbeat")?,
+                None => Duration::from_secs(1),
+            };
+            let dead_after = match &self.fleet.dead_after {
+                Some(d) => duration_at(src, d, "dead_after")?,
+                None => every * 3,
+            };
+            if dead_after <= every {
+                let at = span(&self.fleet.dead_after).or(span(&self.fleet.heartbeat));
+                return Err(v.err(
+                    at,
+                    "dead_after must be longer than heartbeat, or live instances look dead",
+                ));
+            }
+            Some(super::Heartbeat { every, dead_after })
+        } else {
+            if let Some(h) = self
+                .fleet
+                .heartbeat
+                .as_ref()
+                .or(self.fleet.dead_after.as_ref())
+            {
+                return Err(v.err(Some(h.span()), "heartbeat settings need `discover = true`"));
+            }
+            None
+        };
+        let mut breaker = crate::breaker::BreakerConfig::default();
+        if let Some(n) = &self.breaker.failures {
+            if *n.get_ref() == 0 {
+                return Err(v.err(Some(n.span()), "failures must be at least 1"));
+            }
+            breaker.failures = *n.get_ref();
+        }
+        if let Some(d) = &self.breaker.cool_off {
+            breaker.cool_off = duration_at(src, d, "cool_off")?;
+        }
+        if let Some(n) = &self.breaker.probes {
+            if *n.get_ref() == 0 {
+                return Err(v.err(Some(n.span()), "probes must be at least 1"));
+            }
+            breaker.probes = *n.get_ref();
+        }
         let mut client_ip = ClientIpRules::default();
         for p in &self.client_ip.trusted_proxies {
             client_ip.trusted.push(parse_at(src, p, super::parse_net)?);
@@ -471,6 +529,8 @@ impl RawConfig {
             plan_assignments,
             plan_cache_ttl,
             plan_cache_keys,
+            breaker,
+            heartbeat,
         })
     }
 }

@@ -1,10 +1,12 @@
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 
 use tower_layer::Layer;
 
 use super::RateLimit;
-use crate::config::Config;
+use crate::breaker::BreakerStats;
+use crate::config::{Config, Heartbeat};
 use crate::limiter::{Extras, Limiter};
 use crate::plan::PlanResolver;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
@@ -64,6 +66,19 @@ impl RateLimitLayer {
     #[must_use]
     pub fn store(&self) -> &Arc<dyn Store> {
         self.limiter.store()
+    }
+
+    /// The circuit breaker's state and counters (`None` on the in-process
+    /// store, which cannot fail).
+    #[must_use]
+    pub fn breaker(&self) -> Option<BreakerStats> {
+        self.limiter.breaker_stats()
+    }
+
+    /// N, the fleet size the `local` fallback divides limits by now.
+    #[must_use]
+    pub fn fleet_size(&self) -> u32 {
+        self.limiter.fleet_size()
     }
 }
 
@@ -138,22 +153,65 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Connects (see [`RateLimitLayer::new`]) and builds the layer.
+    /// Connects (see [`RateLimitLayer::new`]) and builds the layer. With
+    /// `[fleet] discover = true` it also starts the heartbeat task, which
+    /// ends by itself when the last clone of the layer is dropped.
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
+        let mut redis = None;
         let (store, local): (Arc<dyn Store>, bool) = match (self.store, &cfg.redis) {
             (Some(s), _) => (s, false),
-            (None, Some(r)) => (
-                Arc::new(
-                    RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
-                        .await?,
-                ),
-                false,
-            ),
+            (None, Some(r)) => {
+                let s = RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
+                    .await?;
+                redis = Some(s.clone());
+                (Arc::new(s), false)
+            }
             (None, None) => (Arc::new(MemoryStore::new(cfg.memory_max_keys)), true),
         };
-        Ok(RateLimitLayer {
-            limiter: Arc::new(Limiter::new(&cfg, store, local, self.extras)),
-        })
+        let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
+        if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
+            let key = format!("{}:fleet:{{instances}}", cfg.key_prefix);
+            tokio::spawn(heartbeat(
+                store,
+                Arc::downgrade(limiter.fleet_handle()),
+                key,
+                hb,
+            ));
+        }
+        Ok(RateLimitLayer { limiter })
     }
+}
+
+/// Heartbeats until the layer is gone. While Redis is down the last count
+/// seen is kept (an outage is no reason to assume the fleet shrank).
+async fn heartbeat(store: RedisStore, fleet: Weak<AtomicU32>, key: String, hb: Heartbeat) {
+    let instance = instance_id();
+    let mut tick = tokio::time::interval(hb.every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(size) = fleet.upgrade() else {
+            // Like a crashed instance, this one ages out after `dead_after`.
+            return;
+        };
+        match store.heartbeat(&key, &instance, hb.dead_after).await {
+            Ok(n) => {
+                let n = n.max(1);
+                if size.swap(n, Ordering::Relaxed) != n {
+                    tracing::info!(target: "fleetlimit", fleet_size = n, "fleet size changed");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(target: "fleetlimit", error = %e, "heartbeat failed; keeping the last fleet size")
+            }
+        }
+    }
+}
+
+/// Unique enough among the instances of one fleet.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let nonce = RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("{}-{nonce:016x}", std::process::id())
 }

@@ -62,6 +62,8 @@ pub enum StoreError {
     Redis(String),
     /// An answer the store did not understand.
     Protocol(String),
+    /// Not asked: the circuit breaker is open after repeated failures.
+    CircuitOpen,
 }
 
 impl StoreError {
@@ -73,6 +75,7 @@ impl StoreError {
             Self::Unavailable(_) => "unavailable",
             Self::Redis(_) => "redis-error",
             Self::Protocol(_) => "protocol",
+            Self::CircuitOpen => "circuit-open",
         }
     }
 }
@@ -84,6 +87,7 @@ impl fmt::Display for StoreError {
             Self::Unavailable(e) => write!(f, "store unavailable: {e}"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
             Self::Protocol(e) => write!(f, "unexpected answer: {e}"),
+            Self::CircuitOpen => f.write_str("circuit breaker open: the store was not asked"),
         }
     }
 }

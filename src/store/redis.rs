@@ -125,6 +125,45 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Records this instance as alive in the fleet's sorted set (scored by
+    /// Redis `TIME`), prunes instances silent for `dead_after`, keeps an
+    /// expiry on the set, and returns how many are alive.
+    pub async fn heartbeat(
+        &self,
+        key: &str,
+        instance: &str,
+        dead_after: Duration,
+    ) -> Result<u32, StoreError> {
+        const HEARTBEAT: &str = "local t = redis.call('TIME')\n\
+            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n\
+            redis.call('ZADD', KEYS[1], now, ARGV[1])\n\
+            redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))\n\
+            redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))\n\
+            return redis.call('ZCARD', KEYS[1])";
+        let opts = Options {
+            timeout: Some(dead_after.min(Duration::from_secs(1))),
+            fail_fast: true,
+            max_attempts: Some(1),
+            ..Options::default()
+        };
+        let slot = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        let eval = CustomCommand::new_static("EVAL", slot, false);
+        let args: Vec<Value> = vec![
+            HEARTBEAT.into(),
+            1.into(),
+            key.into(),
+            instance.into(),
+            (dead_after.as_millis() as i64).into(),
+        ];
+        let n: i64 = self
+            .pool
+            .with_options(&opts)
+            .custom(eval, args)
+            .await
+            .map_err(map_err)?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
     /// The fred pool, for admin tasks and tests.
     #[must_use]
     pub fn pool(&self) -> &Pool {
