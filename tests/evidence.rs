@@ -57,7 +57,7 @@ async fn refusals_and_degraded_decisions_leave_evidence() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let mut server = RedisServer::start();
+    let server = RedisServer::start();
     let prefix = prefix("evidence");
     let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
     let app = Router::new()

@@ -47,7 +47,7 @@ async fn wait_for(layers: &[&RateLimitLayer], n: u32, within: Duration) -> Durat
 #[tokio::test]
 async fn the_live_count_follows_the_fleet_and_survives_an_outage() {
     init_tracing();
-    let mut server = RedisServer::start();
+    let server = RedisServer::start();
     let prefix = prefix("fleet");
     let mut layers = Vec::new();
     for _ in 0..3 {

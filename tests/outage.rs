@@ -161,7 +161,7 @@ async fn assert_recovered(app: &Router, server: &RedisServer, prefix: &str, tag:
 
 #[tokio::test]
 async fn redis_killed_then_restarted() {
-    let mut server = RedisServer::start();
+    let server = RedisServer::start();
     let prefix = prefix("killed");
     let app = app(&server, &prefix).await;
     assert!(
@@ -198,7 +198,7 @@ async fn redis_frozen_by_sigstop_then_thawed() {
 
 #[tokio::test]
 async fn redis_down_at_start_up_is_not_an_error() {
-    let mut server = RedisServer::start();
+    let server = RedisServer::start();
     let prefix = prefix("down-at-start");
     server.kill();
     let started = Instant::now();

@@ -2,6 +2,8 @@
 //! helpers to drive a router the way a server would.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod chaos;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -18,7 +20,7 @@ use tower::ServiceExt;
 pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
-    child: Option<Child>,
+    child: std::sync::Mutex<Option<Child>>,
     /// More `redis-server` arguments (cluster mode...).
     extra: Vec<String>,
 }
@@ -37,17 +39,17 @@ impl RedisServer {
         let dir =
             std::env::temp_dir().join(format!("fleetlimit-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut s = Self {
+        let s = Self {
             port,
             dir,
-            child: None,
+            child: std::sync::Mutex::new(None),
             extra: Vec::new(),
         };
         s.spawn();
         s
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&self) {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -57,7 +59,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
-        self.child = Some(child);
+        *self.child.lock().unwrap() = Some(child);
         self.wait_ready();
     }
 
@@ -81,7 +83,12 @@ impl RedisServer {
     }
 
     fn pid(&self) -> u32 {
-        self.child.as_ref().expect("server running").id()
+        self.child
+            .lock()
+            .unwrap()
+            .as_ref()
+            .expect("server running")
+            .id()
     }
 
     /// `redis-cli` against this server; `None` if it could not answer.
@@ -98,15 +105,16 @@ impl RedisServer {
     }
 
     /// SIGKILL: the server is gone, connections are refused.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
+    pub fn kill(&self) {
+        let child = self.child.lock().unwrap().take();
+        if let Some(mut c) = child {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
     /// Starts it again on the same port (empty, script cache gone).
-    pub fn restart(&mut self) {
+    pub fn restart(&self) {
         self.kill();
         self.spawn();
     }
@@ -159,7 +167,7 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        if let Some(c) = &self.child {
+        if let Some(c) = self.child.lock().unwrap().as_ref() {
             signal(c.id(), "CONT");
         }
         self.kill();
@@ -248,10 +256,10 @@ impl RedisCluster {
             let dir = std::env::temp_dir()
                 .join(format!("fleetlimit-cluster-{port}-{}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
-            let mut s = RedisServer {
+            let s = RedisServer {
                 port,
                 dir,
-                child: None,
+                child: std::sync::Mutex::new(None),
                 extra: vec![
                     "--cluster-enabled".into(),
                     "yes".into(),
@@ -352,4 +360,111 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
+}
+
+/// One primary, one replica and three sentinels watching them (service
+/// `mymaster`, a primary is down after 1 s of silence).
+pub struct SentinelSetup {
+    pub primary: RedisServer,
+    pub replica: RedisServer,
+    sentinels: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+impl SentinelSetup {
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let replica = RedisServer::start();
+        replica
+            .cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()])
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "fleetlimit-sentinel-{}-{}",
+            primary.port,
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let conf = dir.join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor mymaster 127.0.0.1 {} 2\n\
+                     sentinel down-after-milliseconds mymaster 1000\n\
+                     sentinel failover-timeout mymaster 5000\n\
+                     sentinel parallel-syncs mymaster 1\n",
+                    dir.display(),
+                    primary.port
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            sentinels.push((port, child));
+        }
+        let s = Self {
+            primary,
+            replica,
+            sentinels,
+            dir,
+        };
+        // Wait until every sentinel knows the replica (needed to fail over).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = s.sentinels.iter().all(|(port, _)| {
+                Command::new("redis-cli")
+                    .args(["-p", &port.to_string(), "SENTINEL", "REPLICAS", "mymaster"])
+                    .output()
+                    .is_ok_and(|o| {
+                        String::from_utf8_lossy(&o.stdout).contains(&s.replica.port.to_string())
+                    })
+            });
+            if ready {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "sentinels never saw the replica");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        let ports: Vec<u16> = self.sentinels.iter().map(|(p, _)| *p).collect();
+        format!(
+            "redis-sentinel://127.0.0.1:{}?sentinelServiceName=mymaster&node=127.0.0.1:{}&node=127.0.0.1:{}",
+            ports[0], ports[1], ports[2]
+        )
+    }
+
+    /// The primary's port, as the sentinels see it now.
+    pub fn primary_port(&self) -> Option<u16> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.sentinels[0].0.to_string()])
+            .args(["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for SentinelSetup {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.sentinels {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

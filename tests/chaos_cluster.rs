@@ -1,0 +1,40 @@
+//! Chaos on a 3-primary Redis Cluster: one primary is killed long enough for
+//! the cluster to notice (no replicas: its slots are down, then the whole
+//! cluster refuses), then started again from its nodes.conf.
+
+mod support;
+
+use std::time::Duration;
+
+use support::chaos::{self, Fleet};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_primary_killed_and_back() {
+    init_tracing();
+    let cluster = RedisCluster::start();
+    let prefix = prefix("chaos-cluster");
+    let fleet = Fleet::start(
+        || {
+            cluster_config(
+                &cluster,
+                &prefix,
+                &format!("{}ms", chaos::DEADLINE_MS),
+                chaos::LIMITS,
+            )
+        },
+        3,
+    )
+    .await;
+    let (samples, fault, recovered) = chaos::run(
+        &fleet,
+        "cluster",
+        Duration::from_millis(3_000),
+        || cluster.nodes[1].kill(),
+        || cluster.nodes[1].restart(),
+    )
+    .await;
+    chaos::assert_scenario("cluster", &samples, fault, recovered, &fleet, true);
+    chaos::assert_exact(&fleet, "cluster").await;
+    cluster.assert_every_key_expires(&prefix);
+}

@@ -1,0 +1,51 @@
+//! Chaos with Sentinel: 1 primary + 1 replica + 3 sentinels. The primary is
+//! killed; while the sentinels fail over, routes follow their failure
+//! policy, and once the replica is promoted the layer decides by Redis again
+//! without a restart.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::chaos::{self, Fleet};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_sentinel_fails_over() {
+    init_tracing();
+    let setup = SentinelSetup::start();
+    let prefix = prefix("chaos-sentinel");
+    let url = setup.url();
+    let config = || {
+        let src = format!(
+            "[redis]\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{}ms\"\npool_size = 2\n\n{}",
+            chaos::DEADLINE_MS,
+            chaos::LIMITS
+        );
+        fleetlimit::Config::from_toml_str(&src).unwrap()
+    };
+    let fleet = Fleet::start(config, 3).await;
+    let old = setup.primary.port;
+    assert_eq!(setup.primary_port(), Some(old));
+
+    let (samples, fault, recovered) = chaos::run(
+        &fleet,
+        "sentinel",
+        Duration::from_millis(500),
+        || setup.primary.kill(),
+        || {},
+    )
+    .await;
+    let promoted = setup.primary_port();
+    assert_eq!(
+        promoted,
+        Some(setup.replica.port),
+        "the sentinels promoted the replica"
+    );
+    println!("failover and recovery took {:?}", recovered - fault);
+    chaos::assert_scenario("sentinel", &samples, fault, recovered, &fleet, true);
+    chaos::assert_exact(&fleet, "sentinel").await;
+    let started = Instant::now();
+    setup.replica.assert_every_key_expires(&prefix);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
