@@ -297,6 +297,25 @@ impl<'a> KeyMaterial<'a> {
     }
 }
 
+/// The Redis key a limit keyed by `source` uses for a caller whose key value
+/// is `value` (an API key, an account, an IP, `ip|account`), as the admin
+/// tools need it.
+pub(crate) fn redis_key_for(source: &KeySource, value: &str, prefix: &str, limit: &str) -> String {
+    let kind = match source {
+        KeySource::Global => Kind::Global,
+        KeySource::ClientIp => Kind::Ip,
+        KeySource::Header(_) => Kind::Header,
+        KeySource::Account(_) => Kind::Account,
+        KeySource::IpAndAccount(_) => Kind::IpAccount,
+    };
+    let value = match (kind, value.parse::<IpAddr>()) {
+        (Kind::Ip, Ok(ip)) => ClientIpRules::default().group(canonical(ip)).to_string(),
+        (Kind::Global, _) => "all".to_owned(),
+        _ => value.to_owned(),
+    };
+    KeyMaterial::new(kind, value.as_bytes()).redis_key(prefix, limit)
+}
+
 /// How a Redis key's caller appears in logs, computed from the key only
 /// when something is logged: IPs as they are, anything that may be a secret
 /// (API keys, accounts) as a short digest — the same digest whether the key

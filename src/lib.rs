@@ -59,6 +59,7 @@
     unreachable_pub
 )]
 
+pub mod admin;
 pub mod config;
 pub mod headers;
 mod key;

@@ -6,7 +6,7 @@
 //! serves both as the embedded default and as the `local` fallback.
 
 mod memory;
-mod redis;
+pub(crate) mod redis;
 
 use std::fmt;
 use std::future::Future;

@@ -1,0 +1,176 @@
+//! `fleetlimit`: validate a configuration, inspect or reset a caller's
+//! buckets, and sweep for keys left without an expiry.
+//!
+//! ```text
+//! fleetlimit check-config FILE
+//! fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
+//! fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
+//! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
+//! ```
+//!
+//! `KEY` is the caller's key value: an API key, an account, an IP, or
+//! `ip|account`. The Redis URL comes from `--redis`, else `REDIS_URL`, else
+//! the configuration; it may be `redis://`, `redis-sentinel://` or
+//! `redis-cluster://`. Exit status: 0 done, 1 failed, 2 bad usage or config.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use fleetlimit::{admin, Config};
+
+const USAGE: &str = "usage:
+  fleetlimit check-config FILE
+  fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
+  fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
+  fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl DURATION]";
+
+struct Args {
+    command: String,
+    positional: Vec<String>,
+    config: Option<String>,
+    redis: Option<String>,
+    limit: Option<String>,
+    dry_run: bool,
+    default_ttl: Duration,
+}
+
+fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
+    let command = argv.next().ok_or("no command")?;
+    let mut a = Args {
+        command,
+        positional: Vec::new(),
+        config: None,
+        redis: None,
+        limit: None,
+        dry_run: false,
+        default_ttl: Duration::from_secs(3600),
+    };
+    while let Some(arg) = argv.next() {
+        let mut value = |name: &str| argv.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--config" => a.config = Some(value("--config")?),
+            "--redis" => a.redis = Some(value("--redis")?),
+            "--limit" => a.limit = Some(value("--limit")?),
+            "--dry-run" => a.dry_run = true,
+            "--default-ttl" => {
+                let v = value("--default-ttl")?;
+                a.default_ttl =
+                    parse_secs(&v).ok_or(format!("--default-ttl: cannot read {v:?}"))?;
+            }
+            "-h" | "--help" => return Err(String::new()),
+            s if s.starts_with("--") => return Err(format!("unknown option {s}")),
+            _ => a.positional.push(arg),
+        }
+    }
+    Ok(a)
+}
+
+/// `90s`, `15min`, `1h`, `2d` → a duration (the units the config accepts).
+fn parse_secs(v: &str) -> Option<Duration> {
+    let split = v.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let secs = match unit {
+        "s" => 1,
+        "m" | "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    Some(Duration::from_secs(n * secs))
+}
+
+fn load(a: &Args) -> Result<Config, String> {
+    let path = a.config.as_deref().ok_or("--config FILE is required")?;
+    let mut cfg = Config::from_toml_file(path).map_err(|e| e.to_string())?;
+    if let Some(url) = a.redis.clone().or_else(|| std::env::var("REDIS_URL").ok()) {
+        cfg = cfg.with_redis_url(url);
+    }
+    Ok(cfg)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("fleetlimit: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, e)) => {
+            eprintln!("fleetlimit: {e}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(a: Args) -> Result<(), (u8, String)> {
+    let usage = |e: String| (2, e);
+    let failed = |e: fleetlimit::store::StoreError| (1, e.to_string());
+    match a.command.as_str() {
+        "check-config" => {
+            let path = a
+                .positional
+                .first()
+                .or(a.config.as_ref())
+                .ok_or_else(|| usage("check-config FILE".into()))?;
+            let cfg = Config::from_toml_file(path).map_err(|e| usage(e.to_string()))?;
+            println!("{path}: ok");
+            print!("{}", cfg.describe());
+            Ok(())
+        }
+        "inspect" | "reset" => {
+            let key = a
+                .positional
+                .first()
+                .ok_or_else(|| usage(format!("{} KEY", a.command)))?;
+            let cfg = load(&a).map_err(usage)?;
+            let store = admin::connect(&cfg).await.map_err(failed)?;
+            if a.command == "inspect" {
+                for b in admin::inspect(store.pool(), &cfg, key, a.limit.as_deref())
+                    .await
+                    .map_err(failed)?
+                {
+                    let ttl = match b.pttl {
+                        -2 => "no key".to_owned(),
+                        -1 => "NO EXPIRY (run `fleetlimit sweep`)".to_owned(),
+                        ms => format!("expires in {:.3} s", ms as f64 / 1000.0),
+                    };
+                    println!("{}  {}\n    {}; {ttl}", b.limit, b.key, b.state);
+                }
+            } else {
+                let n = admin::reset(store.pool(), &cfg, key, a.limit.as_deref())
+                    .await
+                    .map_err(failed)?;
+                println!("reset: {n} key(s) deleted");
+            }
+            Ok(())
+        }
+        "sweep" => {
+            let cfg = load(&a).map_err(usage)?;
+            let store = admin::connect(&cfg).await.map_err(failed)?;
+            let r = admin::sweep(store.pool(), &cfg, a.dry_run, a.default_ttl)
+                .await
+                .map_err(failed)?;
+            println!("scanned: {} keys under {:?}", r.scanned, cfg.key_prefix());
+            println!("without expiry before: {}", r.before);
+            for k in &r.keys {
+                println!("  {k}");
+            }
+            if a.dry_run {
+                println!("dry run: nothing changed");
+            } else {
+                println!("repaired: {}", r.repaired);
+            }
+            println!("without expiry after: {}", r.after);
+            Ok(())
+        }
+        other => Err(usage(format!("unknown command {other:?}\n{USAGE}"))),
+    }
+}
