@@ -60,7 +60,6 @@ fn line_value(out: &str, label: &str) -> u64 {
     out.lines()
         .find_map(|l| l.strip_prefix(label))
         .unwrap_or_else(|| panic!("no {label:?} in {out}"))
-        .trim()
         .split_whitespace()
         .next()
         .unwrap()
