@@ -22,7 +22,9 @@ fn check(key: String) -> Check {
 fn a_million_invented_keys_stay_within_the_bound() {
     const BOUND: usize = 10_000;
     let store = MemoryStore::new(BOUND);
-    let busy: Vec<String> = (0..10).map(|i| format!("rl:per-key:{{h:busy-{i}}}")).collect();
+    let busy: Vec<String> = (0..10)
+        .map(|i| format!("rl:per-key:{{h:busy-{i}}}"))
+        .collect();
     let mut admitted = vec![0usize; busy.len()];
     let mut most = 0;
     for i in 0..1_000_000u32 {

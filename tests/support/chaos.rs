@@ -247,6 +247,14 @@ pub fn assert_scenario(
             )
         });
         assert_ne!(status, 500, "{tag}: a 500 on {}", s.route);
+        // Bounded by the deadline (plus scheduling on a busy 2-core
+        // machine), not by a TCP timeout.
+        assert!(
+            s.took < Duration::from_millis(DEADLINE_MS + 250),
+            "{tag}: {} took {:?}, past the deadline of {DEADLINE_MS} ms",
+            s.route,
+            s.took
+        );
         match s.route {
             "/" => assert_eq!(status, 200, "{tag}: the open route answered {status}"),
             "/sign-in" => {
@@ -309,6 +317,19 @@ pub fn assert_scenario(
         .map(|l| l.breaker().unwrap().opened)
         .sum();
     assert!(opened >= 1 || !outage, "{tag}: no breaker opened");
+    if outage {
+        // Counted, not timed: once the breaker opened, most degraded
+        // decisions never waited on Redis (short-circuited in microseconds)
+        // — only the failures that opened it and the probes did.
+        for (i, b) in breakers.iter().enumerate() {
+            assert!(
+                b.short_circuited >= 5 * b.failures,
+                "{tag}: instance {i} waited on Redis for {} of {} degraded checks",
+                b.failures,
+                b.failures + b.short_circuited
+            );
+        }
+    }
     for (i, l) in fleet.layers.iter().enumerate() {
         let b = l.breaker().unwrap();
         assert_eq!(
