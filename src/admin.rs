@@ -75,6 +75,22 @@ pub async fn inspect(
     limit: Option<&str>,
 ) -> Result<Vec<BucketInfo>, StoreError> {
     let mut out = Vec::new();
+    // Token buckets are stored as a time (GCRA): read them on Redis's clock.
+    let time: Vec<String> = pool
+        .custom(
+            CustomCommand::new_static("TIME", None, false),
+            Vec::<Value>::new(),
+        )
+        .await
+        .map_err(map_err)?;
+    let now_us = match time.as_slice() {
+        [s, us] => s.parse::<f64>().unwrap_or(0.0) * 1e6 + us.parse::<f64>().unwrap_or(0.0),
+        _ => {
+            return Err(StoreError::Protocol(
+                "TIME did not answer two numbers".into(),
+            ))
+        }
+    };
     for l in config
         .limits
         .iter()
@@ -83,7 +99,7 @@ pub async fn inspect(
         let key = redis_key_for(&l.key, value, &config.key_prefix, &l.name);
         let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
         let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
-        let state = describe(&l.rule, raw.as_deref());
+        let state = describe(&l.rule, raw.as_deref(), now_us);
         out.push(BucketInfo {
             limit: l.name.to_string(),
             key,
@@ -119,18 +135,22 @@ pub async fn reset(
     Ok(n)
 }
 
-fn describe(rule: &Rule, raw: Option<&str>) -> String {
+fn describe(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
     let Some(raw) = raw else {
         return "no key: a full bucket".into();
     };
-    let mut parts = raw.split_whitespace();
     match rule {
-        Rule::TokenBucket { capacity, .. } => {
-            match parts.next().and_then(|t| t.parse::<f64>().ok()) {
-                Some(t) => format!("{t:.3} of {capacity} tokens at the last write"),
-                None => format!("unreadable token bucket: {raw:?}"),
+        Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } => match raw.trim().parse::<f64>() {
+            Ok(tat) => {
+                let per = 1e6 / refill_per_sec;
+                let tokens = (now_us + capacity * per - tat.max(now_us)) / per;
+                format!("{tokens:.2} of {capacity} tokens")
             }
-        }
+            Err(_) => format!("unreadable token bucket: {raw:?}"),
+        },
         Rule::FixedWindow { limit, .. } => format!("{raw} of {limit} used in this window"),
         Rule::SlidingWindow { limit, .. } => {
             let v: Vec<&str> = raw.split_whitespace().collect();

@@ -74,14 +74,14 @@ async fn seed(client: &impl KeysInterface, prefix: &str) -> Vec<String> {
         let key = format!("{prefix}:per-key:{{h:caller-{i}}}");
         if i % 333 == 7 {
             let _: () = client
-                .set(&key, "3 1700000000000000", None, None, false)
+                .set(&key, "1700000000000000", None, None, false)
                 .await
                 .unwrap();
             bare.push(key);
         } else {
             let ex = Expiration::PX(600_000 + i);
             let _: () = client
-                .set(&key, "3 1700000000000000", Some(ex), None, false)
+                .set(&key, "1700000000000000", Some(ex), None, false)
                 .await
                 .unwrap();
         }
@@ -185,22 +185,26 @@ async fn check_config_inspect_and_reset() {
 
     let client = server.client().await;
     let key = format!("{prefix}:per-key:{{h:alice}}");
+    // 4.5 of 10 tokens at 1/s: the bucket is full 5.5 s from now.
+    let t = server.cli(&["TIME"]).unwrap();
+    let mut it = t.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    let now_us = it.next().unwrap() * 1_000_000 + it.next().unwrap();
+    let tat = (now_us + 5_500_000).to_string();
     let _: () = client
-        .set(
-            &key,
-            "4.5 1700000000000000",
-            Some(Expiration::PX(9000)),
-            None,
-            false,
-        )
+        .set(&key, tat.as_str(), Some(Expiration::PX(9000)), None, false)
         .await
         .unwrap();
     let (code, out, err) = run(&["inspect", "alice", "--config", cfg]);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains(&key) && out.contains("4.500 of 10 tokens"),
-        "{out}"
-    );
+    assert!(out.contains(&key) && out.contains("of 10 tokens"), "{out}");
+    let shown: f64 = out
+        .split(" of 10 tokens")
+        .next()
+        .and_then(|s| s.split_whitespace().last())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((4.4..4.7).contains(&shown), "{out}");
     assert!(out.contains("expires in"), "{out}");
     assert!(
         out.contains("daily") && out.contains("no key: a full bucket"),

@@ -137,7 +137,7 @@ async fn routes_are_matched_by_template_and_unlisted_routes_are_free() {
 }
 
 #[tokio::test]
-async fn the_script_stores_one_string_with_a_ttl_of_time_to_full() {
+async fn the_script_stores_one_value_with_a_ttl_of_time_to_full() {
     let server = RedisServer::start();
     let prefix = prefix("ttl");
     let app = app(&server, &prefix).await;
@@ -152,11 +152,11 @@ async fn the_script_stores_one_string_with_a_ttl_of_time_to_full() {
     assert_eq!(keys.len(), 1);
     let (key, pttl) = &keys[0];
     assert_eq!(key, &format!("{prefix}:per-key:{{h:ttl}}"));
-    // 3 tokens short at 1/s: full in 3 s, plus the 1 s margin.
-    assert!((3_000..=4_000).contains(pttl), "PTTL {pttl}");
-    let value = server.cli(&["GET", key]).unwrap();
-    let tokens: f64 = value.split_whitespace().next().unwrap().parse().unwrap();
-    assert!((2.0..2.1).contains(&tokens), "{value}");
+    // 3 tokens short at 1/s: full (the same as missing) in 3 s, when the
+    // key expires.
+    assert!((2_800..=3_001).contains(pttl), "PTTL {pttl}");
+    let left = tokens(&server, key, 5.0, 1.0);
+    assert!((2.0..2.1).contains(&left), "{left}");
 }
 
 #[tokio::test]

@@ -76,10 +76,7 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
 }
 
 fn tokens(server: &RedisServer, key: &str) -> f64 {
-    let v = server.cli(&["GET", key]).unwrap();
-    v.split_whitespace()
-        .next()
-        .map_or(f64::NAN, |t| t.parse().unwrap())
+    support::tokens(server, key, 10.0, 1.0 / 86_400.0)
 }
 
 #[tokio::test]

@@ -47,7 +47,7 @@ async fn script_flush_mid_traffic_loses_nothing() {
     assert_eq!(counts.get(&429), Some(&200), "{counts:?}");
     assert_eq!(counts.len(), 2, "no 503, no 500: {counts:?}");
     // EVAL cached the script again.
-    let sha = fleetlimit::store::RedisStore::script_sha();
+    let sha = fleetlimit::store::RedisStore::lean_script_sha();
     assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).unwrap().trim(), "1");
     server.assert_every_key_expires(&prefix);
 }

@@ -101,11 +101,13 @@ async fn shadow_routes_and_limits_never_refuse_but_say_so() {
         .await;
         assert_eq!(res.status(), 200);
     }
-    let enforced = server
-        .cli(&["GET", &format!("{prefix}:enforced:{{h:l}}")])
-        .unwrap();
-    let tokens: f64 = enforced.split_whitespace().next().unwrap().parse().unwrap();
-    assert!((tokens - 5.0).abs() < 0.01, "{enforced}");
+    let enforced = tokens(
+        &server,
+        &format!("{prefix}:enforced:{{h:l}}"),
+        10.0,
+        1.0 / 86_400.0,
+    );
+    assert!((enforced - 5.0).abs() < 0.01, "{enforced}");
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert_eq!(
         logs.lines()

@@ -21,7 +21,11 @@ use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
 use super::{Check, Store, StoreError, StoreFuture};
+use crate::algorithm::Rule;
 use crate::outcome::{LimitState, Outcome};
+
+/// The lean script for one token bucket (most requests).
+pub(crate) const ONE: &str = include_str!("../../lua/token_bucket_one.lua");
 
 /// The decision script, run by `EVALSHA`: each algorithm's functions, then
 /// the driver that decides every limit of a request at once.
@@ -39,9 +43,24 @@ pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+/// A script by SHA, and its text for `EVAL` after a `NOSCRIPT`.
+struct Script {
     sha: Value,
-    script: Value,
+    text: Value,
+}
+
+impl Script {
+    fn new(text: &'static str) -> Self {
+        Self {
+            sha: Value::from(fred::util::sha1_hash(text)),
+            text: Value::from(text),
+        }
+    }
+}
+
+struct Inner {
+    one: Script,
+    decide: Script,
     deadline: Duration,
     options: Options,
 }
@@ -90,8 +109,8 @@ impl RedisStore {
         let store = Self {
             pool,
             inner: Arc::new(Inner {
-                sha: Value::from(fred::util::sha1_hash(SCRIPT)),
-                script: Value::from(SCRIPT),
+                one: Script::new(ONE),
+                decide: Script::new(SCRIPT),
                 deadline,
                 options: Options {
                     timeout: Some(deadline),
@@ -118,10 +137,21 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// `SCRIPT LOAD`s the script; the check also recovers by itself.
+    /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
+    /// check also recovers by itself.
     pub async fn load_script(&self) -> Result<(), StoreError> {
-        let sha: String = self.pool.script_load(SCRIPT).await.map_err(map_err)?;
-        debug_assert_eq!(Value::from(sha), self.inner.sha);
+        for text in [ONE, SCRIPT] {
+            if self.pool.is_clustered() {
+                let () = self
+                    .pool
+                    .next()
+                    .script_load_cluster(text)
+                    .await
+                    .map_err(map_err)?;
+            } else {
+                let _sha: String = self.pool.script_load(text).await.map_err(map_err)?;
+            }
+        }
         Ok(())
     }
 
@@ -170,10 +200,18 @@ impl RedisStore {
         &self.pool
     }
 
-    /// The SHA1 of the decision script (what `EVALSHA` sends).
+    /// The SHA1 of the decision script (what `EVALSHA` sends for requests
+    /// counted against several limits, or against a window).
     #[must_use]
     pub fn script_sha() -> String {
         fred::util::sha1_hash(SCRIPT)
+    }
+
+    /// The SHA1 of the lean script (what `EVALSHA` sends for a request
+    /// counted against a single token bucket).
+    #[must_use]
+    pub fn lean_script_sha() -> String {
+        fred::util::sha1_hash(ONE)
     }
 }
 
@@ -222,25 +260,38 @@ fn slot_groups(check: &Check, clustered: bool) -> Vec<Vec<usize>> {
 
 impl Inner {
     /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
+    /// A single token bucket (the common case) runs the lean script.
     async fn run(
         &self,
         pool: &Pool,
         check: &Check,
         started: Instant,
     ) -> Result<Outcome, StoreError> {
-        // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
         let n = check.buckets.len();
+        let lean = match check.buckets.as_slice() {
+            [b] => matches!(b.rule, Rule::TokenBucket { .. }),
+            _ => false,
+        };
+        let script = if lean { &self.one } else { &self.decide };
         let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
-        args.push(self.sha.clone());
+        args.push(script.sha.clone());
         args.push(Value::Integer(n as i64));
         args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
         args.push(Value::from(check.cost.to_string()));
-        for b in &check.buckets {
-            let (code, p1, p2) = b.rule.script_args();
-            args.push(Value::from(code));
-            args.push(Value::from(p1.to_string()));
-            args.push(Value::from(p2.to_string()));
-            args.push(Value::from(if b.shadow { "1" } else { "0" }));
+        if lean {
+            // EVALSHA sha 1 key cost capacity refill
+            let (_, capacity, refill) = check.buckets[0].rule.script_args();
+            args.push(Value::from(capacity.to_string()));
+            args.push(Value::from(refill.to_string()));
+        } else {
+            // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
+            for b in &check.buckets {
+                let (code, p1, p2) = b.rule.script_args();
+                args.push(Value::from(code));
+                args.push(Value::from(p1.to_string()));
+                args.push(Value::from(p2.to_string()));
+                args.push(Value::from(if b.shadow { "1" } else { "0" }));
+            }
         }
         // Route by the slot of the first key, computed here: measured with fred
         // 10.1 on a 3-primary cluster, `ClusterHash::Offset(2)` on a custom
@@ -267,7 +318,7 @@ impl Inner {
                         .saturating_sub(started.elapsed())
                         .max(Duration::from_millis(1)),
                 );
-                args[0] = self.script.clone();
+                args[0] = script.text.clone();
                 let eval = CustomCommand::new_static("EVAL", slot, false);
                 pool.with_options(&opts)
                     .custom::<Value, Value>(eval, args)
@@ -275,7 +326,12 @@ impl Inner {
             }
             other => other,
         };
-        parse(reply.map_err(map_err)?, &check.buckets)
+        let reply = reply.map_err(map_err)?;
+        if lean {
+            parse_one(reply, &check.buckets[0])
+        } else {
+            parse(reply, &check.buckets)
+        }
     }
 
     /// A cluster cannot run one script over several slots, so the groups are
@@ -352,6 +408,26 @@ pub(crate) fn map_err(e: FredError) -> StoreError {
         ErrorKind::Protocol | ErrorKind::Parse => StoreError::Protocol(e.to_string()),
         _ => StoreError::Redis(e.to_string()),
     }
+}
+
+/// The lean script's "allowed remaining wait reset".
+fn parse_one(reply: Value, bucket: &super::Bucket) -> Result<Outcome, StoreError> {
+    let bad = || StoreError::Protocol(format!("lean script: unexpected {reply:?}"));
+    let text = reply.as_str().ok_or_else(bad)?;
+    let mut it = text.split(' ').map(str::parse::<f64>);
+    let mut next = || it.next().and_then(Result::ok).ok_or_else(bad);
+    let (allowed, remaining, wait, reset) = (next()? == 1.0, next()?, next()?, next()?);
+    Ok(Outcome {
+        // A shadow limit never refuses; it was charged only if it had room.
+        allowed: allowed || bucket.shadow,
+        limits: vec![LimitState {
+            enough: allowed,
+            remaining,
+            wait,
+            reset,
+            capacity: bucket.rule.capacity(),
+        }],
+    })
 }
 
 fn parse(reply: Value, buckets: &[super::Bucket]) -> Result<Outcome, StoreError> {

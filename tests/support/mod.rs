@@ -468,3 +468,24 @@ impl Drop for SentinelSetup {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Tokens in a token bucket stored by the scripts (GCRA: the key holds the
+/// bucket's theoretical arrival time in µs of Redis TIME), now; `capacity`
+/// when the key is missing.
+pub fn tokens(server: &RedisServer, key: &str, capacity: f64, refill_per_sec: f64) -> f64 {
+    let t = server.cli(&["TIME"]).unwrap();
+    let mut it = t.lines().map(|l| l.trim().parse::<f64>().unwrap());
+    let now = it.next().unwrap() * 1e6 + it.next().unwrap();
+    let per = 1e6 / refill_per_sec;
+    match server
+        .cli(&["GET", key])
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+    {
+        Some(v) => {
+            let tat = v.parse::<f64>().unwrap().max(now);
+            (now + capacity * per - tat) / per
+        }
+        None => capacity,
+    }
+}
