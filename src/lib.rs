@@ -68,6 +68,7 @@ mod limiter;
 mod outcome;
 pub mod plan;
 mod policy;
+mod refused;
 mod request;
 pub mod store;
 

@@ -13,10 +13,12 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::MatchedPath;
 use http::{Request, StatusCode};
 
+use crate::algorithm::Rule;
 use crate::breaker::{Breaker, BreakerStats, Permit};
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
@@ -24,6 +26,7 @@ use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial};
 use crate::outcome::{retry_after_secs, Outcome};
 use crate::plan::{PlanResolver, Plans};
 use crate::policy::{Policy, RouteTable};
+use crate::refused::{Refused, RefusedCache};
 use crate::store::{Bucket, Check, MemoryStore, Store, StoreError};
 use crate::RequestRef;
 
@@ -46,6 +49,8 @@ pub(crate) struct Limiter {
     /// N for the `local` fallback: configured, or kept up to date by the
     /// heartbeat (and kept at its last value while Redis is down).
     fleet: Arc<AtomicU32>,
+    /// Keys Redis refused, answered here until their `Retry-After`.
+    refused: RefusedCache,
 }
 
 impl fmt::Debug for Limiter {
@@ -122,6 +127,11 @@ impl Limiter {
             fallback: MemoryStore::new(cfg.memory_max_keys),
             fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
             breaker: (!store_is_local).then(|| Breaker::new(cfg.breaker)),
+            refused: RefusedCache::new(if store_is_local {
+                0
+            } else {
+                cfg.refused_cache_keys
+            }),
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             plans: Plans::new(
                 cfg.plan_assignments.clone(),
@@ -199,6 +209,15 @@ impl Limiter {
 
     /// Plans → store → decision, with the failure policy when the store fails.
     pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> DecisionFuture {
+        // Without plans every rule is known now: a remembered refusal is
+        // answered without boxing a future or touching Redis.
+        if p.policy.limits.iter().all(|l| l.plans.is_empty()) {
+            let rules = p.policy.limits.iter().map(|l| l.rule);
+            if let Some(d) = self.refused_here(&p, p.keys.iter().map(|k| k.key.as_str()).zip(rules))
+            {
+                return Box::pin(std::future::ready(d));
+            }
+        }
         let this = Arc::clone(self);
         Box::pin(async move {
             let mut buckets = Vec::with_capacity(p.keys.len());
@@ -222,6 +241,15 @@ impl Limiter {
                 cost: f64::from(p.cost),
                 buckets,
             };
+            let has_plans = p.policy.limits.iter().any(|l| !l.plans.is_empty());
+            if has_plans {
+                // After plan resolution: a refusal under other numbers (the
+                // caller changed plan) no longer counts.
+                let items = check.buckets.iter().map(|b| (b.key.as_str(), b.rule));
+                if let Some(d) = this.refused_here(&p, items) {
+                    return d;
+                }
+            }
             let permit = this.breaker.as_ref().map_or(Permit::Call, Breaker::permit);
             if permit == Permit::Refuse {
                 return this.degraded(&p, check, &StoreError::CircuitOpen);
@@ -274,29 +302,68 @@ impl Limiter {
             return Decision::Admit(Some(headers), refund);
         }
         let limit = &p.policy.limits[i];
-        let retry = retry_after_secs(s.wait);
-        tracing::info!(
-            target: "fleetlimit",
-            limit = %limit.name,
-            key = %log_id(&check.buckets[i].key),
-            remaining = headers.remaining,
-            retry_after = retry,
-            reason = "limit-exceeded",
-            degraded = local,
-            "refused"
-        );
-        Decision::Reject(
-            Rejection::problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!("rate limit {:?} exceeded; retry in {retry} s", &*limit.name),
-                &[
-                    ("limit", json_str(&limit.name)),
-                    ("retry_after", retry.to_string()),
-                ],
-            )
-            .retry_after(retry)
-            .rate_headers(&headers),
+        let key = &check.buckets[i].key;
+        if !local {
+            // Remember the refusal: until it can succeed, this instance
+            // answers the key by itself (see `refused.rs`).
+            let now = tokio::time::Instant::now();
+            let secs = |x: f64| Duration::from_secs_f64(x.clamp(0.0, 86_400.0 * 365.0));
+            self.refused.insert(
+                key,
+                secs(s.wait),
+                Refused {
+                    until: now,
+                    cost: check.cost,
+                    limit: Arc::clone(&limit.name),
+                    rule: check.buckets[i].rule,
+                    headers,
+                    full_at: now + secs(s.reset),
+                },
+            );
+        }
+        refusal(
+            &limit.name,
+            key,
+            headers,
+            retry_after_secs(s.wait),
+            local,
+            false,
         )
+    }
+
+    /// A refusal remembered from Redis under the same rule, for a limit
+    /// that is not in shadow mode.
+    fn refused_here<'k>(
+        &self,
+        p: &Pending,
+        keys: impl Iterator<Item = (&'k str, Rule)>,
+    ) -> Option<Decision> {
+        for (limit, (key, rule)) in p.policy.limits.iter().zip(keys) {
+            if limit.shadow || p.policy.shadow {
+                continue;
+            }
+            if let Some(r) = self
+                .refused
+                .get(key, f64::from(p.cost))
+                .filter(|r| r.rule == rule)
+            {
+                let now = tokio::time::Instant::now();
+                let left = |t: tokio::time::Instant| t.saturating_duration_since(now).as_secs_f64();
+                let headers = RateHeaders {
+                    reset: left(r.full_at).ceil() as u64,
+                    ..r.headers
+                };
+                return Some(refusal(
+                    &r.limit,
+                    key,
+                    headers,
+                    retry_after_secs(left(r.until)),
+                    false,
+                    true,
+                ));
+            }
+        }
+        None
     }
 
     /// Redis failed: the route's failure policy decides. Never a 500.
@@ -456,6 +523,40 @@ impl fmt::Debug for Refund {
             .field("local", &self.inner.local)
             .finish_non_exhaustive()
     }
+}
+
+/// `429` with `Retry-After`, the limit's headers and a problem body.
+fn refusal(
+    limit: &str,
+    key: &str,
+    headers: RateHeaders,
+    retry: u64,
+    degraded: bool,
+    cached: bool,
+) -> Decision {
+    tracing::info!(
+        target: "fleetlimit",
+        %limit,
+        key = %log_id(key),
+        remaining = headers.remaining,
+        retry_after = retry,
+        reason = "limit-exceeded",
+        degraded,
+        cached,
+        "refused"
+    );
+    Decision::Reject(
+        Rejection::problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("rate limit {limit:?} exceeded; retry in {retry} s"),
+            &[
+                ("limit", json_str(limit)),
+                ("retry_after", retry.to_string()),
+            ],
+        )
+        .retry_after(retry)
+        .rate_headers(&headers),
+    )
 }
 
 fn missing_key(limit: &crate::policy::Limit) -> Decision {

@@ -25,7 +25,7 @@ key_prefix = "{prefix}"
 [limits.per-key]
 key = "header:x-api-key"
 capacity = 10
-refill = "1/s"
+refill = "1/min"
 
 [limits.daily]
 key = "header:x-api-key"
@@ -125,8 +125,8 @@ async fn sweep_repairs_the_3_keys_without_expiry_and_leaves_997_alone() {
     assert_eq!(line_value(&out, "without expiry after:"), 0, "{out}");
     for k in &bare {
         let pttl: i64 = server.cli(&["PTTL", k]).unwrap().trim().parse().unwrap();
-        // The limit's own TTL: 10 tokens at 1/s, full in 10 s, plus 1 s.
-        assert!((10_000..=11_000).contains(&pttl), "{k}: {pttl}");
+        // The limit's own TTL: 10 tokens at 1/min, full in 600 s, plus 1 s.
+        assert!((595_000..=601_000).contains(&pttl), "{k}: {pttl}");
     }
     for (k, t) in &before {
         assert_eq!(&expiretime(k), t, "{k}'s expiry was changed");
@@ -185,11 +185,11 @@ async fn check_config_inspect_and_reset() {
 
     let client = server.client().await;
     let key = format!("{prefix}:per-key:{{h:alice}}");
-    // 4.5 of 10 tokens at 1/s: the bucket is full 5.5 s from now.
+    // 4.5 of 10 tokens at 1/min: the bucket is full 330 s from now.
     let t = server.cli(&["TIME"]).unwrap();
     let mut it = t.lines().map(|l| l.trim().parse::<u64>().unwrap());
     let now_us = it.next().unwrap() * 1_000_000 + it.next().unwrap();
-    let tat = (now_us + 5_500_000).to_string();
+    let tat = (now_us + 330_000_000).to_string();
     let _: () = client
         .set(&key, tat.as_str(), Some(Expiration::PX(9000)), None, false)
         .await

@@ -11,6 +11,7 @@ use super::validate::Validator;
 use super::{
     Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
+    DEFAULT_REFUSED_CACHE_KEYS,
 };
 use crate::algorithm::Rule;
 use crate::key::{ClientIpRules, ForwardedHeader, KeySource};
@@ -343,6 +344,7 @@ impl ConfigBuilder {
             plan_cache_keys: DEFAULT_PLAN_CACHE_KEYS,
             breaker: self.breaker.unwrap_or_default(),
             heartbeat: self.heartbeat,
+            refused_cache_keys: DEFAULT_REFUSED_CACHE_KEYS,
         })
     }
 }

@@ -133,6 +133,8 @@ pub struct Config {
     pub(crate) plan_cache_keys: usize,
     pub(crate) breaker: crate::breaker::BreakerConfig,
     pub(crate) heartbeat: Option<Heartbeat>,
+    /// Most keys the refused-key cache holds (0: off).
+    pub(crate) refused_cache_keys: usize,
 }
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
@@ -156,6 +158,7 @@ const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
 const DEFAULT_MEMORY_KEYS: usize = 100_000;
 const DEFAULT_PLAN_CACHE_TTL: Duration = Duration::from_secs(5);
 const DEFAULT_PLAN_CACHE_KEYS: usize = 10_000;
+const DEFAULT_REFUSED_CACHE_KEYS: usize = 10_000;
 
 impl Config {
     /// Parses and validates a TOML configuration.

@@ -14,6 +14,7 @@ use super::validate::{Span, Validator};
 use super::{
     units, Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
+    DEFAULT_REFUSED_CACHE_KEYS,
 };
 use crate::algorithm::Rule;
 use crate::key::{ClientIpRules, ForwardedHeader, KeySource};
@@ -52,6 +53,7 @@ struct RawRedis {
     connect_timeout: Option<Spanned<String>>,
     key_prefix: Option<Spanned<String>>,
     closed_retry_after: Option<Spanned<String>>,
+    refused_cache_keys: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -284,6 +286,7 @@ impl RawConfig {
         let mut deadline = DEFAULT_DEADLINE;
         let mut prefix = "rl".to_owned();
         let mut closed_retry_after = Duration::from_secs(1);
+        let mut refused_cache_keys = DEFAULT_REFUSED_CACHE_KEYS;
         let redis = match self.redis {
             None => None,
             Some(r) => {
@@ -305,6 +308,9 @@ impl RawConfig {
                 }
                 if let Some(d) = &r.closed_retry_after {
                     closed_retry_after = duration_at(src, d, "closed_retry_after")?;
+                }
+                if let Some(n) = &r.refused_cache_keys {
+                    refused_cache_keys = *n.get_ref();
                 }
                 if let Some(p) = r.key_prefix {
                     v.check_name("key_prefix", p.get_ref(), Some(p.span()))?;
@@ -531,6 +537,7 @@ impl RawConfig {
             plan_cache_keys,
             breaker,
             heartbeat,
+            refused_cache_keys,
         })
     }
 }
