@@ -57,3 +57,59 @@ async fn four_servers_400_requests_exactly_50_admitted() {
     assert_eq!(counts.len(), 2, "nothing but 200 and 429: {counts:?}");
     server.assert_every_key_expires(&prefix);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_decisions_stay_exact_and_take_fewer_calls() {
+    let server = RedisServer::start();
+    let prefix = prefix("coalesce");
+    let cfg = redis_config(
+        &server,
+        &prefix,
+        "2s",
+        &LIMITS.replace("capacity = 50", "capacity = 5"),
+    );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = format!("k{}", i % 30);
+            send(
+                &app,
+                request("GET", "/", "127.0.0.1:9", &[("x-api-key", &key)]),
+            )
+            .await
+            .status()
+            .as_u16()
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        let s = t.await.unwrap();
+        assert!(s == 200 || s == 429, "{s}");
+        admitted += usize::from(s == 200);
+    }
+    // 30 keys × capacity 5, whatever the batching.
+    assert_eq!(admitted, 150);
+    let info = server.cli(&["INFO", "commandstats"]).unwrap();
+    let calls: u64 = info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        calls < 300,
+        "concurrent checks were coalesced: {calls} script calls for 300 requests"
+    );
+    server.assert_every_key_expires(&prefix);
+}

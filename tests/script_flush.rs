@@ -46,7 +46,14 @@ async fn script_flush_mid_traffic_loses_nothing() {
     assert_eq!(counts.get(&200), Some(&100), "{counts:?}");
     assert_eq!(counts.get(&429), Some(&200), "{counts:?}");
     assert_eq!(counts.len(), 2, "no 503, no 500: {counts:?}");
-    // EVAL cached the script again.
+    // After the last flush the refused key is answered from the refused-key
+    // cache; a fresh key goes to Redis, and EVAL caches the script again.
+    let fresh = send(
+        &app,
+        request("GET", "/", "127.0.0.1:1", &[("x-api-key", "fresh")]),
+    )
+    .await;
+    assert_eq!(fresh.status(), 200);
     let sha = fleetlimit::store::RedisStore::lean_script_sha();
     assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).unwrap().trim(), "1");
     server.assert_every_key_expires(&prefix);

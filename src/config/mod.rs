@@ -103,6 +103,7 @@ pub struct RedisSettings {
     pub(crate) url: String,
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
+    pub(crate) coalesce: bool,
 }
 
 impl Default for RedisSettings {
@@ -111,6 +112,7 @@ impl Default for RedisSettings {
             url: "redis://127.0.0.1:6379".into(),
             pool_size: 4,
             connect_timeout: Duration::from_secs(2),
+            coalesce: true,
         }
     }
 }

@@ -54,6 +54,7 @@ struct RawRedis {
     key_prefix: Option<Spanned<String>>,
     closed_retry_after: Option<Spanned<String>>,
     refused_cache_keys: Option<Spanned<usize>>,
+    coalesce: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -308,6 +309,9 @@ impl RawConfig {
                 }
                 if let Some(d) = &r.closed_retry_after {
                     closed_retry_after = duration_at(src, d, "closed_retry_after")?;
+                }
+                if let Some(c) = r.coalesce {
+                    s.coalesce = c;
                 }
                 if let Some(n) = &r.refused_cache_keys {
                     refused_cache_keys = *n.get_ref();

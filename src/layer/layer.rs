@@ -163,7 +163,8 @@ impl RateLimitLayerBuilder {
             (Some(s), _) => (s, false),
             (None, Some(r)) => {
                 let s = RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
-                    .await?;
+                    .await?
+                    .with_coalescing(r.coalesce);
                 redis = Some(s.clone());
                 (Arc::new(s), false)
             }

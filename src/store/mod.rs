@@ -5,6 +5,7 @@
 //! nothing of Redis; [`RedisStore`] knows nothing of HTTP; [`MemoryStore`]
 //! serves both as the embedded default and as the `local` fallback.
 
+mod batch;
 mod memory;
 pub(crate) mod redis;
 

@@ -20,12 +20,16 @@ use fred::types::config::{Config as FredConfig, Options, ReconnectPolicy};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
+use super::batch::{Batcher, Scripts};
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::Rule;
 use crate::outcome::{LimitState, Outcome};
 
 /// The lean script for one token bucket (most requests).
 pub(crate) const ONE: &str = include_str!("../../lua/token_bucket_one.lua");
+
+/// Several single-bucket requests in one call (see `batch.rs`).
+pub(crate) const BATCH: &str = include_str!("../../lua/token_bucket_batch.lua");
 
 /// The decision script, run by `EVALSHA`: each algorithm's functions, then
 /// the driver that decides every limit of a request at once.
@@ -41,12 +45,14 @@ pub(crate) const SCRIPT: &str = concat!(
 pub struct RedisStore {
     pool: Pool,
     inner: Arc<Inner>,
+    /// Coalesces single-bucket checks (standalone and Sentinel only).
+    batcher: Option<Batcher>,
 }
 
 /// A script by SHA, and its text for `EVAL` after a `NOSCRIPT`.
-struct Script {
-    sha: Value,
-    text: Value,
+pub(crate) struct Script {
+    pub(crate) sha: Value,
+    pub(crate) text: Value,
 }
 
 impl Script {
@@ -120,6 +126,7 @@ impl RedisStore {
                     ..Options::default()
                 },
             }),
+            batcher: None,
         };
         match tokio::time::timeout(connect_timeout, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
@@ -140,7 +147,7 @@ impl RedisStore {
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
     /// check also recovers by itself.
     pub async fn load_script(&self) -> Result<(), StoreError> {
-        for text in [ONE, SCRIPT] {
+        for text in [ONE, BATCH, SCRIPT] {
             if self.pool.is_clustered() {
                 let () = self
                     .pool
@@ -194,6 +201,24 @@ impl RedisStore {
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
+    /// Coalesce concurrent single-bucket checks into one script call (see
+    /// `batch.rs`); ignored on a cluster. Needs a tokio runtime.
+    #[must_use]
+    pub fn with_coalescing(mut self, on: bool) -> Self {
+        self.batcher = (on && !self.pool.is_clustered()).then(|| {
+            Batcher::start(
+                self.pool.clone(),
+                Arc::new(Scripts {
+                    one: Script::new(ONE),
+                    batch: Script::new(BATCH),
+                    options: self.inner.options.clone(),
+                    deadline: self.inner.deadline,
+                }),
+            )
+        });
+        self
+    }
+
     /// The fred pool, for admin tasks and tests.
     #[must_use]
     pub fn pool(&self) -> &Pool {
@@ -217,6 +242,22 @@ impl RedisStore {
 
 impl Store for RedisStore {
     fn check(&self, check: &Check) -> StoreFuture {
+        if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
+            if matches!(bucket.rule, Rule::TokenBucket { .. }) {
+                let (batcher, bucket, cost, deadline) = (
+                    batcher.clone(),
+                    bucket.clone(),
+                    check.cost,
+                    self.inner.deadline,
+                );
+                return Box::pin(async move {
+                    match tokio::time::timeout(deadline, batcher.check(bucket, cost)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(StoreError::Timeout),
+                    }
+                });
+            }
+        }
         let pool = self.pool.clone();
         let inner = Arc::clone(&self.inner);
         let groups = slot_groups(check, pool.is_clustered());
@@ -394,7 +435,7 @@ impl Inner {
     }
 }
 
-fn is_noscript(e: &FredError) -> bool {
+pub(crate) fn is_noscript(e: &FredError) -> bool {
     e.details().starts_with("NOSCRIPT")
 }
 
@@ -411,7 +452,7 @@ pub(crate) fn map_err(e: FredError) -> StoreError {
 }
 
 /// The lean script's "allowed remaining wait reset".
-fn parse_one(reply: Value, bucket: &super::Bucket) -> Result<Outcome, StoreError> {
+pub(crate) fn parse_one(reply: Value, bucket: &super::Bucket) -> Result<Outcome, StoreError> {
     let bad = || StoreError::Protocol(format!("lean script: unexpected {reply:?}"));
     let text = reply.as_str().ok_or_else(bad)?;
     let mut it = text.split(' ').map(str::parse::<f64>);
