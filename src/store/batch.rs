@@ -90,20 +90,24 @@ async fn run(pool: &Pool, scripts: &Scripts, jobs: Vec<Job>) {
     } else {
         &scripts.batch
     };
-    let mut args: Vec<Value> = Vec::with_capacity(2 + 4 * jobs.len());
-    args.push(script.sha.clone());
-    args.push(Value::Integer(jobs.len() as i64));
-    args.extend(jobs.iter().map(|j| Value::from(j.bucket.key.as_str())));
-    for j in &jobs {
-        let (_, capacity, refill) = j.bucket.rule.script_args();
-        args.push(Value::from(j.cost.to_string()));
-        args.push(Value::from(capacity.to_string()));
-        args.push(Value::from(refill.to_string()));
-    }
+    // Built again (rarely) for EVAL, rather than cloned on every call.
+    let args = |head: &Value| {
+        let mut args: Vec<Value> = Vec::with_capacity(2 + 4 * jobs.len());
+        args.push(head.clone());
+        args.push(Value::Integer(jobs.len() as i64));
+        args.extend(jobs.iter().map(|j| Value::from(j.bucket.key.as_str())));
+        for j in &jobs {
+            let (_, capacity, refill) = j.bucket.rule.script_args();
+            args.push(Value::from(j.cost.to_string()));
+            args.push(Value::from(capacity.to_string()));
+            args.push(Value::from(refill.to_string()));
+        }
+        args
+    };
     let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
     let reply = match pool
         .with_options(&scripts.options)
-        .custom::<Value, Value>(evalsha, args.clone())
+        .custom::<Value, Value>(evalsha, args(&script.sha))
         .await
     {
         Err(e) if is_noscript(&e) => {
@@ -114,10 +118,9 @@ async fn run(pool: &Pool, scripts: &Scripts, jobs: Vec<Job>) {
                     .saturating_sub(started.elapsed())
                     .max(Duration::from_millis(1)),
             );
-            args[0] = script.text.clone();
             let eval = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
             pool.with_options(&opts)
-                .custom::<Value, Value>(eval, args)
+                .custom::<Value, Value>(eval, args(&script.text))
                 .await
         }
         other => other,

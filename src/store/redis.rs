@@ -339,12 +339,16 @@ impl Inner {
         // EVALSHA is sent to the wrong node and, with one attempt allowed,
         // fails with "Too many failed write attempts" instead of following
         // the MOVED.
-        let slot = ClusterHash::Custom(
-            check
-                .buckets
-                .first()
-                .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes())),
-        );
+        let slot = if pool.is_clustered() {
+            ClusterHash::Custom(
+                check
+                    .buckets
+                    .first()
+                    .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes())),
+            )
+        } else {
+            ClusterHash::FirstKey
+        };
         let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
         let reply = match pool
             .with_options(&self.options)
