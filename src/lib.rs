@@ -64,6 +64,7 @@ pub mod config;
 pub mod headers;
 mod key;
 pub mod layer;
+mod lease;
 mod limiter;
 mod outcome;
 pub mod plan;

@@ -23,6 +23,7 @@ use crate::breaker::{Breaker, BreakerStats, Permit};
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
 use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial};
+use crate::lease::{LeaseUse, Leases};
 use crate::outcome::{retry_after_secs, Outcome};
 use crate::plan::{PlanResolver, Plans};
 use crate::policy::{Policy, RouteTable};
@@ -51,6 +52,8 @@ pub(crate) struct Limiter {
     fleet: Arc<AtomicU32>,
     /// Keys Redis refused, answered here until their `Retry-After`.
     refused: RefusedCache,
+    /// Hot keys' token leases.
+    leases: Leases,
 }
 
 impl fmt::Debug for Limiter {
@@ -132,6 +135,7 @@ impl Limiter {
             } else {
                 cfg.refused_cache_keys
             }),
+            leases: Leases::new(cfg.memory_max_keys),
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             plans: Plans::new(
                 cfg.plan_assignments.clone(),
@@ -250,15 +254,10 @@ impl Limiter {
                     return d;
                 }
             }
-            let permit = this.breaker.as_ref().map_or(Permit::Call, Breaker::permit);
-            if permit == Permit::Refuse {
-                return this.degraded(&p, check, &StoreError::CircuitOpen);
+            if let Some(d) = this.leased(&p, &check).await {
+                return d;
             }
-            let answer = this.store.check(&check).await;
-            if let Some(b) = &this.breaker {
-                b.record(permit, answer.is_ok());
-            }
-            match answer {
+            match this.ask(&check).await {
                 Ok(outcome) => this.decision_from(&p, check, &outcome, false),
                 Err(e) if this.store_is_local => {
                     // Only a custom store can get here; never turn it into a 500.
@@ -268,6 +267,76 @@ impl Limiter {
                 Err(e) => this.degraded(&p, check, &e),
             }
         })
+    }
+
+    /// The store, behind the circuit breaker.
+    async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
+        let permit = self.breaker.as_ref().map_or(Permit::Call, Breaker::permit);
+        if permit == Permit::Refuse {
+            return Err(StoreError::CircuitOpen);
+        }
+        let answer = self.store.check(check).await;
+        if let Some(b) = &self.breaker {
+            b.record(permit, answer.is_ok());
+        }
+        answer
+    }
+
+    /// Hot-key leases (see `lease.rs`): a request of a hot key is admitted
+    /// from this instance's lease, or takes a new lease for the next ones.
+    /// `None`: decide as usual.
+    async fn leased(self: &Arc<Self>, p: &Pending, check: &Check) -> Option<Decision> {
+        let ([limit], [bucket]) = (p.policy.limits.as_slice(), check.buckets.as_slice()) else {
+            return None;
+        };
+        let lease = limit
+            .lease
+            .filter(|_| !self.store_is_local && !bucket.shadow)?;
+        let Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } = bucket.rule
+        else {
+            return None;
+        };
+        match self.leases.use_for(&bucket.key, check.cost, lease.above) {
+            LeaseUse::Normal => None,
+            LeaseUse::Spent {
+                lease_left,
+                shared_left,
+            } => {
+                // What this key can still spend: its lease here, and what
+                // Redis had left when the lease was taken.
+                let remaining = (lease_left + shared_left).min(capacity);
+                let headers =
+                    RateHeaders::new(capacity, remaining, (capacity - remaining) / refill_per_sec);
+                Some(Decision::Admit(Some(headers), None))
+            }
+            LeaseUse::Take => {
+                let batch = f64::from(lease.batch).max(check.cost);
+                let take = Check {
+                    cost: batch,
+                    buckets: check.buckets.clone(),
+                };
+                match self.ask(&take).await {
+                    Ok(o) if o.allowed => {
+                        let extra = batch - check.cost;
+                        self.leases
+                            .granted(&bucket.key, extra, o.limits[0].remaining);
+                        let mut o = o;
+                        o.limits[0].remaining += extra;
+                        // Its refund would give back the whole lease: none.
+                        Some(match self.decision_from(p, check.clone(), &o, false) {
+                            Decision::Admit(h, _) => Decision::Admit(h, None),
+                            d => d,
+                        })
+                    }
+                    // Not enough for a whole lease (or Redis failed): ask for
+                    // this request alone, as usual.
+                    _ => None,
+                }
+            }
+        }
     }
 
     fn decision_from(

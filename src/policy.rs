@@ -27,6 +27,16 @@ pub(crate) struct Limit {
     pub(crate) shadow: bool,
     /// Plan name → that plan's numbers (same algorithm).
     pub(crate) plans: HashMap<Arc<str>, Rule>,
+    /// Hot-key leases (token buckets only).
+    pub(crate) lease: Option<LeaseConfig>,
+}
+
+/// `lease_batch` tokens per lease, for keys above `lease_above` requests per
+/// second on one instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseConfig {
+    pub(crate) batch: u32,
+    pub(crate) above: u32,
 }
 
 impl Limit {

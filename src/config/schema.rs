@@ -128,6 +128,8 @@ struct RawLimit {
     window: Option<Spanned<String>>,
     #[serde(default)]
     mode: Mode,
+    lease_batch: Option<Spanned<u32>>,
+    lease_above: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -415,6 +417,16 @@ impl RawConfig {
                 rule_span,
                 l.mode == Mode::Shadow,
             )?;
+            match (&l.lease_batch, &l.lease_above) {
+                (None, None) => {}
+                (Some(b), above) => {
+                    let above = above.as_ref().map_or(50, |a| *a.get_ref());
+                    v.set_lease(*b.get_ref(), above, Some(b.span()))?;
+                }
+                (None, Some(a)) => {
+                    return Err(v.err(Some(a.span()), "lease_above needs lease_batch"))
+                }
+            }
         }
         for (plan, overrides) in &self.plans {
             for (limit, o) in overrides {

@@ -107,7 +107,38 @@ impl<'s> Validator<'s> {
             rule,
             shadow,
             plans: HashMap::new(),
+            lease: None,
         });
+        Ok(())
+    }
+
+    /// Hot-key leases for the limit just added (token buckets only).
+    pub(super) fn set_lease(
+        &mut self,
+        batch: u32,
+        above: u32,
+        span: Span,
+    ) -> Result<(), ConfigError> {
+        let src = self.src;
+        let l = self.limits.last_mut().expect("a limit was just added");
+        if !matches!(l.rule, Rule::TokenBucket { .. }) {
+            return Err(ConfigError::at(
+                src,
+                span,
+                format!("limit {:?}: leases are for token buckets", l.name),
+            ));
+        }
+        if batch < 2 || f64::from(batch) > l.rule.capacity() {
+            return Err(ConfigError::at(
+                src,
+                span,
+                format!(
+                    "limit {:?}: lease_batch must be between 2 and the capacity",
+                    l.name
+                ),
+            ));
+        }
+        l.lease = Some(crate::policy::LeaseConfig { batch, above });
         Ok(())
     }
 

@@ -1,0 +1,137 @@
+//! Hot-key token leases (opt-in per token-bucket limit).
+//!
+//! When one key is busier on this instance than `lease_above` (requests per
+//! second), the instance stops asking Redis once per request: it takes
+//! `lease_batch` tokens in one call and spends them locally, for at most
+//! `LEASE_TTL`. Leased tokens are charged in Redis before they are spent, so
+//! a lease never admits more than the limit; what it costs is precision the
+//! other way: at any moment up to `lease_batch` tokens per instance per hot
+//! key may sit unspent on an instance while another is refused ("early"
+//! tokens), and tokens unspent when a lease expires are not given back
+//! (stranded; at most `lease_batch` per instance per `LEASE_TTL`). Bounded:
+//! the map forgets expired leases first, then the oldest.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::time::{Duration, Instant};
+
+/// A lease lives this long at most.
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+struct Entry {
+    /// Requests seen in the current one-second window, and when it began.
+    hits: u32,
+    window: Instant,
+    /// Leased tokens not spent yet, and when they lapse.
+    tokens: f64,
+    expires: Instant,
+    /// Remaining in Redis when the lease was taken (for honest headers).
+    shared_left: f64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Leases {
+    map: Mutex<HashMap<String, Entry>>,
+    max_keys: usize,
+}
+
+/// What the lease table says about one request.
+#[derive(Debug, PartialEq)]
+pub(crate) enum LeaseUse {
+    /// Spent from a lease: admit. Tokens left in the lease and in Redis.
+    Spent { lease_left: f64, shared_left: f64 },
+    /// The key is hot: ask Redis for a lease of `batch`.
+    Take,
+    /// Not hot: ask Redis as usual.
+    Normal,
+}
+
+impl Leases {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts the request and spends from a live lease when it can.
+    pub(crate) fn use_for(&self, key: &str, cost: f64, above: u32) -> LeaseUse {
+        let now = Instant::now();
+        let mut map = self.lock();
+        if !map.contains_key(key) && map.len() >= self.max_keys {
+            map.retain(|_, e| {
+                e.expires > now || now.duration_since(e.window) < Duration::from_secs(1)
+            });
+            if map.len() >= self.max_keys {
+                map.clear();
+            }
+        }
+        let e = map.entry(key.to_owned()).or_insert(Entry {
+            hits: 0,
+            window: now,
+            tokens: 0.0,
+            expires: now,
+            shared_left: 0.0,
+        });
+        if now.duration_since(e.window) >= Duration::from_secs(1) {
+            e.hits = 0;
+            e.window = now;
+        }
+        e.hits = e.hits.saturating_add(1);
+        if e.expires > now && e.tokens >= cost {
+            e.tokens -= cost;
+            return LeaseUse::Spent {
+                lease_left: e.tokens,
+                shared_left: e.shared_left,
+            };
+        }
+        if e.hits > above {
+            LeaseUse::Take
+        } else {
+            LeaseUse::Normal
+        }
+    }
+
+    /// A lease of `tokens` was granted (after this request took its cost).
+    pub(crate) fn granted(&self, key: &str, tokens: f64, shared_left: f64) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.tokens = tokens;
+            e.expires = Instant::now() + LEASE_TTL;
+            e.shared_left = shared_left;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn hot_keys_take_leases_and_spend_them_until_they_lapse() {
+        let l = Leases::new(100);
+        assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Normal);
+        assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Normal);
+        assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Take);
+        l.granted("k", 2.0, 50.0);
+        assert!(matches!(l.use_for("k", 1.0, 2), LeaseUse::Spent { .. }));
+        assert!(
+            matches!(l.use_for("k", 1.0, 2), LeaseUse::Spent { lease_left, .. } if lease_left == 0.0)
+        );
+        assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Take);
+        l.granted("k", 5.0, 40.0);
+        tokio::time::advance(LEASE_TTL + Duration::from_millis(1)).await;
+        assert_eq!(
+            l.use_for("k", 1.0, 2),
+            LeaseUse::Normal,
+            "lapsed, and the window restarted"
+        );
+    }
+}
