@@ -17,12 +17,12 @@ async fn primary_killed_sentinel_fails_over() {
     let prefix = prefix("chaos-sentinel");
     let url = setup.url();
     let config = || {
-        let src = format!(
-            "[redis]\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{}ms\"\npool_size = 2\n\n{}",
-            chaos::DEADLINE_MS,
-            chaos::LIMITS
-        );
-        fleetlimit::Config::from_toml_str(&src).unwrap()
+        config_at(
+            &url,
+            &prefix,
+            &format!("{}ms", chaos::DEADLINE_MS),
+            chaos::LIMITS,
+        )
     };
     let fleet = Fleet::start(config, 3).await;
     let old = setup.primary.port;

@@ -94,19 +94,7 @@ async fn coalesced_decisions_stay_exact_and_take_fewer_calls() {
     }
     // 30 keys × capacity 5, whatever the batching.
     assert_eq!(admitted, 150);
-    let info = server.cli(&["INFO", "commandstats"]).unwrap();
-    let calls: u64 = info
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
+    let calls = server.script_calls();
     assert!(
         calls < 300,
         "concurrent checks were coalesced: {calls} script calls for 300 requests"

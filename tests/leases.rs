@@ -26,21 +26,6 @@ on_redis_error = "closed"
     )
 }
 
-fn script_calls(server: &RedisServer) -> u64 {
-    let info = server.cli(&["INFO", "commandstats"]).unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// Three instances, 300 requests for one key in turn; (admitted, calls).
 async fn run(server: &RedisServer, prefix: &str, lease: &str) -> (usize, u64) {
     let mut apps = Vec::new();
@@ -69,7 +54,7 @@ async fn run(server: &RedisServer, prefix: &str, lease: &str) -> (usize, u64) {
         }
     }
     assert!(last_remaining < 100);
-    (admitted, script_calls(server))
+    (admitted, server.script_calls())
 }
 
 #[tokio::test]

@@ -24,21 +24,6 @@ limits = ["per-key"]
 on_redis_error = "closed"
 "#;
 
-fn script_calls(server: &RedisServer) -> u64 {
-    let info = server.cli(&["INFO", "commandstats"]).unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test]
 async fn a_looping_client_costs_redis_one_call_per_window() {
     let server = RedisServer::start();
@@ -62,7 +47,7 @@ async fn a_looping_client_costs_redis_one_call_per_window() {
         assert!(header_u64(&res, "x-ratelimit-reset") >= 1);
         retry.push(header_u64(&res, "retry-after"));
     }
-    assert_eq!(script_calls(&server), 1, "one Redis call for 200 refusals");
+    assert_eq!(server.script_calls(), 1, "one Redis call for 200 refusals");
     assert!(retry.iter().all(|&r| (1..=2).contains(&r)), "{retry:?}");
 
     // Another key is not affected, and goes to Redis.
@@ -72,11 +57,11 @@ async fn a_looping_client_costs_redis_one_call_per_window() {
     )
     .await;
     assert_eq!(other.status(), 200);
-    assert_eq!(script_calls(&server), 2);
+    assert_eq!(server.script_calls(), 2);
 
     // After Retry-After the key goes to Redis again and is admitted.
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert_eq!(send(&app, req()).await.status(), 200);
-    assert_eq!(script_calls(&server), 3);
+    assert_eq!(server.script_calls(), 3);
     server.assert_every_key_expires(&prefix);
 }

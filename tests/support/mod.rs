@@ -154,15 +154,7 @@ impl RedisServer {
 
     /// The invariant: every key the limiter wrote has an expiry.
     pub fn assert_every_key_expires(&self, prefix: &str) {
-        let keys = self.keys_with_pttl(prefix);
-        assert!(
-            !keys.is_empty(),
-            "expected the limiter to have written keys under {prefix}"
-        );
-        for (k, pttl) in &keys {
-            // -2: expired between the SCAN and the PTTL, which is fine.
-            assert!(*pttl > 0 || *pttl == -2, "key {k} has PTTL {pttl}");
-        }
+        assert_expiring(prefix, &self.keys_with_pttl(prefix));
     }
 }
 
@@ -236,9 +228,13 @@ pub fn redis_config(
     deadline: &str,
     body: &str,
 ) -> fleetlimit::Config {
+    config_at(&server.url(), prefix, deadline, body)
+}
+
+/// A configuration on Redis at `url` (any kind) under `prefix`.
+pub fn config_at(url: &str, prefix: &str, deadline: &str, body: &str) -> fleetlimit::Config {
     let src = format!(
-        "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{deadline}\"\npool_size = 2\n\n{body}",
-        server.url()
+        "[redis]\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{deadline}\"\npool_size = 2\n\n{body}"
     );
     fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
 }
@@ -330,11 +326,7 @@ impl RedisCluster {
     }
 
     pub fn assert_every_key_expires(&self, prefix: &str) {
-        let keys = self.keys_with_pttl(prefix);
-        assert!(!keys.is_empty(), "expected keys under {prefix}");
-        for (k, pttl) in &keys {
-            assert!(*pttl > 0 || *pttl == -2, "key {k} has PTTL {pttl}");
-        }
+        assert_expiring(prefix, &self.keys_with_pttl(prefix));
     }
 }
 
@@ -345,11 +337,7 @@ pub fn cluster_config(
     deadline: &str,
     body: &str,
 ) -> fleetlimit::Config {
-    let src = format!(
-        "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"{deadline}\"\npool_size = 2\n\n{body}",
-        cluster.url()
-    );
-    fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+    config_at(&cluster.url(), prefix, deadline, body)
 }
 
 /// Log `fleetlimit` events (warnings and up, or `RUST_LOG`) into the
@@ -488,5 +476,56 @@ pub fn tokens(server: &RedisServer, key: &str, capacity: f64, refill_per_sec: f6
             (now + capacity * per - tat) / per
         }
         None => capacity,
+    }
+}
+
+impl RedisServer {
+    /// Script calls (`EVALSHA` and `EVAL`) since the last `CONFIG RESETSTAT`.
+    pub fn script_calls(&self) -> u64 {
+        let info = self.cli(&["INFO", "commandstats"]).unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+}
+
+/// A tracing writer the test can read back.
+#[derive(Clone, Default)]
+pub struct Captured(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// What was written so far, emptied.
+    pub fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+/// The invariant: every key the limiter wrote under `prefix` has an expiry
+/// (-2: it expired between the SCAN and the PTTL, which is fine).
+fn assert_expiring(prefix: &str, keys: &[(String, i64)]) {
+    assert!(
+        !keys.is_empty(),
+        "expected the limiter to have written keys under {prefix}"
+    );
+    for (k, pttl) in keys {
+        assert!(*pttl > 0 || *pttl == -2, "key {k} has PTTL {pttl}");
     }
 }
