@@ -136,6 +136,11 @@ const WITHIN: Numbers = Numbers {
     capacity: 1000,
     refill_per_sec: 1000,
 };
+/// One hot key: far more than the generator can send.
+const HOT: Numbers = Numbers {
+    capacity: 60_000,
+    refill_per_sec: 1_000_000,
+};
 /// Abuse: the abusers send hundreds per second against this.
 const TIGHT: Numbers = Numbers {
     capacity: 10,
@@ -148,6 +153,8 @@ enum Traffic {
     Normal,
     /// `ABUSE_PERCENT` % from the abusers, the rest over the normal keys.
     Abuse,
+    /// Every request on one hot key.
+    Hot,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +165,8 @@ enum Contender {
         label: &'static str,
         on_redis_error: &'static str,
         deadline: &'static str,
+        /// Hot-key leases (`lease_batch = LEASE_BATCH`).
+        lease: bool,
     },
     Peer,
     Governor,
@@ -169,18 +178,29 @@ const FLEET_REDIS: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis)",
     on_redis_error: "open",
     deadline: "50ms",
+    lease: false,
 };
+const FLEET_REDIS_LEASE: Contender = Contender::FleetRedis {
+    label: "fleetlimit (Redis, leases)",
+    on_redis_error: "open",
+    deadline: "50ms",
+    lease: true,
+};
+/// Tokens per lease in the hot-key scenario.
+const LEASE_BATCH: u32 = 50;
 const PEER: Contender = Contender::Peer;
 const GOVERNOR: Contender = Contender::Governor;
 const FROZEN_LOCAL: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis frozen, local)",
     on_redis_error: "local",
     deadline: "5ms",
+    lease: false,
 };
 const FROZEN_OPEN: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis frozen, open)",
     on_redis_error: "open",
     deadline: "5ms",
+    lease: false,
 };
 
 impl Contender {
@@ -269,6 +289,23 @@ fn scenarios() -> Vec<Scenario> {
             frozen: true,
             count_scripts: false,
             baseline: FLEET_MEMORY,
+        },
+        Scenario {
+            title: "(d) one hot key: leases",
+            about: format!(
+                "Every request carries the same API key, whose limit (a burst of {} \
+                 refilled at {}/s) admits all of them. fleetlimit on Redis as in (a), \
+                 then with `lease_batch = {LEASE_BATCH}` (the key is far above the \
+                 default `lease_above` of 50/s): one script call takes {LEASE_BATCH} \
+                 tokens, spent locally. `script calls/s` as in (b).",
+                HOT.capacity, HOT.refill_per_sec
+            ),
+            numbers: HOT,
+            traffic: Traffic::Hot,
+            contenders: vec![FLEET_REDIS, FLEET_REDIS_LEASE],
+            frozen: false,
+            count_scripts: true,
+            baseline: FLEET_REDIS,
         },
     ]
 }
@@ -686,7 +723,7 @@ fn router() -> Router {
 /// fleetlimit's configuration: one token-bucket limit keyed by the
 /// `x-api-key` header on route `/`, Redis settings when `redis` is given
 /// (the URL is set with `with_redis_url`).
-fn fleet_config(numbers: Numbers, redis: Option<(&str, &str)>) -> Config {
+fn fleet_config(numbers: Numbers, redis: Option<(&str, &str)>, lease: bool) -> Config {
     let mut toml = String::new();
     let mut on_redis_error = "open";
     if let Some((deadline, policy)) = redis {
@@ -703,6 +740,7 @@ key = "header:x-api-key"
 algorithm = "token-bucket"
 capacity = {capacity}
 refill = "{refill}/s"
+{lease}
 
 [[routes]]
 path = "/"
@@ -711,6 +749,11 @@ on_redis_error = "{on_redis_error}"
 "#,
         capacity = numbers.capacity,
         refill = numbers.refill_per_sec,
+        lease = if lease {
+            format!("lease_batch = {LEASE_BATCH}")
+        } else {
+            String::new()
+        },
     );
     Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"))
 }
@@ -719,16 +762,19 @@ async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Router, 
     match c {
         Contender::Bare => (router(), None),
         Contender::FleetMemory => (
-            router().layer(RateLimitLayer::in_memory(&fleet_config(numbers, None))),
+            router().layer(RateLimitLayer::in_memory(&fleet_config(
+                numbers, None, false,
+            ))),
             None,
         ),
         Contender::FleetRedis {
             on_redis_error,
             deadline,
+            lease,
             ..
         } => {
-            let cfg =
-                fleet_config(numbers, Some((deadline, on_redis_error))).with_redis_url(redis_url);
+            let cfg = fleet_config(numbers, Some((deadline, on_redis_error)), lease)
+                .with_redis_url(redis_url);
             let layer = RateLimitLayer::new(cfg)
                 .await
                 .expect("fleetlimit's Redis layer");
@@ -879,6 +925,7 @@ impl Tally {
 struct Keys {
     normal: Vec<HeaderValue>,
     abusers: Vec<HeaderValue>,
+    hot: HeaderValue,
 }
 
 impl Keys {
@@ -891,12 +938,14 @@ impl Keys {
             abusers: (0..ABUSERS)
                 .map(|i| header(format!("abuser-{i:02}")))
                 .collect(),
+            hot: header("hot-key".to_owned()),
         }
     }
 
     fn pick(&self, traffic: Traffic, rng: &mut Rng) -> &HeaderValue {
         match traffic {
             Traffic::Normal => &self.normal[rng.below(NORMAL_KEYS)],
+            Traffic::Hot => &self.hot,
             Traffic::Abuse => {
                 if (rng.below(100) as u64) < ABUSE_PERCENT {
                     &self.abusers[rng.below(ABUSERS)]

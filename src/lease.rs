@@ -29,6 +29,9 @@ struct Entry {
     expires: Instant,
     /// Remaining in Redis when the lease was taken (for honest headers).
     shared_left: f64,
+    /// A lease is being taken: the key's other requests ask Redis as usual
+    /// meanwhile instead of each taking a lease of its own.
+    taking: bool,
 }
 
 #[derive(Debug)]
@@ -80,6 +83,7 @@ impl Leases {
             tokens: 0.0,
             expires: now,
             shared_left: 0.0,
+            taking: false,
         });
         if now.duration_since(e.window) >= Duration::from_secs(1) {
             e.hits = 0;
@@ -93,7 +97,8 @@ impl Leases {
                 shared_left: e.shared_left,
             };
         }
-        if e.hits > above {
+        if e.hits > above && !e.taking {
+            e.taking = true;
             LeaseUse::Take
         } else {
             LeaseUse::Normal
@@ -106,6 +111,14 @@ impl Leases {
             e.tokens = tokens;
             e.expires = Instant::now() + LEASE_TTL;
             e.shared_left = shared_left;
+            e.taking = false;
+        }
+    }
+
+    /// No lease this time (refused, or Redis failed).
+    pub(crate) fn not_granted(&self, key: &str) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.taking = false;
         }
     }
 }
@@ -120,6 +133,11 @@ mod tests {
         assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Normal);
         assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Normal);
         assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Take);
+        assert_eq!(
+            l.use_for("k", 1.0, 2),
+            LeaseUse::Normal,
+            "one lease taken at a time"
+        );
         l.granted("k", 2.0, 50.0);
         assert!(matches!(l.use_for("k", 1.0, 2), LeaseUse::Spent { .. }));
         assert!(

@@ -333,7 +333,10 @@ impl Limiter {
                     }
                     // Not enough for a whole lease (or Redis failed): ask for
                     // this request alone, as usual.
-                    _ => None,
+                    _ => {
+                        self.leases.not_granted(&bucket.key);
+                        None
+                    }
                 }
             }
         }
