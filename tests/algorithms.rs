@@ -145,7 +145,7 @@ async fn sliding_window_refuses_most_of_the_boundary_burst_a_fixed_window_admits
     // then send 10 more just after: 20 admitted within a fraction of a second.
     assert_eq!(burst(&app, "/fixed10", "f", 1).await, 1);
     let opened = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1_750).saturating_sub(opened.elapsed())).await;
+    tokio::time::sleep(Duration::from_millis(1_500).saturating_sub(opened.elapsed())).await;
     let before = burst(&app, "/fixed10", "f", 9).await;
     tokio::time::sleep(Duration::from_millis(2_150).saturating_sub(opened.elapsed())).await;
     let after = burst(&app, "/fixed10", "f", 10).await;
@@ -159,12 +159,12 @@ async fn sliding_window_refuses_most_of_the_boundary_burst_a_fixed_window_admits
     // shape around a window boundary.
     let now = redis_now_ms(&server);
     let mut boundary = now.div_ceil(2_000) * 2_000;
-    if boundary - now < 600 {
+    if boundary - now < 900 {
         boundary += 2_000;
     }
     let started = Instant::now();
     tokio::time::sleep(
-        Duration::from_millis(boundary - now - 250).saturating_sub(started.elapsed()),
+        Duration::from_millis(boundary - now - 600).saturating_sub(started.elapsed()),
     )
     .await;
     let before = burst(&app, "/sliding", "s", 10).await;
