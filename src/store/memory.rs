@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-use super::{Check, Store, StoreFuture};
+use super::{Bucket, Check, Store, StoreFuture};
 use crate::algorithm::{Level, State};
 use crate::outcome::Outcome;
 
@@ -73,6 +73,9 @@ impl MemoryStore {
     #[must_use]
     pub fn check_now(&self, check: &Check) -> Outcome {
         let now = self.epoch.elapsed().as_secs_f64();
+        if let [bucket] = check.buckets.as_slice() {
+            return self.check_one(bucket, check.cost, now);
+        }
         let shard_of = |key: &str| (self.hasher.hash_one(key) as usize) % SHARDS;
         // Lock every shard involved, in index order, so the decision is
         // atomic across buckets and two requests cannot deadlock.
@@ -132,6 +135,42 @@ impl MemoryStore {
             limits.push(levels[i].report(cost, enough[i]));
         }
         Outcome { allowed, limits }
+    }
+}
+
+impl MemoryStore {
+    /// The common case, one bucket: one lock, one lookup, no scratch vectors.
+    fn check_one(&self, b: &Bucket, cost: f64, now: f64) -> Outcome {
+        let mut shard = lock(&self.shards[(self.hasher.hash_one(&b.key) as usize) % SHARDS]);
+        let (mut level, existed) = match shard.buckets.get_mut(&b.key) {
+            Some(e) => {
+                // A refused key is still a busy key (see `check_now`).
+                e.seen = now;
+                (Level::read(b.rule, Some(e.state), now), true)
+            }
+            None => (Level::read(b.rule, None, now), false),
+        };
+        let enough = cost <= 0.0 || level.avail() >= cost;
+        if enough {
+            let (state, idle_at) = level.write(cost);
+            let entry = Entry {
+                state,
+                idle_at,
+                seen: now,
+            };
+            if existed {
+                if let Some(e) = shard.buckets.get_mut(&b.key) {
+                    *e = entry;
+                }
+            } else {
+                shard.make_room(self.per_shard, now);
+                shard.buckets.insert(b.key.clone(), entry);
+            }
+        }
+        Outcome {
+            allowed: enough || b.shadow,
+            limits: vec![level.report(cost, enough)],
+        }
     }
 }
 
