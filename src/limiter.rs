@@ -54,6 +54,9 @@ pub(crate) struct Limiter {
     refused: RefusedCache,
     /// Hot keys' token leases.
     leases: Leases,
+    /// The primary store again, when it is the in-process one (decided
+    /// without a future).
+    local: Option<Arc<MemoryStore>>,
 }
 
 impl fmt::Debug for Limiter {
@@ -98,7 +101,26 @@ pub(crate) enum Decision {
     Reject(Rejection),
 }
 
-pub(crate) type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
+/// A decision: ready at once (in-process store, remembered refusal,
+/// missing key) without allocating, or a boxed future when it waits on
+/// Redis or a plan resolver.
+pub(crate) enum DecisionFuture {
+    Ready(Option<Decision>),
+    Boxed(Pin<Box<dyn Future<Output = Decision> + Send + 'static>>),
+}
+
+impl Future for DecisionFuture {
+    type Output = Decision;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Decision> {
+        match self.get_mut() {
+            Self::Ready(d) => {
+                std::task::Poll::Ready(d.take().expect("DecisionFuture polled after completion"))
+            }
+            Self::Boxed(f) => f.as_mut().poll(cx),
+        }
+    }
+}
 
 pub(crate) struct Extras {
     pub(crate) resolver: Option<Arc<dyn PlanResolver>>,
@@ -115,12 +137,14 @@ impl Extras {
 }
 
 impl Limiter {
+    /// `local`: the in-process store, when it is the primary store.
     pub(crate) fn new(
         cfg: &Config,
         store: Arc<dyn Store>,
-        store_is_local: bool,
+        local: Option<Arc<MemoryStore>>,
         extras: Extras,
     ) -> Self {
+        let store_is_local = local.is_some();
         Self {
             routes: RouteTable::new(cfg),
             client_ip: cfg.client_ip.clone(),
@@ -136,6 +160,7 @@ impl Limiter {
                 cfg.refused_cache_keys
             }),
             leases: Leases::new(cfg.memory_max_keys),
+            local,
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             plans: Plans::new(
                 cfg.plan_assignments.clone(),
@@ -219,11 +244,15 @@ impl Limiter {
             let rules = p.policy.limits.iter().map(|l| l.rule);
             if let Some(d) = self.refused_here(&p, p.keys.iter().map(|k| k.key.as_str()).zip(rules))
             {
-                return Box::pin(std::future::ready(d));
+                return DecisionFuture::Ready(Some(d));
+            }
+            // The in-process store never waits: decide here, no future.
+            if let Some(memory) = &self.local {
+                return DecisionFuture::Ready(Some(self.decide_locally(memory, &mut p)));
             }
         }
         let this = Arc::clone(self);
-        Box::pin(async move {
+        DecisionFuture::Boxed(Box::pin(async move {
             let mut buckets = Vec::with_capacity(p.keys.len());
             for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
                 let plan = match &k.plan_key {
@@ -266,7 +295,30 @@ impl Limiter {
                 }
                 Err(e) => this.degraded(&p, check, &e),
             }
-        })
+        }))
+    }
+
+    /// The in-process store as the primary store, for routes without plans:
+    /// the same steps as `decide`, synchronously.
+    fn decide_locally(self: &Arc<Self>, memory: &MemoryStore, p: &mut Pending) -> Decision {
+        let mut buckets = Vec::with_capacity(p.keys.len());
+        for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
+            let shadow = limit.shadow || p.policy.shadow;
+            if f64::from(p.cost) > limit.rule.capacity() && !shadow {
+                return too_costly(&limit.name, p.cost, limit.rule.capacity());
+            }
+            buckets.push(Bucket {
+                key: k.key,
+                rule: limit.rule,
+                shadow,
+            });
+        }
+        let check = Check {
+            cost: f64::from(p.cost),
+            buckets,
+        };
+        let outcome = memory.check_now(&check);
+        self.decision_from(p, check, &outcome, false)
     }
 
     /// The store, behind the circuit breaker.

@@ -72,7 +72,7 @@ where
             let mut this = self.as_mut().project();
             match this.state.as_mut().project() {
                 StateProj::Deciding { decision, call } => {
-                    let decision = ready!(decision.as_mut().poll(cx));
+                    let decision = ready!(Pin::new(decision).poll(cx));
                     match decision {
                         Decision::Admit(headers, refund) => {
                             let (mut service, mut req) =

@@ -49,7 +49,12 @@ impl RateLimitLayer {
     pub fn in_memory(config: &Config) -> Self {
         let store = Arc::new(MemoryStore::new(config.memory_max_keys));
         Self {
-            limiter: Arc::new(Limiter::new(config, store, true, Extras::none())),
+            limiter: Arc::new(Limiter::new(
+                config,
+                store.clone(),
+                Some(store),
+                Extras::none(),
+            )),
         }
     }
 
@@ -58,7 +63,7 @@ impl RateLimitLayer {
     #[must_use]
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Self {
         Self {
-            limiter: Arc::new(Limiter::new(config, store, false, Extras::none())),
+            limiter: Arc::new(Limiter::new(config, store, None, Extras::none())),
         }
     }
 
@@ -159,17 +164,22 @@ impl RateLimitLayerBuilder {
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
         let mut redis = None;
-        let (store, local): (Arc<dyn Store>, bool) = match (self.store, &cfg.redis) {
-            (Some(s), _) => (s, false),
-            (None, Some(r)) => {
-                let s = RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
-                    .await?
-                    .with_coalescing(r.coalesce);
-                redis = Some(s.clone());
-                (Arc::new(s), false)
-            }
-            (None, None) => (Arc::new(MemoryStore::new(cfg.memory_max_keys)), true),
-        };
+        let (store, local): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
+            match (self.store, &cfg.redis) {
+                (Some(s), _) => (s, None),
+                (None, Some(r)) => {
+                    let s =
+                        RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
+                            .await?
+                            .with_coalescing(r.coalesce);
+                    redis = Some(s.clone());
+                    (Arc::new(s), None)
+                }
+                (None, None) => {
+                    let m = Arc::new(MemoryStore::new(cfg.memory_max_keys));
+                    (m.clone(), Some(m))
+                }
+            };
         let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = format!("{}:fleet:{{instances}}", cfg.key_prefix);

@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::limiter::{Limiter, Plan};
+use crate::limiter::{DecisionFuture, Limiter, Plan};
 
 /// Middleware that rate limits requests; see the [module docs](super).
 #[derive(Clone, Debug)]
@@ -53,7 +53,7 @@ where
         match plan {
             Plan::Unlimited => ResponseFuture::serving(inner.call(req), None),
             Plan::Now(decision) => {
-                ResponseFuture::deciding(Box::pin(std::future::ready(decision)), inner, req)
+                ResponseFuture::deciding(DecisionFuture::Ready(Some(decision)), inner, req)
             }
             Plan::Ask(pending) => {
                 ResponseFuture::deciding(self.limiter.decide(pending), inner, req)
