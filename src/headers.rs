@@ -38,12 +38,22 @@ impl RateHeaders {
     }
 
     pub(crate) fn write(&self, h: &mut HeaderMap) {
-        h.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(self.limit));
-        h.insert(
-            X_RATELIMIT_REMAINING.clone(),
-            HeaderValue::from(self.remaining),
-        );
-        h.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(self.reset));
+        h.insert(X_RATELIMIT_LIMIT.clone(), number(self.limit));
+        h.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
+        h.insert(X_RATELIMIT_RESET.clone(), number(self.reset));
+    }
+}
+
+/// Header values of small numbers are built once and shared (a clone is a
+/// reference count, not an allocation); larger ones are formatted.
+fn number(n: u64) -> HeaderValue {
+    const CACHED: u64 = 1024;
+    static VALUES: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    if n < CACHED {
+        let values = VALUES.get_or_init(|| (0..CACHED).map(HeaderValue::from).collect());
+        values[n as usize].clone()
+    } else {
+        HeaderValue::from(n)
     }
 }
 

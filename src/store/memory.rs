@@ -142,31 +142,37 @@ impl MemoryStore {
     /// The common case, one bucket: one lock, one lookup, no scratch vectors.
     fn check_one(&self, b: &Bucket, cost: f64, now: f64) -> Outcome {
         let mut shard = lock(&self.shards[(self.hasher.hash_one(&b.key) as usize) % SHARDS]);
-        let (mut level, existed) = match shard.buckets.get_mut(&b.key) {
-            Some(e) => {
-                // A refused key is still a busy key (see `check_now`).
-                e.seen = now;
-                (Level::read(b.rule, Some(e.state), now), true)
-            }
-            None => (Level::read(b.rule, None, now), false),
+        let decide = |level: &mut Level| {
+            let enough = cost <= 0.0 || level.avail() >= cost;
+            let written = enough.then(|| level.write(cost));
+            (enough, written)
         };
-        let enough = cost <= 0.0 || level.avail() >= cost;
-        if enough {
-            let (state, idle_at) = level.write(cost);
-            let entry = Entry {
-                state,
-                idle_at,
-                seen: now,
-            };
-            if existed {
-                if let Some(e) = shard.buckets.get_mut(&b.key) {
-                    *e = entry;
-                }
-            } else {
-                shard.make_room(self.per_shard, now);
-                shard.buckets.insert(b.key.clone(), entry);
+        let (level, enough) = if let Some(e) = shard.buckets.get_mut(&b.key) {
+            // A refused key is still a busy key (see `check_now`).
+            e.seen = now;
+            let mut level = Level::read(b.rule, Some(e.state), now);
+            let (enough, written) = decide(&mut level);
+            if let Some((state, idle_at)) = written {
+                e.state = state;
+                e.idle_at = idle_at;
             }
-        }
+            (level, enough)
+        } else {
+            let mut level = Level::read(b.rule, None, now);
+            let (enough, written) = decide(&mut level);
+            if let Some((state, idle_at)) = written {
+                shard.make_room(self.per_shard, now);
+                shard.buckets.insert(
+                    b.key.clone(),
+                    Entry {
+                        state,
+                        idle_at,
+                        seen: now,
+                    },
+                );
+            }
+            (level, enough)
+        };
         Outcome {
             allowed: enough || b.shadow,
             limits: vec![level.report(cost, enough)],
