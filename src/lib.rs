@@ -16,10 +16,11 @@
 //!    counted by IP or refused with 401, as the limit says — never put in a
 //!    shared "empty" bucket.
 //! 3. **Check** ([`store::Store`]): every limit of the request is decided in
-//!    one call — one `EVALSHA` of `lua/token_bucket.lua` on Redis with a
-//!    hard deadline (5 ms by default), or the in-process [`store::MemoryStore`].
-//!    The script uses Redis `TIME`, refills, takes `cost` tokens from every
-//!    bucket or none, and writes each key with its expiry in one `SET … PX`.
+//!    one call — one `EVALSHA` on Redis with a hard deadline (5 ms by
+//!    default), or the in-process [`store::MemoryStore`]. The scripts
+//!    (`lua/`) use Redis `TIME`, refill, take `cost` from every limit or none,
+//!    and write each key together with its expiry. A circuit breaker stops
+//!    calling a failing Redis for a cool-off.
 //! 4. **Decide**: admitted requests reach the service and get
 //!    `X-RateLimit-*` headers; refused ones get `429` with `Retry-After`.
 //! 5. **Redis failed**: the route's `on_redis_error` — `open`, `closed`
