@@ -30,7 +30,7 @@
 //! Under `cargo test --benches` (no `--bench` argument) it only says how
 //! to run it: a load run is minutes of both cores, not a test.
 //!
-//! `LOAD_ONLY=<part of a contender's name>` (e.g. `LOAD_ONLY="fleetlimit
+//! `LOAD_ONLY=<part of a contender's name>` (several: `a|b`) (e.g. `LOAD_ONLY="fleetlimit
 //! (Redis)"`) runs only the matching contenders, skips the script costs
 //! and leaves the docs alone: for profiling one contender (`perf record
 //! -p <pid>`; the server's threads are named `load-server*`, the
@@ -340,7 +340,8 @@ fn main() {
     let mut sections = String::new();
     for (i, mut sc) in scenarios().into_iter().enumerate() {
         if let Some(only) = &only {
-            sc.contenders.retain(|c| c.name().contains(only.as_str()));
+            // `a|b`: contenders whose name contains a or b.
+            sc.contenders.retain(|c| only.split('|').any(|o| c.name().contains(o)));
             if sc.contenders.is_empty() {
                 continue;
             }
