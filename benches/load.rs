@@ -341,7 +341,8 @@ fn main() {
     for (i, mut sc) in scenarios().into_iter().enumerate() {
         if let Some(only) = &only {
             // `a|b`: contenders whose name contains a or b.
-            sc.contenders.retain(|c| only.split('|').any(|o| c.name().contains(o)));
+            sc.contenders
+                .retain(|c| only.split('|').any(|o| c.name().contains(o)));
             if sc.contenders.is_empty() {
                 continue;
             }
