@@ -11,15 +11,13 @@
 //! Standalone and Sentinel only: on a cluster a script may touch one slot.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::redis::{is_noscript, map_err, parse_one, Script};
+use super::redis::{map_err, parse_one, Inner};
 use super::{Bucket, StoreError};
 use crate::outcome::Outcome;
 
@@ -40,16 +38,9 @@ pub(crate) struct Batcher {
     tx: mpsc::Sender<Job>,
 }
 
-pub(crate) struct Scripts {
-    pub(crate) one: Script,
-    pub(crate) batch: Script,
-    pub(crate) options: fred::types::config::Options,
-    pub(crate) deadline: Duration,
-}
-
 impl Batcher {
     /// Starts the draining task; it ends when the last `Batcher` is dropped.
-    pub(crate) fn start(pool: Pool, scripts: Arc<Scripts>) -> Self {
+    pub(crate) fn start(pool: Pool, scripts: Arc<Inner>) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -88,7 +79,7 @@ impl Batcher {
     }
 }
 
-async fn run(pool: &Pool, scripts: &Scripts, jobs: Vec<Job>) {
+async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
     let started = Instant::now();
     let script = if jobs.len() == 1 {
         &scripts.one
@@ -109,27 +100,9 @@ async fn run(pool: &Pool, scripts: &Scripts, jobs: Vec<Job>) {
         }
         args
     };
-    let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
-    let reply = match pool
-        .with_options(&scripts.options)
-        .custom::<Value, Value>(evalsha, args(&script.sha))
-        .await
-    {
-        Err(e) if is_noscript(&e) => {
-            let mut opts = scripts.options.clone();
-            opts.timeout = Some(
-                scripts
-                    .deadline
-                    .saturating_sub(started.elapsed())
-                    .max(Duration::from_millis(1)),
-            );
-            let eval = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
-            pool.with_options(&opts)
-                .custom::<Value, Value>(eval, args(&script.text))
-                .await
-        }
-        other => other,
-    };
+    let reply = scripts
+        .eval(pool, script, ClusterHash::FirstKey, started, args)
+        .await;
     let replies: Vec<Result<Value, StoreError>> = match reply.map_err(map_err) {
         Ok(Value::Array(items)) if jobs.len() > 1 && items.len() == jobs.len() => {
             items.into_iter().map(Ok).collect()

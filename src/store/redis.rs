@@ -20,7 +20,7 @@ use fred::types::config::{Config as FredConfig, Options, ReconnectPolicy};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
-use super::batch::{Batcher, Scripts};
+use super::batch::Batcher;
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::Rule;
 use crate::outcome::{LimitState, Outcome};
@@ -64,8 +64,9 @@ impl Script {
     }
 }
 
-struct Inner {
-    one: Script,
+pub(crate) struct Inner {
+    pub(crate) one: Script,
+    pub(crate) batch: Script,
     decide: Script,
     deadline: Duration,
     options: Options,
@@ -116,6 +117,7 @@ impl RedisStore {
             pool,
             inner: Arc::new(Inner {
                 one: Script::new(ONE),
+                batch: Script::new(BATCH),
                 decide: Script::new(SCRIPT),
                 deadline,
                 options: Options {
@@ -205,17 +207,8 @@ impl RedisStore {
     /// `batch.rs`); ignored on a cluster. Needs a tokio runtime.
     #[must_use]
     pub fn with_coalescing(mut self, on: bool) -> Self {
-        self.batcher = (on && !self.pool.is_clustered()).then(|| {
-            Batcher::start(
-                self.pool.clone(),
-                Arc::new(Scripts {
-                    one: Script::new(ONE),
-                    batch: Script::new(BATCH),
-                    options: self.inner.options.clone(),
-                    deadline: self.inner.deadline,
-                }),
-            )
-        });
+        self.batcher = (on && !self.pool.is_clustered())
+            .then(|| Batcher::start(self.pool.clone(), Arc::clone(&self.inner)));
         self
     }
 
@@ -260,14 +253,19 @@ impl Store for RedisStore {
         }
         let pool = self.pool.clone();
         let inner = Arc::clone(&self.inner);
-        let groups = slot_groups(check, pool.is_clustered());
+        // Only a cluster cares about slots; standalone is always one call.
+        let groups = if pool.is_clustered() {
+            slot_groups(check)
+        } else {
+            Vec::new()
+        };
         let check = check.clone();
         Box::pin(async move {
             let started = Instant::now();
             // One call for the whole request, unless a cluster spreads its
             // keys over several slots (see `slot_groups`).
             let run = async {
-                if groups.len() == 1 {
+                if groups.len() <= 1 {
                     return inner.run(&pool, &check, started).await;
                 }
                 inner.run_in_order(&pool, &check, &groups, started).await
@@ -283,11 +281,8 @@ impl Store for RedisStore {
 }
 
 /// Indexes of the check's buckets, grouped by cluster slot in the route's
-/// order. Standalone Redis does not care about slots: one group.
-fn slot_groups(check: &Check, clustered: bool) -> Vec<Vec<usize>> {
-    if !clustered {
-        return vec![(0..check.buckets.len()).collect()];
-    }
+/// order.
+fn slot_groups(check: &Check) -> Vec<Vec<usize>> {
     let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
     for (i, b) in check.buckets.iter().enumerate() {
         let slot = fred::util::redis_keyslot(b.key.as_bytes());
@@ -314,26 +309,29 @@ impl Inner {
             _ => false,
         };
         let script = if lean { &self.one } else { &self.decide };
-        let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
-        args.push(script.sha.clone());
-        args.push(Value::Integer(n as i64));
-        args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
-        args.push(Value::from(check.cost.to_string()));
-        if lean {
-            // EVALSHA sha 1 key cost capacity refill
-            let (_, capacity, refill) = check.buckets[0].rule.script_args();
-            args.push(Value::from(capacity.to_string()));
-            args.push(Value::from(refill.to_string()));
-        } else {
-            // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
-            for b in &check.buckets {
-                let (code, p1, p2) = b.rule.script_args();
-                args.push(Value::from(code));
-                args.push(Value::from(p1.to_string()));
-                args.push(Value::from(p2.to_string()));
-                args.push(Value::from(if b.shadow { "1" } else { "0" }));
+        let args = |head: &Value| {
+            let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
+            args.push(head.clone());
+            args.push(Value::Integer(n as i64));
+            args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
+            args.push(Value::from(check.cost.to_string()));
+            if lean {
+                // EVALSHA sha 1 key cost capacity refill
+                let (_, capacity, refill) = check.buckets[0].rule.script_args();
+                args.push(Value::from(capacity.to_string()));
+                args.push(Value::from(refill.to_string()));
+            } else {
+                // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
+                for b in &check.buckets {
+                    let (code, p1, p2) = b.rule.script_args();
+                    args.push(Value::from(code));
+                    args.push(Value::from(p1.to_string()));
+                    args.push(Value::from(p2.to_string()));
+                    args.push(Value::from(if b.shadow { "1" } else { "0" }));
+                }
             }
-        }
+            args
+        };
         // Route by the slot of the first key, computed here: measured with fred
         // 10.1 on a 3-primary cluster, `ClusterHash::Offset(2)` on a custom
         // EVALSHA is sent to the wrong node and, with one attempt allowed,
@@ -349,33 +347,46 @@ impl Inner {
         } else {
             ClusterHash::FirstKey
         };
+        let reply = self.eval(pool, script, slot, started, args).await;
+        let reply = reply.map_err(map_err)?;
+        if lean {
+            parse_one(reply, &check.buckets[0])
+        } else {
+            parse(reply, &check.buckets)
+        }
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) `EVAL`
+    /// of the same arguments within what is left of the deadline; `EVAL`
+    /// also caches the script again. `args` builds the arguments after the
+    /// script's SHA or text, so nothing is copied for the rare second call.
+    pub(crate) async fn eval(
+        &self,
+        pool: &Pool,
+        script: &Script,
+        slot: ClusterHash,
+        started: Instant,
+        args: impl Fn(&Value) -> Vec<Value>,
+    ) -> Result<Value, FredError> {
         let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
-        let reply = match pool
+        match pool
             .with_options(&self.options)
-            .custom::<Value, Value>(evalsha, args.clone())
+            .custom::<Value, Value>(evalsha, args(&script.sha))
             .await
         {
             Err(e) if is_noscript(&e) => {
-                // Same arguments, the script's text instead of its SHA.
                 let mut opts = self.options.clone();
                 opts.timeout = Some(
                     self.deadline
                         .saturating_sub(started.elapsed())
                         .max(Duration::from_millis(1)),
                 );
-                args[0] = script.text.clone();
                 let eval = CustomCommand::new_static("EVAL", slot, false);
                 pool.with_options(&opts)
-                    .custom::<Value, Value>(eval, args)
+                    .custom::<Value, Value>(eval, args(&script.text))
                     .await
             }
             other => other,
-        };
-        let reply = reply.map_err(map_err)?;
-        if lean {
-            parse_one(reply, &check.buckets[0])
-        } else {
-            parse(reply, &check.buckets)
         }
     }
 
@@ -439,7 +450,7 @@ impl Inner {
     }
 }
 
-pub(crate) fn is_noscript(e: &FredError) -> bool {
+fn is_noscript(e: &FredError) -> bool {
     e.details().starts_with("NOSCRIPT")
 }
 
