@@ -89,6 +89,32 @@ struct PendingKey {
     key: String,
     /// The key value plans are looked up by, for limits that have plans.
     plan_key: Option<String>,
+    /// The caller's plan, once looked up.
+    plan: Option<Arc<str>>,
+}
+
+/// The store check of a request, each limit on the caller's plan (the
+/// key strings move into it); or the answer when the cost can never fit.
+// The refusal is rare and built once; boxing it would cost every caller.
+#[allow(clippy::result_large_err)]
+fn check_for(p: &mut Pending) -> Result<Check, Decision> {
+    let mut buckets = Vec::with_capacity(p.keys.len());
+    for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
+        let rule = limit.rule_for(k.plan.as_deref());
+        let shadow = limit.shadow || p.policy.shadow;
+        if f64::from(p.cost) > rule.capacity() && !shadow {
+            return Err(too_costly(&limit.name, p.cost, rule.capacity()));
+        }
+        buckets.push(Bucket {
+            key: k.key,
+            rule,
+            shadow,
+        });
+    }
+    Ok(Check {
+        cost: f64::from(p.cost),
+        buckets,
+    })
 }
 
 /// What the layer does with the request.
@@ -223,9 +249,15 @@ impl Limiter {
             keys.push(PendingKey {
                 key: material.redis_key(&self.prefix, &limit.name),
                 plan_key: (!limit.plans.is_empty()).then(|| material.plan_key()),
+                plan: None,
             });
         }
-        let cost = match matched.and_then(|m| self.cost_fns.get(m)) {
+        let cost_fn = if self.cost_fns.is_empty() {
+            None
+        } else {
+            matched.and_then(|m| self.cost_fns.get(m))
+        };
+        let cost = match cost_fn {
             Some(f) => f(&RequestRef::new(req)),
             None => policy.cost,
         };
@@ -253,26 +285,14 @@ impl Limiter {
         }
         let this = Arc::clone(self);
         DecisionFuture::Boxed(Box::pin(async move {
-            let mut buckets = Vec::with_capacity(p.keys.len());
-            for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
-                let plan = match &k.plan_key {
-                    Some(pk) => this.plans.plan_of(pk).await,
-                    None => None,
-                };
-                let rule = limit.rule_for(plan.as_deref());
-                let shadow = limit.shadow || p.policy.shadow;
-                if f64::from(p.cost) > rule.capacity() && !shadow {
-                    return too_costly(&limit.name, p.cost, rule.capacity());
+            for k in &mut p.keys {
+                if let Some(pk) = &k.plan_key {
+                    k.plan = this.plans.plan_of(pk).await;
                 }
-                buckets.push(Bucket {
-                    key: k.key,
-                    rule,
-                    shadow,
-                });
             }
-            let check = Check {
-                cost: f64::from(p.cost),
-                buckets,
+            let check = match check_for(&mut p) {
+                Ok(check) => check,
+                Err(d) => return d,
             };
             let has_plans = p.policy.limits.iter().any(|l| !l.plans.is_empty());
             if has_plans {
@@ -301,21 +321,9 @@ impl Limiter {
     /// The in-process store as the primary store, for routes without plans:
     /// the same steps as `decide`, synchronously.
     fn decide_locally(self: &Arc<Self>, memory: &MemoryStore, p: &mut Pending) -> Decision {
-        let mut buckets = Vec::with_capacity(p.keys.len());
-        for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
-            let shadow = limit.shadow || p.policy.shadow;
-            if f64::from(p.cost) > limit.rule.capacity() && !shadow {
-                return too_costly(&limit.name, p.cost, limit.rule.capacity());
-            }
-            buckets.push(Bucket {
-                key: k.key,
-                rule: limit.rule,
-                shadow,
-            });
-        }
-        let check = Check {
-            cost: f64::from(p.cost),
-            buckets,
+        let check = match check_for(p) {
+            Ok(check) => check,
+            Err(d) => return d,
         };
         let outcome = memory.check_now(&check);
         self.decision_from(p, check, &outcome, false)
@@ -585,17 +593,12 @@ impl Refund {
         cost: u32,
         local: bool,
     ) -> Option<Self> {
-        let charged: Vec<Bucket> = check
-            .buckets
-            .drain(..)
-            .zip(&o.limits)
-            .filter(|(_, s)| s.enough)
-            .map(|(b, _)| b)
-            .collect();
-        if charged.is_empty() {
+        // Keep only the buckets that were charged, in place.
+        let mut charged = o.limits.iter().map(|s| s.enough);
+        check.buckets.retain(|_| charged.next().unwrap_or(false));
+        if check.buckets.is_empty() {
             return None;
         }
-        check.buckets = charged;
         Some(Self {
             inner: Arc::new(RefundInner {
                 limiter: Arc::clone(limiter),
