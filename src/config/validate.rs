@@ -153,7 +153,11 @@ impl<'s> Validator<'s> {
     ) -> Result<(), ConfigError> {
         self.check_name("plan name", plan, plan_span)?;
         let Some(i) = self.limits.iter().position(|l| &*l.name == limit) else {
-            return Err(self.unknown_limit(limit, limit_span));
+            return Err(self.unknown_limit(
+                self.limits.iter().map(|l| &*l.name),
+                limit,
+                limit_span,
+            ));
         };
         let r = rule(&self.limits[i].rule).map_err(|e| self.err(limit_span.clone(), e))?;
         self.check_rule(limit, &r, limit_span)?;
@@ -162,8 +166,14 @@ impl<'s> Validator<'s> {
         Ok(())
     }
 
-    fn unknown_limit(&self, name: &str, span: Span) -> ConfigError {
-        let known: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
+    /// `known`: the limits defined (before or after they are shared).
+    fn unknown_limit<'a>(
+        &self,
+        known: impl Iterator<Item = &'a str>,
+        name: &str,
+        span: Span,
+    ) -> ConfigError {
+        let known: Vec<&str> = known.collect();
         self.err(
             span,
             format!("unknown limit {name:?} (defined: {})", known.join(", ")),
@@ -211,11 +221,7 @@ impl<'s> Validator<'s> {
         let mut picked: Vec<Arc<Limit>> = Vec::new();
         for (name, span) in names {
             let Some(l) = limits.iter().find(|l| &*l.name == name) else {
-                let known: Vec<&str> = limits.iter().map(|l| &*l.name).collect();
-                return Err(self.err(
-                    span,
-                    format!("unknown limit {name:?} (defined: {})", known.join(", ")),
-                ));
+                return Err(self.unknown_limit(limits.iter().map(|l| &*l.name), name, span));
             };
             let smallest = l
                 .plans
