@@ -71,14 +71,15 @@ async fn the_live_count_follows_the_fleet_and_survives_an_outage() {
     // One instance dies (its heartbeat stops, as in a crash).
     drop(layers.pop());
     // Documented staleness: dead_after (1 s) plus one heartbeat (200 ms);
-    // the rest of the margin is for a busy machine, not the design.
+    // the rest of the margin is for a busy machine, not the design
+    // (`wait_for` fails past it).
     let took = wait_for(
         &layers.iter().collect::<Vec<_>>(),
         2,
         Duration::from_secs(4),
     )
     .await;
-    assert!(took <= Duration::from_secs(4), "{took:?}");
+    println!("the live count dropped to 2 after {took:?}");
 
     // Redis goes away: the last count (2) is kept, and the local fallback
     // allows capacity 12 ÷ 2 = 6 on this instance.
