@@ -1427,21 +1427,28 @@ const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         batch: 1,
     },
     ScriptCase {
-        name: "fleetlimit lean single-bucket script (lua/token_bucket_one.lua)",
-        text: Text::File("lua/token_bucket_one.lua"),
+        name: "fleetlimit lean script, 1 decision per call (lua/token_bucket_lean.lua)",
+        text: Text::File("lua/token_bucket_lean.lua"),
         key: "rl:per-key:{key-__rand_int__}",
-        // cost, capacity, refill/s
-        args: &["1", "1000", "1000"],
-        library_sha: None,
+        // per decision: cost × µs per token, capacity × µs per token
+        args: &["1000", "1000000"],
+        library_sha: Some(RedisStore::lean_script_sha),
         batch: 1,
     },
     ScriptCase {
-        name: "fleetlimit coalesced script, 16 decisions per call (lua/token_bucket_batch.lua)",
-        text: Text::File("lua/token_bucket_batch.lua"),
+        name: "fleetlimit lean script, 4 decisions per call (coalesced)",
+        text: Text::File("lua/token_bucket_lean.lua"),
         key: "rl:per-key:{key-__rand_int__}",
-        // per decision: cost, capacity, refill/s
-        args: &["1", "1000", "1000"],
-        library_sha: None,
+        args: &["1000", "1000000"],
+        library_sha: Some(RedisStore::lean_script_sha),
+        batch: 4,
+    },
+    ScriptCase {
+        name: "fleetlimit lean script, 16 decisions per call (coalesced)",
+        text: Text::File("lua/token_bucket_lean.lua"),
+        key: "rl:per-key:{key-__rand_int__}",
+        args: &["1000", "1000000"],
+        library_sha: Some(RedisStore::lean_script_sha),
         batch: 16,
     },
 ];

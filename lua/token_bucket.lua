@@ -4,12 +4,12 @@
 -- (TAT), in microseconds of Redis TIME. The bucket is full when TAT <= now;
 -- it holds (now + cap × per − TAT) ÷ per tokens, where per = 1 ÷ rate is the
 -- time one token takes to refill. Taking `cost` tokens moves TAT forward by
--- cost × per. The key is written with SET … PX = time until full, so the
--- value and its expiry are one write, no key ever lives without a TTL, and
--- an expired (missing) key is exactly a full bucket.
---
--- lua/token_bucket_one.lua is the same arithmetic for the common case of a
--- request counted against a single token bucket.
+-- cost × per. The key is written with its expiry in one SET, so no key ever
+-- lives without a TTL: 1 ms after the end of the second (Redis time) in
+-- which the bucket is full again, so an expired (missing) key is a full
+-- bucket. lua/token_bucket_lean.lua (the common case: a request counted
+-- against a single token bucket) keeps the same state and expiry rule, so
+-- either script may follow the other on one key.
 local token_bucket = {}
 
 function token_bucket.read(key, cap, rate, now)
@@ -24,7 +24,7 @@ function token_bucket.write(key, s, cost, now)
   local tat = s.tat + cost * s.per
   if tat < now then tat = now end
   s.tat = tat
-  redis.call('SET', key, string.format('%.17g', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+  redis.call('SET', key, string.format('%.17g', tat), 'PXAT', math.ceil(tat / 1000000) * 1000 + 1)
 end
 
 -- Nothing to repair: every write carries its expiry.

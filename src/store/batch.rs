@@ -4,8 +4,8 @@
 //! A request hands its check to a queue and waits (within its own deadline)
 //! for its answer. One task drains the queue: it takes whatever is waiting
 //! right now — no timer, so a lone request on an idle server goes out at
-//! once, alone — and sends it as one `EVALSHA` (the lean script for one, the
-//! batch script for several), without waiting for the answer before taking
+//! once, alone — and sends it as one `EVALSHA` of the lean script (which
+//! takes one check or many), without waiting for the answer before taking
 //! the next batch, so calls stay pipelined. Under load this divides Redis's
 //! per-call overhead and the client's per-command work by the batch size.
 //! Standalone and Sentinel only: on a cluster a script may touch one slot.
@@ -17,7 +17,7 @@ use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::redis::{map_err, parse_one, Inner};
+use super::redis::{map_err, Inner, LeanArgs};
 use super::{Bucket, StoreError};
 use crate::outcome::Outcome;
 
@@ -29,7 +29,7 @@ const MAX_QUEUED: usize = 16_384;
 
 pub(crate) struct Job {
     bucket: Bucket,
-    cost: f64,
+    args: LeanArgs,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
@@ -63,13 +63,17 @@ impl Batcher {
         Self { tx }
     }
 
-    /// Queues one single-bucket check and waits for its answer.
-    pub(crate) async fn check(&self, bucket: Bucket, cost: f64) -> Result<Outcome, StoreError> {
+    /// Queues one single-token-bucket check and waits for its answer.
+    pub(crate) async fn check(
+        &self,
+        bucket: Bucket,
+        args: LeanArgs,
+    ) -> Result<Outcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .try_send(Job {
                 bucket,
-                cost,
+                args,
                 reply,
             })
             .map_err(|_| StoreError::Unavailable("too many checks waiting for Redis".into()))?;
@@ -81,33 +85,34 @@ impl Batcher {
 
 async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
     let started = Instant::now();
-    let script = if jobs.len() == 1 {
-        &scripts.one
-    } else {
-        &scripts.batch
-    };
     // Built again (rarely) for EVAL, rather than cloned on every call.
     let args = |head: &Value| {
-        let mut args: Vec<Value> = Vec::with_capacity(2 + 4 * jobs.len());
+        let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * jobs.len());
         args.push(head.clone());
         args.push(Value::Integer(jobs.len() as i64));
         args.extend(jobs.iter().map(|j| Value::from(j.bucket.key.as_str())));
+        // Checks of one limit share their numbers: printed once, then the
+        // (reference-counted) values are reused.
+        let mut last: Option<(LeanArgs, (Value, Value))> = None;
         for j in &jobs {
-            let (_, capacity, refill) = j.bucket.rule.script_args();
-            args.push(Value::from(j.cost.to_string()));
-            args.push(Value::from(capacity.to_string()));
-            args.push(Value::from(refill.to_string()));
+            let (inc, burst) = match &last {
+                Some((a, values)) if *a == j.args => values.clone(),
+                _ => {
+                    let values = j.args.values();
+                    last = Some((j.args, values.clone()));
+                    values
+                }
+            };
+            args.push(inc);
+            args.push(burst);
         }
         args
     };
     let reply = scripts
-        .eval(pool, script, ClusterHash::FirstKey, started, args)
+        .eval(pool, &scripts.lean, ClusterHash::FirstKey, started, args)
         .await;
     let replies: Vec<Result<Value, StoreError>> = match reply.map_err(map_err) {
-        Ok(Value::Array(items)) if jobs.len() > 1 && items.len() == jobs.len() => {
-            items.into_iter().map(Ok).collect()
-        }
-        Ok(one) if jobs.len() == 1 => vec![Ok(one)],
+        Ok(Value::Array(items)) if items.len() == jobs.len() => items.into_iter().map(Ok).collect(),
         Ok(other) => {
             let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
             jobs.iter().map(|_| Err(e.clone())).collect()
@@ -119,6 +124,6 @@ async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
         // may still have charged it — an unknown outcome, as for any timeout).
         let _ = job
             .reply
-            .send(reply.and_then(|v| parse_one(v, &job.bucket)));
+            .send(reply.and_then(|v| job.args.parse(&v, &job.bucket)));
     }
 }

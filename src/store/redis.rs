@@ -25,11 +25,9 @@ use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::Rule;
 use crate::outcome::{LimitState, Outcome};
 
-/// The lean script for one token bucket (most requests).
-pub(crate) const ONE: &str = include_str!("../../lua/token_bucket_one.lua");
-
-/// Several single-bucket requests in one call (see `batch.rs`).
-pub(crate) const BATCH: &str = include_str!("../../lua/token_bucket_batch.lua");
+/// The lean script: single-token-bucket checks (most requests), one or
+/// several per call (see `batch.rs`).
+pub(crate) const LEAN: &str = include_str!("../../lua/token_bucket_lean.lua");
 
 /// The decision script, run by `EVALSHA`: each algorithm's functions, then
 /// the driver that decides every limit of a request at once.
@@ -65,8 +63,7 @@ impl Script {
 }
 
 pub(crate) struct Inner {
-    pub(crate) one: Script,
-    pub(crate) batch: Script,
+    pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
     options: Options,
@@ -116,8 +113,7 @@ impl RedisStore {
         let store = Self {
             pool,
             inner: Arc::new(Inner {
-                one: Script::new(ONE),
-                batch: Script::new(BATCH),
+                lean: Script::new(LEAN),
                 decide: Script::new(SCRIPT),
                 deadline,
                 options: Options {
@@ -149,7 +145,7 @@ impl RedisStore {
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
     /// check also recovers by itself.
     pub async fn load_script(&self) -> Result<(), StoreError> {
-        for text in [ONE, BATCH, SCRIPT] {
+        for text in [LEAN, SCRIPT] {
             if self.pool.is_clustered() {
                 let () = self
                     .pool
@@ -229,22 +225,18 @@ impl RedisStore {
     /// counted against a single token bucket).
     #[must_use]
     pub fn lean_script_sha() -> String {
-        fred::util::sha1_hash(ONE)
+        fred::util::sha1_hash(LEAN)
     }
 }
 
 impl Store for RedisStore {
     fn check(&self, check: &Check) -> StoreFuture {
         if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
-            if matches!(bucket.rule, Rule::TokenBucket { .. }) {
-                let (batcher, bucket, cost, deadline) = (
-                    batcher.clone(),
-                    bucket.clone(),
-                    check.cost,
-                    self.inner.deadline,
-                );
+            if let Some(args) = LeanArgs::new(&bucket.rule, check.cost) {
+                let (batcher, bucket, deadline) =
+                    (batcher.clone(), bucket.clone(), self.inner.deadline);
                 return Box::pin(async move {
-                    match tokio::time::timeout(deadline, batcher.check(bucket, cost)).await {
+                    match tokio::time::timeout(deadline, batcher.check(bucket, args)).await {
                         Ok(r) => r,
                         Err(_) => Err(StoreError::Timeout),
                     }
@@ -305,22 +297,26 @@ impl Inner {
     ) -> Result<Outcome, StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
-            [b] => matches!(b.rule, Rule::TokenBucket { .. }),
-            _ => false,
+            [b] => LeanArgs::new(&b.rule, check.cost),
+            _ => None,
         };
-        let script = if lean { &self.one } else { &self.decide };
+        let script = if lean.is_some() {
+            &self.lean
+        } else {
+            &self.decide
+        };
         let args = |head: &Value| {
             let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
             args.push(head.clone());
             args.push(Value::Integer(n as i64));
             args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
-            args.push(Value::from(check.cost.to_string()));
-            if lean {
-                // EVALSHA sha 1 key cost capacity refill
-                let (_, capacity, refill) = check.buckets[0].rule.script_args();
-                args.push(Value::from(capacity.to_string()));
-                args.push(Value::from(refill.to_string()));
+            if let Some(lean) = &lean {
+                // EVALSHA sha 1 key cost×per burst×per
+                let (inc, burst) = lean.values();
+                args.push(inc);
+                args.push(burst);
             } else {
+                args.push(Value::from(check.cost.to_string()));
                 // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
                 for b in &check.buckets {
                     let (code, p1, p2) = b.rule.script_args();
@@ -349,8 +345,15 @@ impl Inner {
         };
         let reply = self.eval(pool, script, slot, started, args).await;
         let reply = reply.map_err(map_err)?;
-        if lean {
-            parse_one(reply, &check.buckets[0])
+        if let Some(lean) = &lean {
+            match reply {
+                Value::Array(mut items) if items.len() == 1 => {
+                    lean.parse(&items.pop().unwrap_or(Value::Null), &check.buckets[0])
+                }
+                other => Err(StoreError::Protocol(format!(
+                    "lean script: unexpected {other:?}"
+                ))),
+            }
         } else {
             parse(reply, &check.buckets)
         }
@@ -466,24 +469,76 @@ pub(crate) fn map_err(e: FredError) -> StoreError {
     }
 }
 
-/// The lean script's "allowed remaining wait reset".
-pub(crate) fn parse_one(reply: Value, bucket: &super::Bucket) -> Result<Outcome, StoreError> {
-    let bad = || StoreError::Protocol(format!("lean script: unexpected {reply:?}"));
-    let text = reply.as_str().ok_or_else(bad)?;
-    let mut it = text.split(' ').map(str::parse::<f64>);
-    let mut next = || it.next().and_then(Result::ok).ok_or_else(bad);
-    let (allowed, remaining, wait, reset) = (next()? == 1.0, next()?, next()?, next()?);
-    Ok(Outcome {
-        // A shadow limit never refuses; it was charged only if it had room.
-        allowed: allowed || bucket.shadow,
-        limits: vec![LimitState {
+/// One check as the lean script sees it: the bucket's emission interval
+/// (µs per token), what the check costs and what a full burst spans, both in
+/// µs. Computed here rather than in Lua: the script does only what needs
+/// Redis (the clock, the read, the write).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LeanArgs {
+    per: f64,
+    inc: f64,
+    burst: f64,
+}
+
+impl LeanArgs {
+    /// `None` for anything but a token bucket (the general script's work).
+    pub(crate) fn new(rule: &Rule, cost: f64) -> Option<Self> {
+        let Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } = *rule
+        else {
+            return None;
+        };
+        let per = 1_000_000.0 / refill_per_sec;
+        Some(Self {
+            per,
+            inc: cost * per,
+            burst: capacity * per,
+        })
+    }
+
+    /// The check's two arguments. Rust prints the shortest text that reads
+    /// back as the same `f64`, so Lua's `tonumber` sees exactly these values.
+    pub(crate) fn values(&self) -> (Value, Value) {
+        (
+            Value::from(self.inc.to_string()),
+            Value::from(self.burst.to_string()),
+        )
+    }
+
+    /// The script's answer for this check: 4 × (TAT − now) in µs after the
+    /// charge when admitted, −1 − 4 × (TAT − now) when refused.
+    pub(crate) fn parse(
+        &self,
+        reply: &Value,
+        bucket: &super::Bucket,
+    ) -> Result<Outcome, StoreError> {
+        let Value::Integer(x) = *reply else {
+            return Err(StoreError::Protocol(format!(
+                "lean script: unexpected {reply:?}"
+            )));
+        };
+        let allowed = x >= 0;
+        let ahead = (if allowed { x } else { -1 - x }) as f64 / 4.0;
+        let mut limits = Vec::with_capacity(1);
+        limits.push(LimitState {
             enough: allowed,
-            remaining,
-            wait,
-            reset,
+            remaining: (self.burst - ahead) / self.per,
+            wait: if allowed {
+                0.0
+            } else {
+                (ahead + self.inc - self.burst) / 1_000_000.0
+            },
+            reset: ahead / 1_000_000.0,
             capacity: bucket.rule.capacity(),
-        }],
-    })
+        });
+        Ok(Outcome {
+            // A shadow limit never refuses; it was charged only if it had room.
+            allowed: allowed || bucket.shadow,
+            limits,
+        })
+    }
 }
 
 fn parse(reply: Value, buckets: &[super::Bucket]) -> Result<Outcome, StoreError> {
