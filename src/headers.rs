@@ -38,7 +38,7 @@ impl RateHeaders {
     }
 
     pub(crate) fn write(&self, h: &mut HeaderMap) {
-        h.insert(X_RATELIMIT_LIMIT.clone(), number(self.limit));
+        h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(self.limit));
         h.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
         h.insert(X_RATELIMIT_RESET.clone(), number(self.reset));
     }
@@ -55,6 +55,27 @@ fn number(n: u64) -> HeaderValue {
     } else {
         HeaderValue::from(n)
     }
+}
+
+/// `X-RateLimit-Limit`: a limit's capacity, one of the few the
+/// configuration holds, so large ones are remembered too (per thread, a
+/// handful) instead of formatted for every response.
+fn limit_value(n: u64) -> HeaderValue {
+    const SLOTS: usize = 8;
+    thread_local! {
+        static RECENT: std::cell::RefCell<[Option<(u64, HeaderValue)>; SLOTS]> =
+            const { std::cell::RefCell::new([const { None }; SLOTS]) };
+    }
+    if n < 1024 {
+        return number(n);
+    }
+    RECENT.with(|recent| {
+        let slot = &mut recent.borrow_mut()[(n % SLOTS as u64) as usize];
+        match slot {
+            Some((m, v)) if *m == n => v.clone(),
+            _ => slot.insert((n, HeaderValue::from(n))).1.clone(),
+        }
+    })
 }
 
 /// A complete answer the layer gives without calling the service.

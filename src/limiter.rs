@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use axum::extract::MatchedPath;
 use http::{Request, StatusCode};
+use smallvec::SmallVec;
 
 use crate::algorithm::Rule;
 use crate::breaker::{Breaker, BreakerStats, Permit};
@@ -24,7 +25,7 @@ use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
 use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial};
 use crate::lease::{LeaseUse, Leases};
-use crate::outcome::{retry_after_secs, Outcome};
+use crate::outcome::{reported, retry_after_secs, LimitState, Outcome};
 use crate::plan::{PlanResolver, Plans};
 use crate::policy::{Policy, RouteTable};
 use crate::refused::{Refused, RefusedCache};
@@ -82,8 +83,12 @@ pub(crate) enum Plan {
 pub(crate) struct Pending {
     policy: Arc<Policy>,
     cost: u32,
-    keys: Vec<PendingKey>,
+    keys: SmallVec<[PendingKey; 1]>,
 }
+
+/// A request's buckets: one limit per route is the common case, held
+/// inline.
+type Buckets = SmallVec<[Bucket; 1]>;
 
 struct PendingKey {
     key: String,
@@ -98,7 +103,16 @@ struct PendingKey {
 // The refusal is rare and built once; boxing it would cost every caller.
 #[allow(clippy::result_large_err)]
 fn check_for(p: &mut Pending) -> Result<Check, Decision> {
-    let mut buckets = Vec::with_capacity(p.keys.len());
+    Ok(Check {
+        cost: f64::from(p.cost),
+        buckets: buckets_for(p)?.into_vec(),
+    })
+}
+
+/// [`check_for`]'s buckets, without a vector for a single limit.
+#[allow(clippy::result_large_err)]
+fn buckets_for(p: &mut Pending) -> Result<Buckets, Decision> {
+    let mut buckets = Buckets::with_capacity(p.keys.len());
     for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
         let rule = limit.rule_for(k.plan.as_deref());
         let shadow = limit.shadow || p.policy.shadow;
@@ -111,10 +125,7 @@ fn check_for(p: &mut Pending) -> Result<Check, Decision> {
             shadow,
         });
     }
-    Ok(Check {
-        cost: f64::from(p.cost),
-        buckets,
-    })
+    Ok(buckets)
 }
 
 /// What the layer does with the request.
@@ -127,25 +138,14 @@ pub(crate) enum Decision {
     Reject(Rejection),
 }
 
-/// A decision: ready at once (in-process store, remembered refusal,
-/// missing key) without allocating, or a boxed future when it waits on
-/// Redis or a plan resolver.
-pub(crate) enum DecisionFuture {
-    Ready(Option<Decision>),
-    Boxed(Pin<Box<dyn Future<Output = Decision> + Send + 'static>>),
-}
+/// A decision that waits on Redis or a plan resolver.
+pub(crate) type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
 
-impl Future for DecisionFuture {
-    type Output = Decision;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Decision> {
-        match self.get_mut() {
-            Self::Ready(d) => {
-                std::task::Poll::Ready(d.take().expect("DecisionFuture polled after completion"))
-            }
-            Self::Boxed(f) => f.as_mut().poll(cx),
-        }
-    }
+/// A decision: made at once (in-process store, remembered refusal,
+/// missing key) without allocating, or a boxed future.
+pub(crate) enum Decided {
+    Now(Decision),
+    Later(DecisionFuture),
 }
 
 pub(crate) struct Extras {
@@ -228,7 +228,7 @@ impl Limiter {
         let mut ip: Option<Option<IpAddr>> = None;
         let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
 
-        let mut keys = Vec::with_capacity(policy.limits.len());
+        let mut keys = SmallVec::with_capacity(policy.limits.len());
         for limit in &policy.limits {
             let peer = if limit.key.needs_ip() {
                 client_ip()
@@ -269,22 +269,22 @@ impl Limiter {
     }
 
     /// Plans → store → decision, with the failure policy when the store fails.
-    pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> DecisionFuture {
+    pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> Decided {
         // Without plans every rule is known now: a remembered refusal is
         // answered without boxing a future or touching Redis.
         if p.policy.limits.iter().all(|l| l.plans.is_empty()) {
             let rules = p.policy.limits.iter().map(|l| l.rule);
             if let Some(d) = self.refused_here(&p, p.keys.iter().map(|k| k.key.as_str()).zip(rules))
             {
-                return DecisionFuture::Ready(Some(d));
+                return Decided::Now(d);
             }
             // The in-process store never waits: decide here, no future.
             if let Some(memory) = &self.local {
-                return DecisionFuture::Ready(Some(self.decide_locally(memory, &mut p)));
+                return Decided::Now(self.decide_locally(memory, &mut p));
             }
         }
         let this = Arc::clone(self);
-        DecisionFuture::Boxed(Box::pin(async move {
+        Decided::Later(Box::pin(async move {
             for k in &mut p.keys {
                 if let Some(pk) = &k.plan_key {
                     k.plan = this.plans.plan_of(pk).await;
@@ -307,7 +307,7 @@ impl Limiter {
                 return d;
             }
             match this.ask(&check).await {
-                Ok(outcome) => this.decision_from(&p, check, &outcome, false),
+                Ok(outcome) => this.from_outcome(&p, check, &outcome, false),
                 Err(e) if this.store_is_local => {
                     // Only a custom store can get here; never turn it into a 500.
                     tracing::error!(target: "fleetlimit", error = %e, "store failed");
@@ -321,12 +321,22 @@ impl Limiter {
     /// The in-process store as the primary store, for routes without plans:
     /// the same steps as `decide`, synchronously.
     fn decide_locally(self: &Arc<Self>, memory: &MemoryStore, p: &mut Pending) -> Decision {
-        let check = match check_for(p) {
-            Ok(check) => check,
+        let buckets = match buckets_for(p) {
+            Ok(buckets) => buckets,
             Err(d) => return d,
         };
+        let cost = f64::from(p.cost);
+        if let [bucket] = buckets.as_slice() {
+            // No check or outcome vectors for a single limit.
+            let (allowed, state) = memory.check_one(bucket, cost);
+            return self.decision_from(p, cost, buckets, allowed, &[state], false);
+        }
+        let check = Check {
+            cost,
+            buckets: buckets.into_vec(),
+        };
         let outcome = memory.check_now(&check);
-        self.decision_from(p, check, &outcome, false)
+        self.from_outcome(p, check, &outcome, false)
     }
 
     /// The store, behind the circuit breaker.
@@ -386,7 +396,7 @@ impl Limiter {
                         let mut o = o;
                         o.limits[0].remaining += extra;
                         // Its refund would give back the whole lease: none.
-                        Some(match self.decision_from(p, check.clone(), &o, false) {
+                        Some(match self.from_outcome(p, check.clone(), &o, false) {
                             Decision::Admit(h, _) => Decision::Admit(h, None),
                             d => d,
                         })
@@ -402,20 +412,35 @@ impl Limiter {
         }
     }
 
-    fn decision_from(
+    fn from_outcome(
         self: &Arc<Self>,
         p: &Pending,
         check: Check,
         o: &Outcome,
         local: bool,
     ) -> Decision {
-        let shadow = |i: usize| check.buckets[i].shadow;
-        for (i, s) in o.limits.iter().enumerate() {
+        let buckets = Buckets::from_vec(check.buckets);
+        self.decision_from(p, check.cost, buckets, o.allowed, &o.limits, local)
+    }
+
+    /// The decision for a store's answer: `allowed`, and each bucket's
+    /// state (`limits`, in the order of `buckets`).
+    fn decision_from(
+        self: &Arc<Self>,
+        p: &Pending,
+        cost: f64,
+        buckets: Buckets,
+        allowed: bool,
+        limits: &[LimitState],
+        local: bool,
+    ) -> Decision {
+        let shadow = |i: usize| buckets[i].shadow;
+        for (i, s) in limits.iter().enumerate() {
             if shadow(i) && !s.enough {
                 tracing::info!(
                     target: "fleetlimit",
                     limit = %p.policy.limits[i].name,
-                    key = %log_id(&check.buckets[i].key),
+                    key = %log_id(&buckets[i].key),
                     remaining = s.remaining.floor().max(0.0),
                     reason = "limit-exceeded",
                     degraded = local,
@@ -424,17 +449,17 @@ impl Limiter {
                 );
             }
         }
-        let Some(i) = o.reported(shadow) else {
+        let Some(i) = reported(allowed, limits, shadow) else {
             return Decision::Admit(None, None);
         };
-        let s = o.limits[i];
+        let s = limits[i];
         let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
-        if o.allowed {
-            let refund = Refund::new(self, check, o, p.cost, local);
+        if allowed {
+            let refund = Refund::new(self, buckets, limits, p.cost, local);
             return Decision::Admit(Some(headers), refund);
         }
         let limit = &p.policy.limits[i];
-        let key = &check.buckets[i].key;
+        let key = &buckets[i].key;
         if !local {
             // Remember the refusal: until it can succeed, this instance
             // answers the key by itself (see `refused.rs`).
@@ -445,9 +470,9 @@ impl Limiter {
                 secs(s.wait),
                 Refused {
                     until: now,
-                    cost: check.cost,
+                    cost,
                     limit: Arc::clone(&limit.name),
-                    rule: check.buckets[i].rule,
+                    rule: buckets[i].rule,
                     headers,
                     full_at: now + secs(s.reset),
                 },
@@ -549,7 +574,7 @@ impl Limiter {
                     remaining = s.map_or(0.0, |s| s.remaining.floor()),
                     "decided locally"
                 );
-                self.decision_from(p, local, &outcome, true)
+                self.from_outcome(p, local, &outcome, true)
             }
         }
     }
@@ -580,7 +605,7 @@ pub struct Refund {
 struct RefundInner {
     limiter: Arc<Limiter>,
     /// Only the buckets that were charged.
-    check: Check,
+    buckets: Buckets,
     local: bool,
     left: AtomicU32,
 }
@@ -588,21 +613,21 @@ struct RefundInner {
 impl Refund {
     fn new(
         limiter: &Arc<Limiter>,
-        mut check: Check,
-        o: &Outcome,
+        mut buckets: Buckets,
+        limits: &[LimitState],
         cost: u32,
         local: bool,
     ) -> Option<Self> {
         // Keep only the buckets that were charged, in place.
-        let mut charged = o.limits.iter().map(|s| s.enough);
-        check.buckets.retain(|_| charged.next().unwrap_or(false));
-        if check.buckets.is_empty() {
+        let mut charged = limits.iter().map(|s| s.enough);
+        buckets.retain(|_| charged.next().unwrap_or(false));
+        if buckets.is_empty() {
             return None;
         }
         Some(Self {
             inner: Arc::new(RefundInner {
                 limiter: Arc::clone(limiter),
-                check,
+                buckets,
                 local,
                 left: AtomicU32::new(cost),
             }),
@@ -631,7 +656,7 @@ impl Refund {
         }
         let refund = Check {
             cost: -f64::from(n),
-            buckets: self.inner.check.buckets.clone(),
+            buckets: self.inner.buckets.to_vec(),
         };
         let limiter = &self.inner.limiter;
         let store: &dyn Store = if self.inner.local {

@@ -34,15 +34,23 @@ impl Outcome {
     /// which `shadow(i)` is true never decide a refusal's `Retry-After`.
     #[must_use]
     pub fn reported(&self, shadow: impl Fn(usize) -> bool) -> Option<usize> {
-        let ls = &self.limits;
-        let room = |i: usize| ls[i].remaining / ls[i].capacity;
-        if self.allowed {
-            (0..ls.len()).min_by(|&a, &b| room(a).total_cmp(&room(b)))
-        } else {
-            (0..ls.len())
-                .filter(|&i| !ls[i].enough && !shadow(i))
-                .max_by(|&a, &b| ls[a].wait.total_cmp(&ls[b].wait))
-        }
+        reported(self.allowed, &self.limits, shadow)
+    }
+}
+
+/// [`Outcome::reported`] of an outcome held as its parts.
+pub(crate) fn reported(
+    allowed: bool,
+    ls: &[LimitState],
+    shadow: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let room = |i: usize| ls[i].remaining / ls[i].capacity;
+    if allowed {
+        (0..ls.len()).min_by(|&a, &b| room(a).total_cmp(&room(b)))
+    } else {
+        (0..ls.len())
+            .filter(|&i| !ls[i].enough && !shadow(i))
+            .max_by(|&a, &b| ls[a].wait.total_cmp(&ls[b].wait))
     }
 }
 

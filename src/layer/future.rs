@@ -7,7 +7,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::ResponseBody;
-use crate::headers::RateHeaders;
+use crate::headers::{RateHeaders, Rejection};
 use crate::limiter::{Decision, DecisionFuture};
 
 pin_project! {
@@ -23,6 +23,9 @@ pin_project! {
 }
 
 pin_project! {
+    /// Small on purpose: the future is moved (and boxed by axum) on every
+    /// request, so what waits on the store (the service and the request)
+    /// is boxed, and so is a refusal.
     #[project = StateProj]
     enum State<S, ReqBody>
     where
@@ -30,12 +33,15 @@ pin_project! {
     {
         Deciding {
             decision: DecisionFuture,
-            call: Option<(S, Request<ReqBody>)>,
+            call: Option<Box<(S, Request<ReqBody>)>>,
         },
         Serving {
             #[pin]
             future: S::Future,
             headers: Option<RateHeaders>,
+        },
+        Rejected {
+            rejection: Option<Box<Rejection>>,
         },
         Done,
     }
@@ -49,9 +55,23 @@ where
         Self {
             state: State::Deciding {
                 decision,
-                call: Some((service, req)),
+                call: Some(Box::new((service, req))),
             },
         }
+    }
+
+    /// A decision made already: call the service now (or refuse).
+    pub(crate) fn decided(decision: Decision, service: S, req: Request<ReqBody>) -> Self {
+        let state = match decision {
+            Decision::Admit(headers, refund) => {
+                let future = admit(service, req, refund);
+                State::Serving { future, headers }
+            }
+            Decision::Reject(r) => State::Rejected {
+                rejection: Some(Box::new(r)),
+            },
+        };
+        Self { state }
     }
 
     pub(crate) fn serving(future: S::Future, headers: Option<RateHeaders>) -> Self {
@@ -72,25 +92,23 @@ where
             let mut this = self.as_mut().project();
             match this.state.as_mut().project() {
                 StateProj::Deciding { decision, call } => {
-                    let decision = ready!(Pin::new(decision).poll(cx));
+                    let decision = ready!(decision.as_mut().poll(cx));
+                    let (service, req) = *call.take().expect("polled after completion");
                     match decision {
                         Decision::Admit(headers, refund) => {
-                            let (mut service, mut req) =
-                                call.take().expect("polled after completion");
-                            if let Some(refund) = refund {
-                                req.extensions_mut().insert(refund);
-                            }
-                            let future = service.call(req);
+                            let future = admit(service, req, refund);
                             this.state.set(State::Serving { future, headers });
                         }
                         Decision::Reject(r) => {
                             this.state.set(State::Done);
-                            let mut res = Response::new(ResponseBody::full(r.body));
-                            *res.status_mut() = r.status;
-                            *res.headers_mut() = r.headers;
-                            return Poll::Ready(Ok(res));
+                            return Poll::Ready(Ok(rejected(r)));
                         }
                     }
+                }
+                StateProj::Rejected { rejection } => {
+                    let r = rejection.take().expect("polled after completion");
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(rejected(*r)));
                 }
                 StateProj::Serving { future, headers } => {
                     let res = ready!(future.poll(cx))?;
@@ -106,6 +124,28 @@ where
             }
         }
     }
+}
+
+/// Calls the service, giving the handler its refund handle.
+fn admit<S, ReqBody>(
+    mut service: S,
+    mut req: Request<ReqBody>,
+    refund: Option<crate::Refund>,
+) -> S::Future
+where
+    S: Service<Request<ReqBody>>,
+{
+    if let Some(refund) = refund {
+        req.extensions_mut().insert(refund);
+    }
+    service.call(req)
+}
+
+fn rejected<B>(r: Rejection) -> Response<ResponseBody<B>> {
+    let mut res = Response::new(ResponseBody::full(r.body));
+    *res.status_mut() = r.status;
+    *res.headers_mut() = r.headers;
+    res
 }
 
 impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>

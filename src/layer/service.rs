@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::limiter::{DecisionFuture, Limiter, Plan};
+use crate::limiter::{Decided, Limiter, Plan};
 
 /// Middleware that rate limits requests; see the [module docs](super).
 #[derive(Clone, Debug)]
@@ -52,12 +52,13 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         match plan {
             Plan::Unlimited => ResponseFuture::serving(inner.call(req), None),
-            Plan::Now(decision) => {
-                ResponseFuture::deciding(DecisionFuture::Ready(Some(decision)), inner, req)
-            }
-            Plan::Ask(pending) => {
-                ResponseFuture::deciding(self.limiter.decide(pending), inner, req)
-            }
+            Plan::Now(decision) => ResponseFuture::decided(decision, inner, req),
+            Plan::Ask(pending) => match self.limiter.decide(pending) {
+                // Decided already (in-process store, remembered refusal):
+                // call the service now, keeping the request out of the future.
+                Decided::Now(decision) => ResponseFuture::decided(decision, inner, req),
+                Decided::Later(decision) => ResponseFuture::deciding(decision, inner, req),
+            },
         }
     }
 }

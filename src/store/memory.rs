@@ -7,18 +7,28 @@
 //! (forgetting a full bucket loses nothing), then the least recently used
 //! eighth. Clients inventing keys therefore cost bounded memory, and only
 //! the idlest keys forget their usage.
+//!
+//! A key is hashed once per decision (std's keyed SipHash, so clients
+//! cannot aim keys at one slot): the hash picks the shard and finds the
+//! bucket in that shard's table.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard};
 
+use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Store, StoreFuture};
 use crate::algorithm::{Level, State};
-use crate::outcome::Outcome;
+use crate::outcome::{LimitState, Outcome};
 
 const SHARDS: usize = 16;
+
+/// The shard of a key's hash: bits the tables do not use to place their
+/// entries (they use the low bits for the slot and the top seven as a tag).
+fn shard_of(hash: u64) -> usize {
+    ((hash >> 32) as usize) % SHARDS
+}
 
 /// In-process token buckets with the same semantics as the Redis script.
 #[derive(Debug)]
@@ -29,9 +39,31 @@ pub struct MemoryStore {
     epoch: Instant,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Shard {
-    buckets: HashMap<String, Entry>,
+    buckets: HashTable<(String, Entry)>,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("buckets", &self.buckets.len())
+            .finish()
+    }
+}
+
+impl Shard {
+    fn get_mut(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
+        self.buckets
+            .find_mut(hash, |(k, _)| k == key)
+            .map(|(_, e)| e)
+    }
+
+    /// Inserts a key known to be absent.
+    fn insert(&mut self, hasher: &RandomState, hash: u64, key: String, entry: Entry) {
+        self.buckets
+            .insert_unique(hash, (key, entry), |(k, _)| hasher.hash_one(k.as_str()));
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -74,12 +106,20 @@ impl MemoryStore {
     pub fn check_now(&self, check: &Check) -> Outcome {
         let now = self.epoch.elapsed().as_secs_f64();
         if let [bucket] = check.buckets.as_slice() {
-            return self.check_one(bucket, check.cost, now);
+            let (allowed, state) = self.check_one_at(bucket, check.cost, now);
+            return Outcome {
+                allowed,
+                limits: vec![state],
+            };
         }
-        let shard_of = |key: &str| (self.hasher.hash_one(key) as usize) % SHARDS;
+        let hashes: Vec<u64> = check
+            .buckets
+            .iter()
+            .map(|b| self.hasher.hash_one(b.key.as_str()))
+            .collect();
         // Lock every shard involved, in index order, so the decision is
         // atomic across buckets and two requests cannot deadlock.
-        let mut idx: Vec<usize> = check.buckets.iter().map(|b| shard_of(&b.key)).collect();
+        let mut idx: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
         let per_bucket = idx.clone();
         idx.sort_unstable();
         idx.dedup();
@@ -95,10 +135,11 @@ impl MemoryStore {
             .buckets
             .iter()
             .zip(&slots)
-            .map(|(b, &g)| {
+            .zip(&hashes)
+            .map(|((b, &g), &h)| {
                 // A refused key is still a busy key: mark it seen, so LRU
                 // eviction never forgets a client that keeps hammering.
-                let stored = guards[g].buckets.get_mut(&b.key).map(|e| {
+                let stored = guards[g].get_mut(h, &b.key).map(|e| {
                     e.seen = now;
                     e.state
                 });
@@ -125,11 +166,11 @@ impl MemoryStore {
                     seen: now,
                 };
                 let shard = &mut guards[slots[i]];
-                if let Some(e) = shard.buckets.get_mut(&b.key) {
+                if let Some(e) = shard.get_mut(hashes[i], &b.key) {
                     *e = entry;
                 } else {
                     shard.make_room(self.per_shard, now);
-                    shard.buckets.insert(b.key.clone(), entry);
+                    shard.insert(&self.hasher, hashes[i], b.key.clone(), entry);
                 }
             }
             limits.push(levels[i].report(cost, enough[i]));
@@ -139,15 +180,21 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// The common case, one bucket: one lock, one lookup, no scratch vectors.
-    fn check_one(&self, b: &Bucket, cost: f64, now: f64) -> Outcome {
-        let mut shard = lock(&self.shards[(self.hasher.hash_one(&b.key) as usize) % SHARDS]);
+    /// The common case, one bucket: one hash, one lock, one lookup, no
+    /// scratch vectors. Whether it is allowed, and the bucket's state.
+    pub(crate) fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
+        self.check_one_at(b, cost, self.epoch.elapsed().as_secs_f64())
+    }
+
+    fn check_one_at(&self, b: &Bucket, cost: f64, now: f64) -> (bool, LimitState) {
+        let hash = self.hasher.hash_one(b.key.as_str());
+        let mut shard = lock(&self.shards[shard_of(hash)]);
         let decide = |level: &mut Level| {
             let enough = cost <= 0.0 || level.avail() >= cost;
             let written = enough.then(|| level.write(cost));
             (enough, written)
         };
-        let (level, enough) = if let Some(e) = shard.buckets.get_mut(&b.key) {
+        let (level, enough) = if let Some(e) = shard.get_mut(hash, &b.key) {
             // A refused key is still a busy key (see `check_now`).
             e.seen = now;
             let mut level = Level::read(b.rule, Some(e.state), now);
@@ -162,7 +209,9 @@ impl MemoryStore {
             let (enough, written) = decide(&mut level);
             if let Some((state, idle_at)) = written {
                 shard.make_room(self.per_shard, now);
-                shard.buckets.insert(
+                shard.insert(
+                    &self.hasher,
+                    hash,
                     b.key.clone(),
                     Entry {
                         state,
@@ -173,10 +222,8 @@ impl MemoryStore {
             }
             (level, enough)
         };
-        Outcome {
-            allowed: enough || b.shadow,
-            limits: vec![level.report(cost, enough)],
-        }
+        drop(shard);
+        (enough || b.shadow, level.report(cost, enough))
     }
 }
 
@@ -186,18 +233,18 @@ impl Shard {
             return;
         }
         // Full buckets are the same as missing ones: drop them for free.
-        self.buckets.retain(|_, e| e.idle_at > now);
+        self.buckets.retain(|(_, e)| e.idle_at > now);
         if self.buckets.len() < cap {
             return;
         }
         // Still full of live buckets: forget the least recently used eighth,
         // so the sweep's cost is shared by many inserts.
-        let mut ages: Vec<f64> = self.buckets.values().map(|e| e.seen).collect();
+        let mut ages: Vec<f64> = self.buckets.iter().map(|(_, e)| e.seen).collect();
         let cut = (cap / 8).max(1).min(ages.len());
         let (_, &mut threshold, _) = ages.select_nth_unstable_by(cut - 1, f64::total_cmp);
         // Drop exactly `cut`: everything older than the threshold, then ties.
         let mut ties = cut - ages.iter().filter(|&&a| a < threshold).count();
-        self.buckets.retain(|_, e| {
+        self.buckets.retain(|(_, e)| {
             if e.seen < threshold {
                 false
             } else if e.seen == threshold && ties > 0 {
