@@ -28,8 +28,12 @@ const MAX_BATCH: usize = 64;
 const MAX_QUEUED: usize = 16_384;
 
 pub(crate) struct Job {
-    bucket: Bucket,
+    /// The bucket's key, ready to send (built once, shared by reference).
+    key: Value,
+    capacity: f64,
+    shadow: bool,
     args: LeanArgs,
+    queued: Instant,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
@@ -63,34 +67,45 @@ impl Batcher {
         Self { tx }
     }
 
-    /// Queues one single-token-bucket check and waits for its answer.
-    pub(crate) async fn check(
+    /// Queues one single-token-bucket check; the future answers within the
+    /// deadline counted from now (the batch's call carries it).
+    pub(crate) fn check(
         &self,
-        bucket: Bucket,
+        bucket: &Bucket,
         args: LeanArgs,
-    ) -> Result<Outcome, StoreError> {
+    ) -> impl std::future::Future<Output = Result<Outcome, StoreError>> + Send + 'static {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .try_send(Job {
-                bucket,
-                args,
-                reply,
-            })
-            .map_err(|_| StoreError::Unavailable("too many checks waiting for Redis".into()))?;
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
+        let queued = self.tx.try_send(Job {
+            key: Value::from(bucket.key.as_str()),
+            capacity: bucket.rule.capacity(),
+            shadow: bucket.shadow,
+            args,
+            queued: Instant::now(),
+            reply,
+        });
+        async move {
+            queued
+                .map_err(|_| StoreError::Unavailable("too many checks waiting for Redis".into()))?;
+            answer
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
+        }
     }
 }
 
 async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
-    let started = Instant::now();
+    // The deadline runs from the oldest check's queueing.
+    let started = jobs
+        .iter()
+        .map(|j| j.queued)
+        .min()
+        .unwrap_or_else(Instant::now);
     // Built again (rarely) for EVAL, rather than cloned on every call.
     let args = |head: &Value| {
         let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * jobs.len());
         args.push(head.clone());
         args.push(Value::Integer(jobs.len() as i64));
-        args.extend(jobs.iter().map(|j| Value::from(j.bucket.key.as_str())));
+        args.extend(jobs.iter().map(|j| j.key.clone()));
         // Checks of one limit share their numbers: printed once, then the
         // (reference-counted) values are reused.
         let mut last: Option<(LeanArgs, (Value, Value))> = None;
@@ -124,6 +139,6 @@ async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
         // may still have charged it — an unknown outcome, as for any timeout).
         let _ = job
             .reply
-            .send(reply.and_then(|v| job.args.parse(&v, &job.bucket)));
+            .send(reply.and_then(|v| job.args.parse(&v, job.capacity, job.shadow)));
     }
 }

@@ -233,14 +233,9 @@ impl Store for RedisStore {
     fn check(&self, check: &Check) -> StoreFuture {
         if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
             if let Some(args) = LeanArgs::new(&bucket.rule, check.cost) {
-                let (batcher, bucket, deadline) =
-                    (batcher.clone(), bucket.clone(), self.inner.deadline);
-                return Box::pin(async move {
-                    match tokio::time::timeout(deadline, batcher.check(bucket, args)).await {
-                        Ok(r) => r,
-                        Err(_) => Err(StoreError::Timeout),
-                    }
-                });
+                // No timer per check: the batch's call carries the deadline,
+                // counted from when its oldest check was queued.
+                return Box::pin(batcher.check(bucket, args));
             }
         }
         let pool = self.pool.clone();
@@ -348,7 +343,9 @@ impl Inner {
         if let Some(lean) = &lean {
             match reply {
                 Value::Array(mut items) if items.len() == 1 => {
-                    lean.parse(&items.pop().unwrap_or(Value::Null), &check.buckets[0])
+                    let b = &check.buckets[0];
+                    let reply = items.pop().unwrap_or(Value::Null);
+                    lean.parse(&reply, b.rule.capacity(), b.shadow)
                 }
                 other => Err(StoreError::Protocol(format!(
                     "lean script: unexpected {other:?}"
@@ -359,9 +356,10 @@ impl Inner {
         }
     }
 
-    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) `EVAL`
-    /// of the same arguments within what is left of the deadline; `EVAL`
-    /// also caches the script again. `args` builds the arguments after the
+    /// `EVALSHA` within what is left of the deadline counted from `started`,
+    /// and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) `EVAL` of the same
+    /// arguments within what is left then; `EVAL` also caches the script
+    /// again. `args` builds the arguments after the
     /// script's SHA or text, so nothing is copied for the rare second call.
     pub(crate) async fn eval(
         &self,
@@ -371,19 +369,23 @@ impl Inner {
         started: Instant,
         args: impl Fn(&Value) -> Vec<Value>,
     ) -> Result<Value, FredError> {
+        let left = || {
+            let mut opts = self.options.clone();
+            opts.timeout = Some(
+                self.deadline
+                    .saturating_sub(started.elapsed())
+                    .max(Duration::from_millis(1)),
+            );
+            opts
+        };
         let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
         match pool
-            .with_options(&self.options)
+            .with_options(&left())
             .custom::<Value, Value>(evalsha, args(&script.sha))
             .await
         {
             Err(e) if is_noscript(&e) => {
-                let mut opts = self.options.clone();
-                opts.timeout = Some(
-                    self.deadline
-                        .saturating_sub(started.elapsed())
-                        .max(Duration::from_millis(1)),
-                );
+                let opts = left();
                 let eval = CustomCommand::new_static("EVAL", slot, false);
                 pool.with_options(&opts)
                     .custom::<Value, Value>(eval, args(&script.text))
@@ -512,7 +514,8 @@ impl LeanArgs {
     pub(crate) fn parse(
         &self,
         reply: &Value,
-        bucket: &super::Bucket,
+        capacity: f64,
+        shadow: bool,
     ) -> Result<Outcome, StoreError> {
         let Value::Integer(x) = *reply else {
             return Err(StoreError::Protocol(format!(
@@ -531,11 +534,11 @@ impl LeanArgs {
                 (ahead + self.inc - self.burst) / 1_000_000.0
             },
             reset: ahead / 1_000_000.0,
-            capacity: bucket.rule.capacity(),
+            capacity,
         });
         Ok(Outcome {
             // A shadow limit never refuses; it was charged only if it had room.
-            allowed: allowed || bucket.shadow,
+            allowed: allowed || shadow,
             limits,
         })
     }
