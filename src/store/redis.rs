@@ -607,6 +607,49 @@ mod tests {
     }
 
     #[test]
+    fn lean_answers_decode_to_the_limit_state() {
+        // 5 tokens at 10/s: 100 ms per token, a burst spans 500 ms.
+        let rule = Rule::TokenBucket {
+            capacity: 5.0,
+            refill_per_sec: 10.0,
+        };
+        let args = LeanArgs::new(&rule, 1.0).unwrap();
+        let (inc, burst) = args.values();
+        assert_eq!(
+            (inc.as_str().unwrap(), burst.as_str().unwrap()),
+            ("100000".into(), "500000".into())
+        );
+        // Admitted, TAT 300 ms ahead after the charge: 2 tokens left.
+        let o = args
+            .parse(&Value::Integer(4 * 300_000), 5.0, false)
+            .unwrap();
+        assert!(o.allowed && o.limits[0].enough);
+        assert_eq!(o.limits[0].remaining, 2.0);
+        assert_eq!(o.limits[0].reset, 0.3);
+        assert_eq!(o.limits[0].wait, 0.0);
+        // Refused, TAT 450 ms ahead: half a token left, the next one in 50 ms.
+        let o = args
+            .parse(&Value::Integer(-1 - 4 * 450_000), 5.0, false)
+            .unwrap();
+        assert!(!o.allowed && !o.limits[0].enough);
+        assert!((o.limits[0].remaining - 0.5).abs() < 1e-9);
+        assert!((o.limits[0].wait - 0.05).abs() < 1e-9);
+        assert_eq!(o.limits[0].reset, 0.45);
+        // A shadow limit is reported as refused but lets the request through.
+        let o = args.parse(&Value::Integer(-1), 5.0, true).unwrap();
+        assert!(o.allowed && !o.limits[0].enough);
+        assert!(args.parse(&Value::from("1 2 3 4"), 5.0, false).is_err());
+        assert!(LeanArgs::new(
+            &Rule::FixedWindow {
+                limit: 1.0,
+                window: Duration::from_secs(1)
+            },
+            1.0
+        )
+        .is_none());
+    }
+
+    #[test]
     fn noscript_and_error_kinds_map() {
         let e = FredError::new(
             ErrorKind::Unknown,

@@ -1,0 +1,132 @@
+//! Every token-bucket key outlives its bucket's state, and by at most a
+//! second: the key expires 1 ms after the end of the second (Redis time) in
+//! which its bucket is full again. The lean script keeps the TTL it finds
+//! (`KEEPTTL`) while the bucket's TAT stays in the same second, so these
+//! tests check the exact expiry after every write, from both scripts.
+
+mod support;
+
+use axum::routing::get;
+use axum::Router;
+use fleetlimit::RateLimitLayer;
+use support::*;
+
+// 10 ms per token: a request moves the TAT by 10 ms, so most writes stay
+// in the same second (and keep their TTL), and 150 of them cross at least
+// one second boundary (and set it again).
+const LIMITS: &str = r#"
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 300
+refill = "100/s"
+
+[limits.other]
+key = "header:x-api-key"
+capacity = 1000
+refill = "1000/s"
+
+[[routes]]
+path = "/lean"
+limits = ["per-key"]
+on_redis_error = "closed"
+
+[[routes]]
+path = "/general"
+limits = ["per-key", "other"]
+on_redis_error = "closed"
+"#;
+
+async fn app(server: &RedisServer, prefix: &str) -> Router {
+    let cfg = redis_config(server, prefix, "500ms", LIMITS);
+    Router::new()
+        .route("/lean", get(|| async { "lean" }))
+        .route("/general", get(|| async { "general" }))
+        .layer(RateLimitLayer::new(cfg).await.unwrap())
+}
+
+/// The key's TAT (µs of Redis time) and its absolute expiry (ms).
+fn tat_and_expiry(server: &RedisServer, key: &str) -> (f64, i64) {
+    let tat = server.cli(&["GET", key]).unwrap().trim().parse::<f64>();
+    let at = server.cli(&["PEXPIRETIME", key]).unwrap().trim().parse();
+    (tat.expect("the key holds a TAT"), at.expect("PEXPIRETIME"))
+}
+
+/// What the rule says the expiry of a key holding `tat` is.
+fn expected_expiry(tat: f64) -> i64 {
+    (tat / 1e6).ceil() as i64 * 1000 + 1
+}
+
+#[tokio::test]
+async fn the_kept_ttl_is_always_the_end_of_the_second_the_bucket_is_full() {
+    let server = RedisServer::start();
+    let prefix = prefix("keepttl");
+    let app = app(&server, &prefix).await;
+    let key = format!("{prefix}:per-key:{{h:k}}");
+    let mut expiries = std::collections::BTreeSet::new();
+    for i in 0..150 {
+        let res = send(
+            &app,
+            request("GET", "/lean", "127.0.0.1:1", &[("x-api-key", "k")]),
+        )
+        .await;
+        assert_eq!(res.status(), 200, "request {i}");
+        let (tat, expiry) = tat_and_expiry(&server, &key);
+        assert_eq!(expiry, expected_expiry(tat), "request {i}: TAT {tat}");
+        // The key outlives its state (a missing key is a full bucket)...
+        assert!(expiry as f64 * 1000.0 > tat, "request {i}");
+        // ...by at most a second.
+        assert!((expiry as f64 * 1000.0 - tat) <= 1_001_000.0, "request {i}");
+        expiries.insert(expiry);
+    }
+    // 1.5 s of TAT taken in 10 ms steps: the expiry was kept within a
+    // second and moved when the TAT left it.
+    assert!(expiries.len() >= 2, "{expiries:?}");
+    assert!(expiries.len() < 50, "{expiries:?}");
+    let left = tokens(&server, &key, 300.0, 100.0);
+    assert!((150.0..=300.0).contains(&left), "{left}");
+}
+
+#[tokio::test]
+async fn both_scripts_follow_one_expiry_rule_on_a_shared_key() {
+    let server = RedisServer::start();
+    let prefix = prefix("shared-expiry");
+    let app = app(&server, &prefix).await;
+    let key = format!("{prefix}:per-key:{{h:k}}");
+    for i in 0..30 {
+        // Alternate: one limit (the lean script), two limits (the general
+        // driver, lua/decide.lua), both charging the same per-key bucket.
+        let path = if i % 2 == 0 { "/lean" } else { "/general" };
+        let res = send(
+            &app,
+            request("GET", path, "127.0.0.1:1", &[("x-api-key", "k")]),
+        )
+        .await;
+        assert_eq!(res.status(), 200, "request {i} on {path}");
+        let (tat, expiry) = tat_and_expiry(&server, &key);
+        assert_eq!(expiry, expected_expiry(tat), "request {i} on {path}");
+    }
+    let left = tokens(&server, &key, 300.0, 100.0);
+    assert!((270.0..=300.0).contains(&left), "{left}");
+    server.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test]
+async fn a_key_left_without_expiry_gets_one_at_its_next_request() {
+    let server = RedisServer::start();
+    let prefix = prefix("leaked");
+    let app = app(&server, &prefix).await;
+    let key = format!("{prefix}:per-key:{{h:k}}");
+    // Something else wrote the key without a TTL (a stale TAT: long full).
+    server.cli(&["SET", &key, "1000000"]).unwrap();
+    assert_eq!(server.cli(&["PTTL", &key]).unwrap().trim(), "-1");
+    let res = send(
+        &app,
+        request("GET", "/lean", "127.0.0.1:1", &[("x-api-key", "k")]),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 299);
+    let (tat, expiry) = tat_and_expiry(&server, &key);
+    assert_eq!(expiry, expected_expiry(tat));
+    server.assert_every_key_expires(&prefix);
+}
