@@ -10,6 +10,7 @@
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, StatusCode};
+use std::fmt::Write as _;
 
 /// `X-RateLimit-Limit`
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -89,17 +90,23 @@ pub(crate) struct Rejection {
 impl Rejection {
     /// An `application/problem+json` answer (RFC 9457).
     pub(crate) fn problem(status: StatusCode, detail: &str, extra: &[(&str, String)]) -> Self {
-        let mut body = format!(
-            "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{}",
-            json_str(status.canonical_reason().unwrap_or("")),
-            status.as_u16(),
-            json_str(detail)
-        );
+        // One buffer for the whole body: refusals are the abuse path, where
+        // the layer answers by itself, so they are built without waste.
+        let mut body = String::with_capacity(96 + detail.len());
+        body.push_str("{\"type\":\"about:blank\",\"title\":");
+        push_json_str(&mut body, status.canonical_reason().unwrap_or(""));
+        body.push_str(",\"status\":");
+        body.push_str(status.as_str());
+        body.push_str(",\"detail\":");
+        push_json_str(&mut body, detail);
         for (k, v) in extra {
-            body.push_str(&format!(",{}:{}", json_str(k), v));
+            body.push(',');
+            push_json_str(&mut body, k);
+            body.push(':');
+            body.push_str(v);
         }
         body.push('}');
-        let mut headers = HeaderMap::new();
+        let mut headers = HeaderMap::with_capacity(6);
         headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -125,17 +132,24 @@ impl Rejection {
 /// A JSON string literal.
 pub(crate) fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_json_str(&mut out, s);
+    out
+}
+
+/// Appends `s` as a JSON string literal.
+fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
             c => out.push(c),
         }
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]
