@@ -1,8 +1,9 @@
 //! Coalesced decisions: requests in flight at the same moment, each against
 //! one token bucket, are decided in one script call.
 //!
-//! A request hands its check to a queue and waits (within its own deadline)
-//! for its answer. One task drains the queue: it takes whatever is waiting
+//! A request hands its check to a queue and waits for its answer; the call
+//! that carries it has the deadline, counted from when the batch's oldest
+//! check was queued (so no timer per check). One task drains the queue: it takes whatever is waiting
 //! right now — no timer, so a lone request on an idle server goes out at
 //! once, alone — and sends it as one `EVALSHA` of the lean script (which
 //! takes one check or many), without waiting for the answer before taking
