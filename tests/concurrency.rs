@@ -3,9 +3,6 @@
 
 mod support;
 
-use axum::routing::get;
-use axum::Router;
-use fleetlimit::RateLimitLayer;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -29,11 +26,7 @@ async fn four_servers_400_requests_exactly_50_admitted() {
         // Generous deadline: a store failure shows as a 503 on this closed
         // route, and the test counts those too.
         let cfg = redis_config(&server, &prefix, "2s", LIMITS);
-        servers.push(
-            Router::new()
-                .route("/", get(|| async { "ok" }))
-                .layer(RateLimitLayer::new(cfg).await.unwrap()),
-        );
+        servers.push(ok_app(cfg).await);
     }
     let mut tasks = Vec::new();
     for i in 0..400 {
@@ -68,9 +61,7 @@ async fn coalesced_decisions_stay_exact_and_take_fewer_calls() {
         "2s",
         &LIMITS.replace("capacity = 50", "capacity = 5"),
     );
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = ok_app(cfg).await;
     server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
     let mut tasks = Vec::new();
     for i in 0..300 {

@@ -4,9 +4,6 @@
 
 mod support;
 
-use axum::routing::get;
-use axum::Router;
-use fleetlimit::RateLimitLayer;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -38,9 +35,7 @@ async fn refusals_and_degraded_decisions_leave_evidence() {
     let server = RedisServer::start();
     let prefix = prefix("evidence");
     let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = ok_app(cfg).await;
     let secret = "sk_live_do_not_log_me";
     let req = || request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]);
 

@@ -4,9 +4,6 @@
 
 mod support;
 
-use axum::routing::get;
-use axum::Router;
-use fleetlimit::RateLimitLayer;
 use support::*;
 
 fn limits(lease: &str) -> String {
@@ -31,11 +28,7 @@ async fn run(server: &RedisServer, prefix: &str, lease: &str) -> (usize, u64) {
     let mut apps = Vec::new();
     for _ in 0..3 {
         let cfg = redis_config(server, prefix, "500ms", &limits(lease));
-        apps.push(
-            Router::new()
-                .route("/", get(|| async { "ok" }))
-                .layer(RateLimitLayer::new(cfg).await.unwrap()),
-        );
+        apps.push(ok_app(cfg).await);
     }
     server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
     let mut admitted = 0;

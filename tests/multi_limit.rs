@@ -8,9 +8,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use axum::routing::get;
 use axum::Router;
-use fleetlimit::RateLimitLayer;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -73,9 +71,7 @@ async fn a_noisy_tenant_does_not_starve_the_others_standalone() {
     let server = RedisServer::start();
     let prefix = prefix("tenants");
     let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = ok_app(cfg).await;
     assert_fair(&run_scenario(&app).await);
     server.assert_every_key_expires(&prefix);
     // The shared bucket holds what was admitted, no more.
@@ -94,9 +90,7 @@ async fn a_noisy_tenant_does_not_starve_the_others_on_a_cluster() {
     let cluster = RedisCluster::start();
     let prefix = prefix("tenants-cluster");
     let cfg = cluster_config(&cluster, &prefix, "1s", LIMITS);
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = ok_app(cfg).await;
     // The tenant key and the shared key hash to different slots: the layer
     // decides them in order and refunds the earlier one on a later refusal,
     // instead of letting Redis answer CROSSSLOT.

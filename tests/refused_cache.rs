@@ -7,9 +7,6 @@ mod support;
 
 use std::time::Duration;
 
-use axum::routing::get;
-use axum::Router;
-use fleetlimit::RateLimitLayer;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -29,9 +26,7 @@ async fn a_looping_client_costs_redis_one_call_per_window() {
     let server = RedisServer::start();
     let prefix = prefix("refused-cache");
     let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = ok_app(cfg).await;
     let req = || request("GET", "/", "127.0.0.1:1", &[("x-api-key", "looper")]);
 
     for _ in 0..2 {

@@ -3,9 +3,6 @@
 
 mod support;
 
-use axum::routing::get;
-use axum::Router;
-use fleetlimit::RateLimitLayer;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -27,9 +24,7 @@ async fn script_flush_mid_traffic_loses_nothing() {
     // A generous deadline isolates the flush from machine noise: any
     // fallback on this closed route would be a 503.
     let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = ok_app(cfg).await;
 
     let mut counts = std::collections::BTreeMap::new();
     for i in 0..300 {

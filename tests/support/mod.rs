@@ -239,6 +239,14 @@ pub fn config_at(url: &str, prefix: &str, deadline: &str, body: &str) -> fleetli
     fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
 }
 
+/// The router most tests drive: one route `/` answering "ok", behind a layer
+/// built from `cfg`.
+pub async fn ok_app(cfg: fleetlimit::Config) -> Router {
+    Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(fleetlimit::RateLimitLayer::new(cfg).await.unwrap())
+}
+
 /// A 3-primary Redis Cluster of our own (`--cluster-enabled yes` and
 /// `redis-cli --cluster create`), killed when dropped.
 pub struct RedisCluster {
