@@ -96,7 +96,13 @@ pub async fn inspect(
         .iter()
         .filter(|l| limit.is_none_or(|n| *l.name == *n))
     {
-        let key = redis_key_for(&l.key, value, &config.key_prefix, &l.name);
+        let key = redis_key_for(
+            &l.key,
+            value,
+            &config.client_ip,
+            &config.key_prefix,
+            &l.name,
+        );
         let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
         let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
         let state = describe(&l.rule, raw.as_deref(), now_us);
@@ -128,7 +134,13 @@ pub async fn reset(
         .iter()
         .filter(|l| limit.is_none_or(|name| *l.name == *name))
     {
-        let key = redis_key_for(&l.key, value, &config.key_prefix, &l.name);
+        let key = redis_key_for(
+            &l.key,
+            value,
+            &config.client_ip,
+            &config.key_prefix,
+            &l.name,
+        );
         let deleted: i64 = pool.del(&key).await.map_err(map_err)?;
         n += deleted.max(0) as u64;
     }

@@ -299,19 +299,35 @@ impl<'a> KeyMaterial<'a> {
 
 /// The Redis key a limit keyed by `source` uses for a caller whose key value
 /// is `value` (an API key, an account, an IP, `ip|account`), as the admin
-/// tools need it.
-pub(crate) fn redis_key_for(source: &KeySource, value: &str, prefix: &str, limit: &str) -> String {
-    let kind = match source {
-        KeySource::Global => Kind::Global,
-        KeySource::ClientIp => Kind::Ip,
-        KeySource::Header(_) => Kind::Header,
-        KeySource::Account(_) => Kind::Account,
-        KeySource::IpAndAccount(_) => Kind::IpAccount,
+/// tools need it. IPs are canonicalised and grouped by `rules`, as the
+/// request path does before it builds a key.
+pub(crate) fn redis_key_for(
+    source: &KeySource,
+    value: &str,
+    rules: &ClientIpRules,
+    prefix: &str,
+    limit: &str,
+) -> String {
+    let grouped = |ip: &str| {
+        ip.parse::<IpAddr>()
+            .ok()
+            .map(|ip| rules.group(canonical(ip)).to_string())
     };
-    let value = match (kind, value.parse::<IpAddr>()) {
-        (Kind::Ip, Ok(ip)) => ClientIpRules::default().group(canonical(ip)).to_string(),
-        (Kind::Global, _) => "all".to_owned(),
-        _ => value.to_owned(),
+    let (kind, value) = match source {
+        KeySource::Global => (Kind::Global, "all".to_owned()),
+        KeySource::ClientIp => (Kind::Ip, grouped(value).unwrap_or_else(|| value.to_owned())),
+        KeySource::Header(_) => (Kind::Header, value.to_owned()),
+        KeySource::Account(_) => (Kind::Account, value.to_owned()),
+        // `ip|account`, the IP grouped as `extract` receives it.
+        KeySource::IpAndAccount(_) => {
+            let value = match value.split_once('|') {
+                Some((ip, acct)) => {
+                    grouped(ip).map_or_else(|| value.to_owned(), |ip| format!("{ip}|{acct}"))
+                }
+                None => value.to_owned(),
+            };
+            (Kind::IpAccount, value)
+        }
     };
     KeyMaterial::new(kind, value.as_bytes()).redis_key(prefix, limit)
 }
@@ -609,6 +625,39 @@ mod tests {
         // A raw key can never spell a hashed one.
         let raw_hashlike = KeyMaterial::new(Kind::Header, b"#0011").redis_key("rl", "l");
         assert!(raw_hashlike.contains("{h:#0011}"));
+    }
+
+    #[test]
+    fn admin_keys_are_the_keys_requests_use() {
+        let mut r = rules(&[], ForwardedHeader::XForwardedFor);
+        r.ipv6_prefix = 48;
+        let ip = r.client_ip(&HeaderMap::new(), &ext("[2001:db8:1:2::5]:1"));
+        let mut h = HeaderMap::new();
+        h.insert("x-account", HeaderValue::from_static("acct"));
+        let no_ext = http::Extensions::new();
+        let cases = [
+            (KeySource::ClientIp, "2001:db8:1:2::5"),
+            (
+                KeySource::IpAndAccount(Some("x-account".parse().unwrap())),
+                "2001:db8:1:2::5|acct",
+            ),
+            (KeySource::ClientIp, "::ffff:1.2.3.4"),
+        ];
+        for (source, value) in cases {
+            let ip = if value.starts_with("::ffff") {
+                r.client_ip(&HeaderMap::new(), &ext("[::ffff:1.2.3.4]:1"))
+            } else {
+                ip
+            };
+            let Extracted::Found(m) = source.extract(&h, &no_ext, ip) else {
+                panic!("{value}: no key");
+            };
+            assert_eq!(
+                redis_key_for(&source, value, &r, "rl", "l"),
+                m.redis_key("rl", "l"),
+                "{value}"
+            );
+        }
     }
 
     #[test]
