@@ -134,6 +134,17 @@ impl Breaker {
         }
     }
 
+    /// Holds `permit` until its call is [`recorded`](Guard::record). A call
+    /// dropped before the store answered (the client went away, an outer
+    /// timeout) frees its probe slot without judging the store; otherwise a
+    /// half-open breaker would wait for that probe forever.
+    pub(crate) fn guard(&self, permit: Permit) -> Guard<'_> {
+        Guard {
+            breaker: self,
+            permit: Some(permit),
+        }
+    }
+
     fn refuse(&self) -> Permit {
         self.short_circuited.fetch_add(1, Ordering::Relaxed);
         Permit::Refuse
@@ -182,6 +193,13 @@ impl Breaker {
         }
     }
 
+    fn abandon(&self, permit: Permit) {
+        if permit == Permit::Probe {
+            let mut inner = self.lock();
+            inner.probes = inner.probes.saturating_sub(1);
+        }
+    }
+
     pub(crate) fn stats(&self) -> BreakerStats {
         BreakerStats {
             state: match self.state.load(Ordering::Acquire) {
@@ -193,6 +211,29 @@ impl Breaker {
             closed: self.closed.load(Ordering::Relaxed),
             short_circuited: self.short_circuited.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A permit in use; see [`Breaker::guard`].
+#[derive(Debug)]
+pub(crate) struct Guard<'a> {
+    breaker: &'a Breaker,
+    permit: Option<Permit>,
+}
+
+impl Guard<'_> {
+    pub(crate) fn record(mut self, ok: bool) {
+        if let Some(p) = self.permit.take() {
+            self.breaker.record(p, ok);
+        }
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            self.breaker.abandon(p);
         }
     }
 }
@@ -235,5 +276,25 @@ mod tests {
         assert_eq!(s.state, BreakerState::Closed);
         assert_eq!((s.opened, s.closed, s.short_circuited), (2, 1, 3));
         assert_eq!(b.permit(), Permit::Call);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_probe_frees_its_slot() {
+        let b = Breaker::new(BreakerConfig {
+            failures: 1,
+            cool_off: Duration::from_secs(1),
+            probes: 1,
+        });
+        b.record(b.permit(), false);
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        let probe = b.guard(b.permit());
+        assert_eq!(b.permit(), Permit::Refuse, "one probe at a time");
+        drop(probe);
+        // Not judged: still half-open, and the next caller probes.
+        assert_eq!(b.stats().state, BreakerState::HalfOpen);
+        let p = b.permit();
+        assert_eq!(p, Permit::Probe);
+        b.guard(p).record(true);
+        assert_eq!(b.stats().state, BreakerState::Closed);
     }
 }

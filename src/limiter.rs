@@ -345,9 +345,10 @@ impl Limiter {
         if permit == Permit::Refuse {
             return Err(StoreError::CircuitOpen);
         }
+        let guard = self.breaker.as_ref().map(|b| b.guard(permit));
         let answer = self.store.check(check).await;
-        if let Some(b) = &self.breaker {
-            b.record(permit, answer.is_ok());
+        if let Some(g) = guard {
+            g.record(answer.is_ok());
         }
         answer
     }
