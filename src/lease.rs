@@ -121,6 +121,38 @@ impl Leases {
             e.taking = false;
         }
     }
+
+    /// The key's lease is being taken: [`not_granted`](Self::not_granted)
+    /// when the claim is dropped, unless it was disarmed (granted).
+    pub(crate) fn claim<'a>(&'a self, key: &'a str) -> Claim<'a> {
+        Claim {
+            leases: self,
+            key,
+            armed: true,
+        }
+    }
+}
+
+/// See [`Leases::claim`].
+#[derive(Debug)]
+pub(crate) struct Claim<'a> {
+    leases: &'a Leases,
+    key: &'a str,
+    armed: bool,
+}
+
+impl Claim<'_> {
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.leases.not_granted(self.key);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -151,5 +183,20 @@ mod tests {
             LeaseUse::Normal,
             "lapsed, and the window restarted"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_claim_lets_the_key_take_a_lease_again() {
+        let l = Leases::new(100);
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal);
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Take);
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal, "being taken");
+        // The request taking it went away before Redis answered.
+        drop(l.claim("k"));
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Take);
+        // A granted claim is disarmed: the lease is spent, not taken again.
+        l.claim("k").disarm();
+        l.granted("k", 2.0, 50.0);
+        assert!(matches!(l.use_for("k", 1.0, 1), LeaseUse::Spent { .. }));
     }
 }

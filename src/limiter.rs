@@ -389,8 +389,12 @@ impl Limiter {
                     cost: batch,
                     buckets: check.buckets.clone(),
                 };
+                // Clears the key's "taking" mark however this ends, even if
+                // this future is dropped while Redis is asked.
+                let claim = self.leases.claim(&bucket.key);
                 match self.ask(&take).await {
                     Ok(o) if o.allowed => {
+                        claim.disarm();
                         let extra = batch - check.cost;
                         self.leases
                             .granted(&bucket.key, extra, o.limits[0].remaining);
@@ -402,12 +406,12 @@ impl Limiter {
                             d => d,
                         })
                     }
-                    // Not enough for a whole lease (or Redis failed): ask for
-                    // this request alone, as usual.
-                    _ => {
-                        self.leases.not_granted(&bucket.key);
-                        None
-                    }
+                    // Not enough for a whole lease: ask for this request
+                    // alone, as usual.
+                    Ok(_) => None,
+                    // Redis failed: the failure policy answers now, rather
+                    // than a second call into the same outage.
+                    Err(e) => Some(self.degraded(p, check.clone(), &e)),
                 }
             }
         }
