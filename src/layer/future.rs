@@ -61,7 +61,7 @@ where
     }
 
     /// A decision made already: call the service now (or refuse).
-    pub(crate) fn decided(decision: Decision, service: S, req: Request<ReqBody>) -> Self {
+    pub(crate) fn decided(decision: Decision, service: &mut S, req: Request<ReqBody>) -> Self {
         let state = match decision {
             Decision::Admit(headers, refund) => {
                 let future = admit(service, req, refund);
@@ -74,9 +74,13 @@ where
         Self { state }
     }
 
-    pub(crate) fn serving(future: S::Future, headers: Option<RateHeaders>) -> Self {
+    /// Not limited: the service's own answer, no headers.
+    pub(crate) fn serving(future: S::Future) -> Self {
         Self {
-            state: State::Serving { future, headers },
+            state: State::Serving {
+                future,
+                headers: None,
+            },
         }
     }
 }
@@ -93,10 +97,10 @@ where
             match this.state.as_mut().project() {
                 StateProj::Deciding { decision, call } => {
                     let decision = ready!(decision.as_mut().poll(cx));
-                    let (service, req) = *call.take().expect("polled after completion");
+                    let (mut service, req) = *call.take().expect("polled after completion");
                     match decision {
                         Decision::Admit(headers, refund) => {
-                            let future = admit(service, req, refund);
+                            let future = admit(&mut service, req, refund);
                             this.state.set(State::Serving { future, headers });
                         }
                         Decision::Reject(r) => {
@@ -128,7 +132,7 @@ where
 
 /// Calls the service, giving the handler its refund handle.
 fn admit<S, ReqBody>(
-    mut service: S,
+    service: &mut S,
     mut req: Request<ReqBody>,
     refund: Option<crate::Refund>,
 ) -> S::Future

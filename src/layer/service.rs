@@ -46,18 +46,22 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let plan = self.limiter.plan(&req);
-        // `self.inner` is the clone that was driven to ready; take it and leave
-        // a fresh clone behind (calling an unready clone breaks backpressure).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         match plan {
-            Plan::Unlimited => ResponseFuture::serving(inner.call(req), None),
-            Plan::Now(decision) => ResponseFuture::decided(decision, inner, req),
+            Plan::Unlimited => ResponseFuture::serving(self.inner.call(req)),
+            Plan::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
             Plan::Ask(pending) => match self.limiter.decide(pending) {
                 // Decided already (in-process store, remembered refusal):
-                // call the service now, keeping the request out of the future.
-                Decided::Now(decision) => ResponseFuture::decided(decision, inner, req),
-                Decided::Later(decision) => ResponseFuture::deciding(decision, inner, req),
+                // call the ready service now, keeping the request out of the
+                // future.
+                Decided::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
+                Decided::Later(decision) => {
+                    // The service is called later: take the one that was
+                    // driven to ready and leave a fresh clone behind (calling
+                    // an unready clone breaks backpressure).
+                    let clone = self.inner.clone();
+                    let inner = std::mem::replace(&mut self.inner, clone);
+                    ResponseFuture::deciding(decision, inner, req)
+                }
             },
         }
     }
