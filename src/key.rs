@@ -335,8 +335,24 @@ pub(crate) fn redis_key_for(
 /// How a Redis key's caller appears in logs, computed from the key only
 /// when something is logged: IPs as they are, anything that may be a secret
 /// (API keys, accounts) as a short digest — the same digest whether the key
-/// holds the value raw or hashed, so one caller has one log id.
-pub(crate) fn log_id(redis_key: &str) -> String {
+/// holds the value raw or hashed, so one caller has one log id. Lazy: the
+/// digest is computed only when the value is formatted (tracing formats a
+/// field only for an enabled event).
+pub(crate) fn log_id(redis_key: &str) -> LogId<'_> {
+    LogId(redis_key)
+}
+
+/// See [`log_id`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogId<'a>(&'a str);
+
+impl std::fmt::Display for LogId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&log_id_string(self.0))
+    }
+}
+
+fn log_id_string(redis_key: &str) -> String {
     let tag = redis_key
         .rfind('{')
         .and_then(|i| redis_key[i + 1..].strip_suffix('}'))
@@ -612,16 +628,16 @@ mod tests {
         assert_ne!(ip, hdr);
         // One caller, one log id, whether its key is stored raw or hashed;
         // never the raw value of a header.
-        assert_eq!(log_id(&short.redis_key("rl", "l")), "h#ba7816bf8f01");
+        assert_eq!(log_id_string(&short.redis_key("rl", "l")), "h#ba7816bf8f01");
         let hashed = KeyMaterial::new(Kind::Header, &long).redis_key("rl", "l");
         let raw_digest = {
             let mut s = String::from("h#");
             push_hex(&mut s, &Sha256::digest(&long)[..6]);
             s
         };
-        assert_eq!(log_id(&hashed), raw_digest);
-        assert_eq!(log_id(&ip), "1.2.3.4");
-        assert_eq!(log_id("rl:l:{ip:2001:db8::}"), "2001:db8::");
+        assert_eq!(log_id_string(&hashed), raw_digest);
+        assert_eq!(log_id_string(&ip), "1.2.3.4");
+        assert_eq!(log_id_string("rl:l:{ip:2001:db8::}"), "2001:db8::");
         // A raw key can never spell a hashed one.
         let raw_hashlike = KeyMaterial::new(Kind::Header, b"#0011").redis_key("rl", "l");
         assert!(raw_hashlike.contains("{h:#0011}"));

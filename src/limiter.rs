@@ -40,8 +40,6 @@ pub(crate) struct Limiter {
     client_ip: ClientIpRules,
     prefix: Arc<str>,
     store: Arc<dyn Store>,
-    /// `true` when the primary store is already in-process: it cannot fail.
-    store_is_local: bool,
     fallback: MemoryStore,
     closed_retry_after: u64,
     plans: Plans,
@@ -176,7 +174,6 @@ impl Limiter {
             client_ip: cfg.client_ip.clone(),
             prefix: Arc::clone(&cfg.key_prefix),
             store,
-            store_is_local,
             fallback: MemoryStore::new(cfg.memory_max_keys),
             fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
             breaker: (!store_is_local).then(|| Breaker::new(cfg.breaker)),
@@ -308,11 +305,6 @@ impl Limiter {
             }
             match this.ask(&check).await {
                 Ok(outcome) => this.from_outcome(&p, check, &outcome, false),
-                Err(e) if this.store_is_local => {
-                    // Only a custom store can get here; never turn it into a 500.
-                    tracing::error!(target: "fleetlimit", error = %e, "store failed");
-                    Decision::Admit(None, None)
-                }
                 Err(e) => this.degraded(&p, check, &e),
             }
         }))
@@ -362,7 +354,7 @@ impl Limiter {
         };
         let lease = limit
             .lease
-            .filter(|_| !self.store_is_local && !bucket.shadow)?;
+            .filter(|_| self.local.is_none() && !bucket.shadow)?;
         let Rule::TokenBucket {
             capacity,
             refill_per_sec,
@@ -531,14 +523,13 @@ impl Limiter {
     /// Redis failed: the route's failure policy decides. Never a 500.
     fn degraded(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
         let limit = &p.policy.limits[0].name;
-        let key = log_id(&check.buckets[0].key);
         match p.policy.on_redis_error {
             FailurePolicy::Open => {
-                tracing::warn!(target: "fleetlimit", %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "open", "served without limiting");
+                tracing::warn!(target: "fleetlimit", %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open", "served without limiting");
                 Decision::Admit(None, None)
             }
             FailurePolicy::Closed => {
-                tracing::warn!(target: "fleetlimit", %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "closed", "refused: limiter unavailable");
+                tracing::warn!(target: "fleetlimit", %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed", "refused: limiter unavailable");
                 Decision::Reject(
                     Rejection::problem(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -570,7 +561,7 @@ impl Limiter {
                 tracing::warn!(
                     target: "fleetlimit",
                     %limit,
-                    %key,
+                    key = %log_id(&local.buckets[0].key),
                     reason = e.reason(),
                     error = %e,
                     degraded = true,
