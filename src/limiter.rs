@@ -655,12 +655,12 @@ impl Refund {
             buckets: self.inner.buckets.to_vec(),
         };
         let limiter = &self.inner.limiter;
-        let store: &dyn Store = if self.inner.local {
-            &limiter.fallback
-        } else {
-            limiter.store.as_ref()
-        };
-        store.check(&refund).await.map(|_| ())
+        if self.inner.local {
+            return limiter.fallback.check(&refund).await.map(|_| ());
+        }
+        // Behind the breaker like any other call: while it is open a refund
+        // fails at once instead of waiting out the deadline.
+        limiter.ask(&refund).await.map(|_| ())
     }
 }
 
