@@ -190,7 +190,9 @@ async fn keys_with_braces_or_binary_bytes_are_hashed_not_slot_picking() {
         HeaderValue::from_bytes(&[0xff, 0xfe, b'k']).unwrap(),
     );
     assert_eq!(send(&app, req).await.status(), 200);
-    for (k, pttl) in server.keys_with_pttl(&prefix) {
+    let keys = server.keys_with_pttl(&prefix);
+    assert_eq!(keys.len(), 2, "one bucket per caller: {keys:?}");
+    for (k, pttl) in keys {
         assert!(pttl > 0);
         assert_eq!(k.matches('{').count(), 1, "{k}");
         assert_eq!(k.matches('}').count(), 1, "{k}");

@@ -23,8 +23,11 @@ async fn script_flush_mid_traffic_loses_nothing() {
     let prefix = prefix("flush");
     // A generous deadline isolates the flush from machine noise: any
     // fallback on this closed route would be a 503.
-    let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
-    let app = ok_app(cfg).await;
+    // The refused-key cache is off, so every request (and every flush)
+    // reaches Redis.
+    let body = format!("refused_cache_keys = 0\n{LIMITS}");
+    let app = ok_app(redis_config(&server, &prefix, "500ms", &body)).await;
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
 
     let mut counts = std::collections::BTreeMap::new();
     for i in 0..300 {
@@ -41,8 +44,10 @@ async fn script_flush_mid_traffic_loses_nothing() {
     assert_eq!(counts.get(&200), Some(&100), "{counts:?}");
     assert_eq!(counts.get(&429), Some(&200), "{counts:?}");
     assert_eq!(counts.len(), 2, "no 503, no 500: {counts:?}");
-    // After the last flush the refused key is answered from the refused-key
-    // cache; a fresh key goes to Redis, and EVAL caches the script again.
+    // Each of the 7 flushes cost exactly one EVAL (the NOSCRIPT recovery,
+    // which caches the script again for the calls after it).
+    assert_eq!(server.calls_of("eval"), 7);
+    // A fresh key after the last flush runs the cached script.
     let fresh = send(
         &app,
         request("GET", "/", "127.0.0.1:1", &[("x-api-key", "fresh")]),

@@ -490,9 +490,15 @@ pub fn tokens(server: &RedisServer, key: &str, capacity: f64, refill_per_sec: f6
 impl RedisServer {
     /// Script calls (`EVALSHA` and `EVAL`) since the last `CONFIG RESETSTAT`.
     pub fn script_calls(&self) -> u64 {
+        self.calls_of("evalsha") + self.calls_of("eval")
+    }
+
+    /// Calls of one command since the last `CONFIG RESETSTAT`.
+    pub fn calls_of(&self, command: &str) -> u64 {
         let info = self.cli(&["INFO", "commandstats"]).unwrap();
+        let head = format!("cmdstat_{command}:");
         info.lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter(|l| l.starts_with(&head))
             .filter_map(|l| {
                 l.split("calls=")
                     .nth(1)?
