@@ -328,6 +328,26 @@ impl ConfigBuilder {
         if fleet_size == 0 {
             return Err(ConfigError::new("fleet size must be at least 1"));
         }
+        // The numeric rules the TOML loader applies (same messages).
+        if self.redis.as_ref().is_some_and(|r| r.pool_size == 0) {
+            return Err(ConfigError::new("pool_size must be at least 1"));
+        }
+        if self.deadline.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::new("deadline must be longer than zero"));
+        }
+        if self.memory_max_keys == Some(0) {
+            return Err(ConfigError::new("max_keys must be at least 1"));
+        }
+        if let Some(h) = &self.heartbeat {
+            if h.every.is_zero() {
+                return Err(ConfigError::new("heartbeat must be longer than zero"));
+            }
+            if h.dead_after <= h.every {
+                return Err(ConfigError::new(
+                    "dead_after must be longer than heartbeat, or live instances look dead",
+                ));
+            }
+        }
         Ok(Config {
             redis: self.redis,
             deadline: self.deadline.unwrap_or(DEFAULT_DEADLINE),

@@ -83,3 +83,14 @@ fn builder_validates_too() {
         .unwrap();
     assert!(ok.redis.is_none());
 }
+
+#[test]
+fn builder_applies_the_loaders_numeric_rules() {
+    let msg = |b: ConfigBuilder| b.build().unwrap_err().message().to_owned();
+    assert!(msg(Config::builder().pool_size(0)).contains("pool_size must be at least 1"));
+    assert!(msg(Config::builder().deadline(Duration::ZERO)).contains("deadline must be longer"));
+    assert!(msg(Config::builder().memory_max_keys(0)).contains("max_keys must be at least 1"));
+    let second = Duration::from_secs(1);
+    assert!(msg(Config::builder().heartbeat(Duration::ZERO, second)).contains("heartbeat must be"));
+    assert!(msg(Config::builder().heartbeat(second, second)).contains("dead_after must be longer"));
+}
