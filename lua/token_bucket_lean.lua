@@ -7,15 +7,15 @@
 -- It does only what Redis must: TIME once per call, then GET and (when
 -- admitted) SET per check. The client does the rest of the arithmetic,
 -- before (what a check costs and what a full burst spans, in µs) and after
--- (the headers, from TAT − now). Nothing is formatted in Lua, which measured
--- as about a third of the earlier script's cost: Redis writes the TAT with
--- %.17g (exact), and the answers are integers.
+-- (the headers, from TAT − now). Nothing is formatted in Lua (string
+-- formatting is costly in Redis's Lua): Redis writes the TAT with %.17g
+-- (exact), and the answers are integers.
 --
 -- Expiry: a key expires 1 ms after the end of the second (Redis time) in
 -- which its bucket is full again, so a missing key is a full bucket. A write
 -- whose new TAT falls in the same second as the stored one keeps the TTL it
--- has (KEEPTTL), which spares most writes the cost of setting an expiry
--- (about a quarter of this script's time). lua/token_bucket.lua always sets
+-- has (KEEPTTL), which spares most writes the cost of setting an expiry.
+-- lua/token_bucket.lua always sets
 -- the same expiry, so either script may follow the other on one key.
 --
 -- KEYS[i]              the bucket of check i

@@ -137,7 +137,7 @@ async fn routes_are_matched_by_template_and_unlisted_routes_are_free() {
 }
 
 #[tokio::test]
-async fn the_script_stores_one_value_with_a_ttl_of_time_to_full() {
+async fn the_script_stores_one_value_expiring_after_the_second_it_is_full() {
     let server = RedisServer::start();
     let prefix = prefix("ttl");
     let app = app(&server, &prefix).await;

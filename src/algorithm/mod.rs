@@ -1,7 +1,9 @@
 //! The arithmetic of each algorithm, shared by the in-process store and the
-//! tests. `lua/` holds the same arithmetic for Redis, function for function:
+//! tests. `lua/` holds the same decisions for Redis, in the same steps —
 //! `read` (state now, and how much room there is), `write` (charge a cost,
-//! or refund a negative one), `report` (remaining, wait, reset).
+//! or refund a negative one), `report` (remaining, wait, reset) — though
+//! not the same state: the Redis token bucket stores its GCRA arrival time,
+//! this one tokens and a time.
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //!
 //! A request hands its check to a queue and waits for its answer; the call
 //! that carries it has the deadline, counted from when the batch's oldest
-//! check was queued (so no timer per check). One task drains the queue: it takes whatever is waiting
-//! right now — no timer, so a lone request on an idle server goes out at
+//! check was queued (so no timer per check). One task drains the queue: it
+//! takes whatever is waiting right now — no timer, so a lone request on an idle server goes out at
 //! once, alone — and sends it as one `EVALSHA` of the lean script (which
 //! takes one check or many), without waiting for the answer before taking
 //! the next batch, so calls stay pipelined. Under load this divides Redis's

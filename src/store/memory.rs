@@ -1,5 +1,5 @@
-//! Bounded in-process token buckets: the embedded default and the `local`
-//! fallback.
+//! Bounded in-process buckets (all three algorithms): the embedded default
+//! and the `local` fallback.
 //!
 //! Buckets live in shards (a `std` mutex each, never held across an await).
 //! Each shard holds at most `max_keys / shards` buckets; when a new key
@@ -30,7 +30,7 @@ fn shard_of(hash: u64) -> usize {
     ((hash >> 32) as usize) % SHARDS
 }
 
-/// In-process token buckets with the same semantics as the Redis script.
+/// In-process buckets with the same semantics as the Redis scripts.
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,

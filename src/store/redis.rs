@@ -1,6 +1,8 @@
-//! The Redis store: a pooled `fred` client running one script per request.
+//! The Redis store: a pooled `fred` client running the scripts in `lua/`.
 //!
-//! Each check is one `EVALSHA` with a hard deadline, `fail_fast` (a
+//! A request's check is one `EVALSHA` (single token-bucket checks in flight
+//! together share one, see `batch.rs`; a cluster runs one per hash slot the
+//! request's keys touch), with a hard deadline, `fail_fast` (a
 //! disconnected pool answers at once instead of queueing) and a single
 //! attempt. It is sent as a custom command because fred 10.1's
 //! `with_options(..).evalsha(..)` drops the timeout and fail-fast options.
@@ -38,7 +40,7 @@ pub(crate) const SCRIPT: &str = concat!(
     include_str!("../../lua/decide.lua"),
 );
 
-/// Rate-limit state in Redis (standalone for now).
+/// Rate-limit state in Redis (standalone, Sentinel or Cluster).
 #[derive(Clone)]
 pub struct RedisStore {
     pool: Pool,
