@@ -490,10 +490,7 @@ pub(crate) fn peer_addr(ext: &http::Extensions) -> Option<IpAddr> {
 
 /// `::ffff:1.2.3.4` is the IPv4 client 1.2.3.4 (dual-stack listeners).
 fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
+    ip.to_canonical()
 }
 
 /// `1.2.3.4`, `1.2.3.4:80`, `::1`, `[::1]` or `[::1]:80`.

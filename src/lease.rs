@@ -77,14 +77,23 @@ impl Leases {
                 map.clear();
             }
         }
-        let e = map.entry(key.to_owned()).or_insert(Entry {
-            hits: 0,
-            window: now,
-            tokens: 0.0,
-            expires: now,
-            shared_left: 0.0,
-            taking: false,
-        });
+        // The key is copied only the first time it is seen.
+        if !map.contains_key(key) {
+            map.insert(
+                key.to_owned(),
+                Entry {
+                    hits: 0,
+                    window: now,
+                    tokens: 0.0,
+                    expires: now,
+                    shared_left: 0.0,
+                    taking: false,
+                },
+            );
+        }
+        let Some(e) = map.get_mut(key) else {
+            return LeaseUse::Normal;
+        };
         if now.duration_since(e.window) >= Duration::from_secs(1) {
             e.hits = 0;
             e.window = now;
