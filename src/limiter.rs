@@ -452,7 +452,13 @@ impl Limiter {
         let s = limits[i];
         let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
         if allowed {
-            let refund = Refund::new(self, buckets, limits, p.cost, local);
+            // Opt-in per route: the handle is an allocation and an
+            // extension insert on every admitted request.
+            let refund = if p.policy.refund {
+                Refund::new(self, buckets, limits, p.cost, local)
+            } else {
+                None
+            };
             return Decision::Admit(Some(headers), refund);
         }
         let limit = &p.policy.limits[i];
@@ -577,8 +583,19 @@ impl Limiter {
 }
 
 /// Gives back units an admitted request did not need (its real cost was
-/// lower than it was charged). The layer puts one in the request's
-/// extensions for every admitted, limited request:
+/// lower than it was charged). On routes that ask for it (`refund = true`
+/// in the route's TOML, [`RouteConfig::refund`](crate::config::RouteConfig::refund)
+/// in code), the layer puts one in the request's extensions for every
+/// admitted, limited request; other routes carry none (the handle costs an
+/// allocation and an extension insert per request):
+///
+/// ```toml
+/// [[routes]]
+/// path = "/search"
+/// limits = ["per-key"]
+/// cost = 5
+/// refund = true
+/// ```
 ///
 /// ```
 /// use axum::Extension;

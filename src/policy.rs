@@ -90,6 +90,9 @@ pub(crate) struct Policy {
     pub(crate) on_redis_error: FailurePolicy,
     /// Shadow mode for every limit of the route.
     pub(crate) shadow: bool,
+    /// Admitted requests carry a [`Refund`](crate::Refund) handle (opt-in:
+    /// building and inserting it is a quarter of the layer's in-process cost).
+    pub(crate) refund: bool,
 }
 
 impl Policy {
@@ -99,11 +102,12 @@ impl Policy {
         }
         let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
         format!(
-            "limits [{}], cost {}, on_redis_error {:?}{}",
+            "limits [{}], cost {}, on_redis_error {:?}{}{}",
             names.join(", "),
             self.cost,
             self.on_redis_error,
-            if self.shadow { ", shadow" } else { "" }
+            if self.shadow { ", shadow" } else { "" },
+            if self.refund { ", refund" } else { "" }
         )
     }
 }

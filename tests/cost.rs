@@ -24,12 +24,14 @@ on_redis_error = "closed"
 path = "/cached-report"
 limits = ["per-key"]
 cost = 5
+refund = true
 on_redis_error = "closed"
 
 [[routes]]
 path = "/greedy"
 limits = ["per-key"]
 cost = 5
+refund = true
 on_redis_error = "closed"
 
 [[routes]]
@@ -44,6 +46,15 @@ async fn cached_report(Extension(refund): Extension<Refund>) -> String {
     refund.give_back(3).await.unwrap();
     assert_eq!(refund.refundable(), 2);
     "cached".into()
+}
+
+/// A route without `refund = true` carries no handle.
+async fn report(refund: Option<Extension<Refund>>) -> &'static str {
+    if refund.is_some() {
+        "a refund handle on a route that did not ask for one"
+    } else {
+        "report"
+    }
 }
 
 /// Tries to give back far more than it was charged.
@@ -68,7 +79,7 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
         .await
         .unwrap();
     Router::new()
-        .route("/report", get(|| async { "report" }))
+        .route("/report", get(report))
         .route("/cached-report", get(cached_report))
         .route("/greedy", get(greedy))
         .route("/search", get(|| async { "results" }))
@@ -90,6 +101,7 @@ async fn a_cost_5_route_spends_5_and_a_refund_gives_3_back() {
     let res = send(&app, req("/report")).await;
     assert_eq!(res.status(), 200);
     assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 5);
+    assert_eq!(body_text(res).await, "report");
     assert!((tokens(&server, &key) - 5.0).abs() < 0.01);
 
     let res = send(&app, req("/cached-report")).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::Method;
 use ipnet::IpNet;
 
-use super::validate::Validator;
+use super::validate::{RouteSettings, Validator};
 use super::{
     Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
@@ -101,6 +101,7 @@ pub struct RouteConfig {
     cost: u32,
     on_redis_error: FailurePolicy,
     shadow: bool,
+    refund: bool,
 }
 
 impl RouteConfig {
@@ -116,6 +117,7 @@ impl RouteConfig {
             cost: 1,
             on_redis_error: FailurePolicy::Open,
             shadow: false,
+            refund: false,
         }
     }
 
@@ -140,6 +142,15 @@ impl RouteConfig {
     /// Shadow mode for the whole route: count and log, never refuse.
     pub fn shadow(mut self) -> Self {
         self.shadow = true;
+        self
+    }
+
+    /// Admitted requests carry a [`Refund`](crate::Refund) handle in their
+    /// extensions, so the handler can give back units it did not need
+    /// (`refund = true` in TOML). Off by default: the handle costs every
+    /// request an allocation and an extension insert.
+    pub fn refund(mut self) -> Self {
+        self.refund = true;
         self
     }
 }
@@ -302,10 +313,13 @@ impl ConfigBuilder {
             let policy = v.policy(
                 &limits,
                 r.limits.iter().map(|n| (n.as_str(), None)),
-                r.cost,
-                None,
-                r.on_redis_error,
-                r.shadow,
+                RouteSettings {
+                    cost: r.cost,
+                    cost_span: None,
+                    on_redis_error: r.on_redis_error,
+                    shadow: r.shadow,
+                    refund: r.refund,
+                },
             )?;
             routes.push(RouteEntry {
                 path,
@@ -317,10 +331,13 @@ impl ConfigBuilder {
             Some(r) => Some(v.policy(
                 &limits,
                 r.limits.iter().map(|n| (n.as_str(), None)),
-                r.cost,
-                None,
-                r.on_redis_error,
-                r.shadow,
+                RouteSettings {
+                    cost: r.cost,
+                    cost_span: None,
+                    on_redis_error: r.on_redis_error,
+                    shadow: r.shadow,
+                    refund: r.refund,
+                },
             )?),
             None => None,
         };

@@ -10,7 +10,7 @@ use http::Method;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::validate::{Span, Validator};
+use super::validate::{RouteSettings, Span, Validator};
 use super::{
     units, Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
@@ -151,6 +151,8 @@ struct RawRoute {
     on_redis_error: Option<FailurePolicy>,
     #[serde(default)]
     mode: Mode,
+    #[serde(default)]
+    refund: bool,
 }
 
 #[derive(Deserialize)]
@@ -161,6 +163,8 @@ struct RawDefault {
     on_redis_error: Option<FailurePolicy>,
     #[serde(default)]
     mode: Mode,
+    #[serde(default)]
+    refund: bool,
 }
 
 fn parse_at<T, E: std::fmt::Display>(
@@ -493,10 +497,13 @@ impl RawConfig {
                 r.limits
                     .iter()
                     .map(|l| (l.get_ref().as_str(), Some(l.span()))),
-                r.cost.as_ref().map_or(1, |c| *c.get_ref()),
-                span(&r.cost),
-                r.on_redis_error.unwrap_or(FailurePolicy::Open),
-                r.mode == Mode::Shadow,
+                RouteSettings {
+                    cost: r.cost.as_ref().map_or(1, |c| *c.get_ref()),
+                    cost_span: span(&r.cost),
+                    on_redis_error: r.on_redis_error.unwrap_or(FailurePolicy::Open),
+                    shadow: r.mode == Mode::Shadow,
+                    refund: r.refund,
+                },
             )?;
             routes.push(RouteEntry {
                 path: r.path.get_ref().clone(),
@@ -512,10 +519,13 @@ impl RawConfig {
                     d.limits
                         .iter()
                         .map(|l| (l.get_ref().as_str(), Some(l.span()))),
-                    d.cost.as_ref().map_or(1, |c| *c.get_ref()),
-                    span(&d.cost),
-                    d.on_redis_error.unwrap_or(FailurePolicy::Open),
-                    d.mode == Mode::Shadow,
+                    RouteSettings {
+                        cost: d.cost.as_ref().map_or(1, |c| *c.get_ref()),
+                        cost_span: span(&d.cost),
+                        on_redis_error: d.on_redis_error.unwrap_or(FailurePolicy::Open),
+                        shadow: d.mode == Mode::Shadow,
+                        refund: d.refund,
+                    },
                 )?,
             ),
         };

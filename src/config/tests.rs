@@ -34,6 +34,14 @@ fn parses_a_good_file() {
     assert_eq!(c.routes[0].methods.as_deref(), Some(&[Method::GET][..]));
     assert_eq!(c.limits[0].on_missing, OnMissing::Ip);
     assert!(c.describe().contains("route GET /search"));
+    // Refund handles are opt-in per route.
+    assert!(!c.routes[0].policy.refund);
+    let c = Config::from_toml_str(&GOOD.replace("cost = 2", "cost = 2\nrefund = true")).unwrap();
+    assert!(c.routes[0].policy.refund);
+    assert!(c.describe().contains(", refund"), "{}", c.describe());
+    let e = err(&GOOD.replace("cost = 2", "cost = 2\nrefund = \"yes\""));
+    assert!(e.message().contains("expected a boolean"), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(20), Some(10)), "{e}");
 }
 
 fn err(src: &str) -> ConfigError {
@@ -78,10 +86,11 @@ fn builder_validates_too() {
             "ip",
             LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1.0)),
         )
-        .default_route(RouteConfig::new(["ip"]))
+        .default_route(RouteConfig::new(["ip"]).refund())
         .build()
         .unwrap();
     assert!(ok.redis.is_none());
+    assert!(ok.default_route.as_ref().is_some_and(|p| p.refund));
 }
 
 #[test]

@@ -20,6 +20,16 @@ pub(super) struct Validator<'s> {
 
 pub(super) type Span = Option<Range<usize>>;
 
+/// A route's settings besides its limit names, as either front end gives them.
+pub(super) struct RouteSettings {
+    pub(super) cost: u32,
+    /// Where `cost` was written, for its error.
+    pub(super) cost_span: Span,
+    pub(super) on_redis_error: super::FailurePolicy,
+    pub(super) shadow: bool,
+    pub(super) refund: bool,
+}
+
 impl<'s> Validator<'s> {
     pub(super) fn new(src: &'s str) -> Self {
         Self {
@@ -210,11 +220,15 @@ impl<'s> Validator<'s> {
         &self,
         limits: &[Arc<Limit>],
         names: impl Iterator<Item = (&'n str, Span)>,
-        cost: u32,
-        cost_span: Span,
-        on_redis_error: super::FailurePolicy,
-        shadow: bool,
+        route: RouteSettings,
     ) -> Result<Arc<Policy>, ConfigError> {
+        let RouteSettings {
+            cost,
+            cost_span,
+            on_redis_error,
+            shadow,
+            refund,
+        } = route;
         if cost == 0 {
             return Err(self.err(cost_span, "cost must be at least 1"));
         }
@@ -249,6 +263,7 @@ impl<'s> Validator<'s> {
             cost,
             on_redis_error,
             shadow,
+            refund,
         }))
     }
 }
