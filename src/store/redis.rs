@@ -431,11 +431,24 @@ impl Inner {
             );
         }
         if !allowed && !charged.is_empty() && check.cost > 0.0 {
-            // Give back what the earlier groups took (one call per slot).
+            // Give back what the earlier groups took (one call per slot). A
+            // failed refund leaves those units spent until they refill (an
+            // over-count, the safe side); the answer stays the refusal, not
+            // a store failure the route's policy might turn into "admit".
             for g in groups {
                 let back: Vec<usize> = g.iter().copied().filter(|i| charged.contains(i)).collect();
-                if !back.is_empty() {
-                    self.run(pool, &subset(&back, -check.cost), started).await?;
+                if back.is_empty() {
+                    continue;
+                }
+                if let Err(e) = self.run(pool, &subset(&back, -check.cost), started).await {
+                    tracing::warn!(
+                        target: "fleetlimit",
+                        error = %e,
+                        units = check.cost,
+                        keys = back.len(),
+                        "refused, and the refund of the limits charged before the refusal failed: \
+                         they stay charged until they refill"
+                    );
                 }
             }
         }
