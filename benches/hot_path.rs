@@ -15,9 +15,10 @@
 //!   `Retry-After`). Compare `fleetlimit_memory − axum_bare` with
 //!   `governor_layer − axum_bare`;
 //! - `fleetlimit_store_check`: fleetlimit's in-process store deciding one
-//!   prebuilt check ([`MemoryStore::check_now`]) for the store key the layer
-//!   builds from the same API keys, cycling like `governor_keyed`: the
-//!   decision alone, next to governor's `check_key`.
+//!   prebuilt bucket ([`MemoryStore::check_one`], what the layer calls for a
+//!   route with one limit) for the store key the layer builds from the same
+//!   API keys, cycling like `governor_keyed`: the decision alone, next to
+//!   governor's `check_key`.
 //!
 //! The three routers get their handlers turned into routes once
 //! (`Router::with_state`), as `axum::serve` does; each request is sent with
@@ -376,7 +377,7 @@ fn hot_path(c: &mut Criterion) {
         b.iter(|| {
             let check = &checks[next % KEYS];
             next += 1;
-            assert!(store.check_now(check).allowed);
+            assert!(store.check_one(&check.buckets[0], check.cost).0);
         });
     });
 

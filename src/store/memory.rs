@@ -180,9 +180,12 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// The common case, one bucket: one hash, one lock, one lookup, no
-    /// scratch vectors. Whether it is allowed, and the bucket's state.
-    pub(crate) fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
+    /// Decides one bucket, the common case (what the layer does for a route
+    /// with one limit): one hash, one lock, one lookup, no allocation once
+    /// the key is known. Whether it is allowed (always, in shadow mode), and
+    /// the bucket's state after the charge.
+    #[must_use]
+    pub fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
         self.check_one_at(b, cost, self.epoch.elapsed().as_secs_f64())
     }
 
