@@ -121,6 +121,16 @@ impl RouteConfig {
         }
     }
 
+    fn settings(&self) -> RouteSettings {
+        RouteSettings {
+            cost: self.cost,
+            cost_span: None,
+            on_redis_error: self.on_redis_error,
+            shadow: self.shadow,
+            refund: self.refund,
+        }
+    }
+
     /// Units each request takes (default 1).
     pub fn cost(mut self, cost: u32) -> Self {
         self.cost = cost;
@@ -313,13 +323,7 @@ impl ConfigBuilder {
             let policy = v.policy(
                 &limits,
                 r.limits.iter().map(|n| (n.as_str(), None)),
-                RouteSettings {
-                    cost: r.cost,
-                    cost_span: None,
-                    on_redis_error: r.on_redis_error,
-                    shadow: r.shadow,
-                    refund: r.refund,
-                },
+                r.settings(),
             )?;
             routes.push(RouteEntry {
                 path,
@@ -331,13 +335,7 @@ impl ConfigBuilder {
             Some(r) => Some(v.policy(
                 &limits,
                 r.limits.iter().map(|n| (n.as_str(), None)),
-                RouteSettings {
-                    cost: r.cost,
-                    cost_span: None,
-                    on_redis_error: r.on_redis_error,
-                    shadow: r.shadow,
-                    refund: r.refund,
-                },
+                r.settings(),
             )?),
             None => None,
         };

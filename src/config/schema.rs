@@ -175,6 +175,22 @@ fn parse_at<T, E: std::fmt::Display>(
     parse(v.get_ref()).map_err(|e| ConfigError::at(source, Some(v.span()), e.to_string()))
 }
 
+/// A route's (or the default's) settings besides its limits, defaults filled in.
+fn settings(
+    cost: &Option<Spanned<u32>>,
+    on_redis_error: Option<FailurePolicy>,
+    mode: Mode,
+    refund: bool,
+) -> RouteSettings {
+    RouteSettings {
+        cost: cost.as_ref().map_or(1, |c| *c.get_ref()),
+        cost_span: span(cost),
+        on_redis_error: on_redis_error.unwrap_or(FailurePolicy::Open),
+        shadow: mode == Mode::Shadow,
+        refund,
+    }
+}
+
 fn span<T>(v: &Option<Spanned<T>>) -> Span {
     v.as_ref().map(Spanned::span)
 }
@@ -497,13 +513,7 @@ impl RawConfig {
                 r.limits
                     .iter()
                     .map(|l| (l.get_ref().as_str(), Some(l.span()))),
-                RouteSettings {
-                    cost: r.cost.as_ref().map_or(1, |c| *c.get_ref()),
-                    cost_span: span(&r.cost),
-                    on_redis_error: r.on_redis_error.unwrap_or(FailurePolicy::Open),
-                    shadow: r.mode == Mode::Shadow,
-                    refund: r.refund,
-                },
+                settings(&r.cost, r.on_redis_error, r.mode, r.refund),
             )?;
             routes.push(RouteEntry {
                 path: r.path.get_ref().clone(),
@@ -519,13 +529,7 @@ impl RawConfig {
                     d.limits
                         .iter()
                         .map(|l| (l.get_ref().as_str(), Some(l.span()))),
-                    RouteSettings {
-                        cost: d.cost.as_ref().map_or(1, |c| *c.get_ref()),
-                        cost_span: span(&d.cost),
-                        on_redis_error: d.on_redis_error.unwrap_or(FailurePolicy::Open),
-                        shadow: d.mode == Mode::Shadow,
-                        refund: d.refund,
-                    },
+                    settings(&d.cost, d.on_redis_error, d.mode, d.refund),
                 )?,
             ),
         };
