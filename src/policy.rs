@@ -91,7 +91,8 @@ pub(crate) struct Policy {
     /// Shadow mode for every limit of the route.
     pub(crate) shadow: bool,
     /// Admitted requests carry a [`Refund`](crate::Refund) handle (opt-in:
-    /// building and inserting it is a quarter of the layer's in-process cost).
+    /// building and inserting it was about a fifth of the layer's in-process
+    /// cost).
     pub(crate) refund: bool,
 }
 

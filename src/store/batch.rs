@@ -6,10 +6,11 @@
 //! check was queued (so no timer per check). One task drains the queue: it
 //! lets the tasks that are ready run for up to two scheduler ticks (no
 //! timer: a lone request on an idle server goes out after one, alone),
-//! takes whatever is waiting, and sends it as one `EVALSHA` of the lean script (which
-//! takes one check or many), without waiting for the answer before taking
-//! the next batch, so calls stay pipelined. Under load this divides Redis's
-//! per-call overhead and the client's per-command work by the batch size.
+//! takes whatever is waiting, and sends it as one `EVALSHA` of the lean
+//! script (which takes one check or many), without waiting for the answer
+//! before taking the next batch, so calls stay pipelined. Under load this
+//! divides Redis's per-call overhead and the client's per-command work by
+//! the batch size.
 //! Standalone and Sentinel only: on a cluster a script may touch one slot.
 
 use std::sync::Arc;
