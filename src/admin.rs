@@ -178,13 +178,14 @@ fn describe(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
 
 /// The TTL a key of this limit would get from the scripts, at most.
 fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
+    // The heartbeat by its whole key: a limit may be named "fleet" too.
+    if key == config.heartbeat_key() {
+        return config.heartbeat.map_or(default, |h| 2 * h.dead_after);
+    }
     let rest = key
         .strip_prefix(&*config.key_prefix)
         .and_then(|r| r.strip_prefix(':'));
     let name = rest.and_then(|r| r.split(':').next()).unwrap_or("");
-    if name == "fleet" {
-        return config.heartbeat.map_or(default, |h| 2 * h.dead_after);
-    }
     let Some(l) = config.limits.iter().find(|l| &*l.name == name) else {
         return default;
     };
@@ -299,4 +300,43 @@ pub async fn sweep(
         report.after += u64::from(pttl == -1);
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_tells_the_heartbeat_from_a_limit_named_fleet() {
+        let config = Config::from_toml_str(
+            r#"
+[redis]
+url = "redis://127.0.0.1:1"
+key_prefix = "p"
+
+[fleet]
+discover = true
+heartbeat = "1s"
+dead_after = "5s"
+
+[limits.fleet]
+key = "header:x-api-key"
+capacity = 100
+refill = "1/s"
+
+[default]
+limits = ["fleet"]
+"#,
+        )
+        .unwrap();
+        let default = Duration::from_secs(7);
+        // The heartbeat: twice its dead_after.
+        let heartbeat = ttl_for(&config, "p:fleet:{instances}", default);
+        assert_eq!(heartbeat, Duration::from_secs(10));
+        // The limit named "fleet": a full refill (100 s) and a second.
+        let limit = ttl_for(&config, "p:fleet:{h:abc}", default);
+        assert_eq!(limit, Duration::from_secs(101));
+        // Neither: the default.
+        assert_eq!(ttl_for(&config, "p:other:{h:abc}", default), default);
+    }
 }

@@ -180,6 +180,12 @@ impl Config {
         Self::from_toml_str(&source).map_err(|e| e.in_file(path))
     }
 
+    /// The Redis key of the fleet's heartbeat (instances counting each
+    /// other). No limit's key can be it: theirs end in a tagged key value.
+    pub(crate) fn heartbeat_key(&self) -> String {
+        format!("{}:fleet:{{instances}}", self.key_prefix)
+    }
+
     /// A configuration built in code.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()

@@ -182,7 +182,7 @@ impl RateLimitLayerBuilder {
             };
         let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
-            let key = format!("{}:fleet:{{instances}}", cfg.key_prefix);
+            let key = cfg.heartbeat_key();
             tokio::spawn(heartbeat(
                 store,
                 Arc::downgrade(limiter.fleet_handle()),
