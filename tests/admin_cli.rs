@@ -182,6 +182,16 @@ async fn check_config_inspect_and_reset() {
         err.contains("bad.toml:3:12: limit \"x\": capacity must be at least 1"),
         "{err}"
     );
+    // A duration too large to hold is a clear error, not a wrapped number.
+    let (code, _, err) = run(&[
+        "sweep",
+        "--config",
+        cfg,
+        "--default-ttl",
+        "999999999999999999d",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--default-ttl: cannot read"), "{err}");
 
     let client = server.client().await;
     let key = format!("{prefix}:per-key:{{h:alice}}");

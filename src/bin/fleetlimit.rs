@@ -77,7 +77,8 @@ fn parse_secs(v: &str) -> Option<Duration> {
         "d" => 86_400,
         _ => return None,
     };
-    Some(Duration::from_secs(n * secs))
+    // Checked: an absurd number is an error, not a wrapped duration.
+    Some(Duration::from_secs(n.checked_mul(secs)?))
 }
 
 fn load(a: &Args) -> Result<Config, String> {
