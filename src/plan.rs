@@ -130,21 +130,21 @@ impl Plans {
             .await
             .clone();
         {
-            // The answer now goes to the cache; later requests start afresh.
-            let mut in_flight = lock(&self.in_flight);
-            if in_flight.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                in_flight.remove(key);
-            }
-        }
-        let mut cache = lock(&self.cache);
-        if cache.len() >= self.max_keys {
-            // Bounded: drop what is stale, and if that is not enough, all.
-            cache.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+            let mut cache = lock(&self.cache);
             if cache.len() >= self.max_keys {
-                cache.clear();
+                // Bounded: drop what is stale, and if that is not enough, all.
+                cache.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+                if cache.len() >= self.max_keys {
+                    cache.clear();
+                }
             }
+            cache.insert(key.to_owned(), (plan.clone(), now));
         }
-        cache.insert(key.to_owned(), (plan.clone(), now));
+        // Cached first, then retired: a request in between finds one or the other.
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            in_flight.remove(key);
+        }
         plan
     }
 }
