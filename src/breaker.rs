@@ -109,17 +109,11 @@ impl Breaker {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     pub(crate) fn permit(&self) -> Permit {
         if self.state.load(Ordering::Acquire) == CLOSED {
             return Permit::Call;
         }
-        let mut inner = self.lock();
+        let mut inner = crate::lock(&self.inner);
         match self.state.load(Ordering::Acquire) {
             CLOSED => Permit::Call,
             OPEN if inner.open_until.is_some_and(|t| Instant::now() < t) => self.refuse(),
@@ -164,7 +158,7 @@ impl Breaker {
             }
             return;
         }
-        let mut inner = self.lock();
+        let mut inner = crate::lock(&self.inner);
         if permit == Permit::Probe {
             inner.probes = inner.probes.saturating_sub(1);
         }
@@ -195,7 +189,7 @@ impl Breaker {
 
     fn abandon(&self, permit: Permit) {
         if permit == Permit::Probe {
-            let mut inner = self.lock();
+            let mut inner = crate::lock(&self.inner);
             inner.probes = inner.probes.saturating_sub(1);
         }
     }

@@ -12,7 +12,7 @@
 //! the map forgets expired leases first, then the oldest.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use tokio::time::{Duration, Instant};
 
@@ -59,16 +59,10 @@ impl Leases {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        self.map
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Counts the request and spends from a live lease when it can.
     pub(crate) fn use_for(&self, key: &str, cost: f64, above: u32) -> LeaseUse {
         let now = Instant::now();
-        let mut map = self.lock();
+        let mut map = crate::lock(&self.map);
         if !map.contains_key(key) && map.len() >= self.max_keys {
             map.retain(|_, e| {
                 e.expires > now || now.duration_since(e.window) < Duration::from_secs(1)
@@ -116,7 +110,7 @@ impl Leases {
 
     /// A lease of `tokens` was granted (after this request took its cost).
     pub(crate) fn granted(&self, key: &str, tokens: f64, shared_left: f64) {
-        if let Some(e) = self.lock().get_mut(key) {
+        if let Some(e) = crate::lock(&self.map).get_mut(key) {
             e.tokens = tokens;
             e.expires = Instant::now() + LEASE_TTL;
             e.shared_left = shared_left;
@@ -126,7 +120,7 @@ impl Leases {
 
     /// No lease this time (refused, or Redis failed).
     pub(crate) fn not_granted(&self, key: &str) {
-        if let Some(e) = self.lock().get_mut(key) {
+        if let Some(e) = crate::lock(&self.map).get_mut(key) {
             e.taking = false;
         }
     }

@@ -77,6 +77,14 @@ pub mod store;
 mod algorithm;
 pub mod breaker;
 
+/// Locks a mutex of the limiter's own state. None is held across user code
+/// or an await, and every write leaves its data whole (plain values), so a
+/// lock poisoned by a panic elsewhere is still usable: the request path
+/// never panics on it.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
 pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};

@@ -56,9 +56,7 @@ impl RefusedCache {
 
     fn shard(&self, key: &str) -> MutexGuard<'_, HashMap<String, Refused>> {
         let i = (self.hasher.hash_one(key) as usize) % SHARDS;
-        self.shards[i]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::lock(&self.shards[i])
     }
 
     /// A live refusal of `key` for a request costing `cost`.

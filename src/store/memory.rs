@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use super::{Bucket, Check, Store, StoreFuture};
 use crate::algorithm::{Level, State};
+use crate::lock;
 use crate::outcome::{LimitState, Outcome};
 
 const SHARDS: usize = 16;
@@ -258,12 +259,6 @@ impl Shard {
             }
         });
     }
-}
-
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic elsewhere cannot leave a bucket half-written (each write is one
-    // assignment), so a poisoned shard is still usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Store for MemoryStore {
