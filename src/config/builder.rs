@@ -339,29 +339,20 @@ impl ConfigBuilder {
             )?),
             None => None,
         };
-        let fleet_size = self.fleet_size.unwrap_or(1);
-        if fleet_size == 0 {
-            return Err(ConfigError::new("fleet size must be at least 1"));
+        // The numeric rules the TOML loader applies (the same code).
+        let fleet_size = v.at_least_one("fleet size", self.fleet_size.unwrap_or(1), None)?;
+        if let Some(r) = &self.redis {
+            v.at_least_one("pool_size", r.pool_size, None)?;
         }
-        // The numeric rules the TOML loader applies (same messages).
-        if self.redis.as_ref().is_some_and(|r| r.pool_size == 0) {
-            return Err(ConfigError::new("pool_size must be at least 1"));
+        if let Some(d) = self.deadline {
+            v.longer_than_zero("deadline", d, None)?;
         }
-        if self.deadline.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::new("deadline must be longer than zero"));
-        }
-        if self.memory_max_keys == Some(0) {
-            return Err(ConfigError::new("max_keys must be at least 1"));
+        if let Some(n) = self.memory_max_keys {
+            v.at_least_one("max_keys", n, None)?;
         }
         if let Some(h) = &self.heartbeat {
-            if h.every.is_zero() {
-                return Err(ConfigError::new("heartbeat must be longer than zero"));
-            }
-            if h.dead_after <= h.every {
-                return Err(ConfigError::new(
-                    "dead_after must be longer than heartbeat, or live instances look dead",
-                ));
-            }
+            v.longer_than_zero("heartbeat", h.every, None)?;
+            v.heartbeat(h.every, h.dead_after, None)?;
         }
         Ok(Config {
             redis: self.redis,

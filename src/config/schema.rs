@@ -291,16 +291,13 @@ fn algorithm_of(rule: &Rule) -> AlgorithmName {
     }
 }
 
-fn duration_at(src: &str, d: &Spanned<String>, what: &str) -> Result<Duration, ConfigError> {
-    let v = parse_at(src, d, units::parse_duration)?;
-    if v.is_zero() {
-        return Err(ConfigError::at(
-            src,
-            Some(d.span()),
-            format!("{what} must be longer than zero"),
-        ));
-    }
-    Ok(v)
+fn duration_at(
+    v: &Validator<'_>,
+    d: &Spanned<String>,
+    what: &str,
+) -> Result<Duration, ConfigError> {
+    let parsed = parse_at(v.src(), d, units::parse_duration)?;
+    v.longer_than_zero(what, parsed, Some(d.span()))
 }
 
 impl RawConfig {
@@ -318,19 +315,16 @@ impl RawConfig {
                     s.url = url;
                 }
                 if let Some(n) = r.pool_size {
-                    if *n.get_ref() == 0 {
-                        return Err(v.err(Some(n.span()), "pool_size must be at least 1"));
-                    }
-                    s.pool_size = n.into_inner();
+                    s.pool_size = v.at_least_one("pool_size", *n.get_ref(), Some(n.span()))?;
                 }
                 if let Some(d) = &r.deadline {
-                    deadline = duration_at(src, d, "deadline")?;
+                    deadline = duration_at(&v, d, "deadline")?;
                 }
                 if let Some(d) = &r.connect_timeout {
-                    s.connect_timeout = duration_at(src, d, "connect_timeout")?;
+                    s.connect_timeout = duration_at(&v, d, "connect_timeout")?;
                 }
                 if let Some(d) = &r.closed_retry_after {
-                    closed_retry_after = duration_at(src, d, "closed_retry_after")?;
+                    closed_retry_after = duration_at(&v, d, "closed_retry_after")?;
                 }
                 if let Some(c) = r.coalesce {
                     s.coalesce = c;
@@ -346,29 +340,20 @@ impl RawConfig {
             }
         };
         let fleet_size = match self.fleet.size {
-            Some(n) if *n.get_ref() == 0 => {
-                return Err(v.err(Some(n.span()), "fleet size must be at least 1"))
-            }
-            Some(n) => n.into_inner(),
+            Some(n) => v.at_least_one("fleet size", *n.get_ref(), Some(n.span()))?,
             None => 1,
         };
         let heartbeat = if self.fleet.discover {
             let every = match &self.fleet.heartbeat {
-                Some(d) => duration_at(src, d, "heartbeat")?,
+                Some(d) => duration_at(&v, d, "heartbeat")?,
                 None => Duration::from_secs(1),
             };
             let dead_after = match &self.fleet.dead_after {
-                Some(d) => duration_at(src, d, "dead_after")?,
+                Some(d) => duration_at(&v, d, "dead_after")?,
                 None => every * 3,
             };
-            if dead_after <= every {
-                let at = span(&self.fleet.dead_after).or(span(&self.fleet.heartbeat));
-                return Err(v.err(
-                    at,
-                    "dead_after must be longer than heartbeat, or live instances look dead",
-                ));
-            }
-            Some(super::Heartbeat { every, dead_after })
+            let at = span(&self.fleet.dead_after).or(span(&self.fleet.heartbeat));
+            Some(v.heartbeat(every, dead_after, at)?)
         } else {
             if let Some(h) = self
                 .fleet
@@ -382,19 +367,13 @@ impl RawConfig {
         };
         let mut breaker = crate::breaker::BreakerConfig::default();
         if let Some(n) = &self.breaker.failures {
-            if *n.get_ref() == 0 {
-                return Err(v.err(Some(n.span()), "failures must be at least 1"));
-            }
-            breaker.failures = *n.get_ref();
+            breaker.failures = v.at_least_one("failures", *n.get_ref(), Some(n.span()))?;
         }
         if let Some(d) = &self.breaker.cool_off {
-            breaker.cool_off = duration_at(src, d, "cool_off")?;
+            breaker.cool_off = duration_at(&v, d, "cool_off")?;
         }
         if let Some(n) = &self.breaker.probes {
-            if *n.get_ref() == 0 {
-                return Err(v.err(Some(n.span()), "probes must be at least 1"));
-            }
-            breaker.probes = *n.get_ref();
+            breaker.probes = v.at_least_one("probes", *n.get_ref(), Some(n.span()))?;
         }
         let mut client_ip = ClientIpRules::default();
         for p in &self.client_ip.trusted_proxies {
@@ -534,10 +513,7 @@ impl RawConfig {
             ),
         };
         let memory_max_keys = match self.memory.max_keys {
-            Some(n) if *n.get_ref() == 0 => {
-                return Err(v.err(Some(n.span()), "max_keys must be at least 1"))
-            }
-            Some(n) => n.into_inner(),
+            Some(n) => v.at_least_one("max_keys", *n.get_ref(), Some(n.span()))?,
             None => DEFAULT_MEMORY_KEYS,
         };
         let plan_cache_ttl = match &self.plan_cache.ttl {
@@ -545,10 +521,7 @@ impl RawConfig {
             None => DEFAULT_PLAN_CACHE_TTL,
         };
         let plan_cache_keys = match self.plan_cache.max_keys {
-            Some(n) if *n.get_ref() == 0 => {
-                return Err(v.err(Some(n.span()), "max_keys must be at least 1"))
-            }
-            Some(n) => n.into_inner(),
+            Some(n) => v.at_least_one("max_keys", *n.get_ref(), Some(n.span()))?,
             None => DEFAULT_PLAN_CACHE_KEYS,
         };
         Ok(Config {

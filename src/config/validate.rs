@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
 
@@ -40,8 +41,57 @@ impl<'s> Validator<'s> {
         }
     }
 
+    /// The TOML text spans point into (empty for the builder).
+    pub(super) fn src(&self) -> &'s str {
+        self.src
+    }
+
     pub(super) fn err(&self, span: Span, msg: impl Into<String>) -> ConfigError {
         ConfigError::at(self.src, span, msg)
+    }
+
+    // The numeric rules, one place for the TOML loader and the builder.
+
+    /// `n`, unless it is zero.
+    pub(super) fn at_least_one<T: Copy + Default + PartialEq>(
+        &self,
+        what: &str,
+        n: T,
+        span: Span,
+    ) -> Result<T, ConfigError> {
+        if n == T::default() {
+            return Err(self.err(span, format!("{what} must be at least 1")));
+        }
+        Ok(n)
+    }
+
+    /// `d`, unless it is zero.
+    pub(super) fn longer_than_zero(
+        &self,
+        what: &str,
+        d: Duration,
+        span: Span,
+    ) -> Result<Duration, ConfigError> {
+        if d.is_zero() {
+            return Err(self.err(span, format!("{what} must be longer than zero")));
+        }
+        Ok(d)
+    }
+
+    /// Heartbeats every `every`, an instance dead after `dead_after` without one.
+    pub(super) fn heartbeat(
+        &self,
+        every: Duration,
+        dead_after: Duration,
+        span: Span,
+    ) -> Result<super::Heartbeat, ConfigError> {
+        if dead_after <= every {
+            return Err(self.err(
+                span,
+                "dead_after must be longer than heartbeat, or live instances look dead",
+            ));
+        }
+        Ok(super::Heartbeat { every, dead_after })
     }
 
     /// Names end up inside Redis keys, so they may not hold `:`, `{` or `}`.
