@@ -18,6 +18,7 @@ use fred::types::{CustomCommand, ExpireOptions, Value};
 use crate::algorithm::Rule;
 use crate::config::Config;
 use crate::key::redis_key_for;
+use crate::policy::Limit;
 use crate::store::redis::map_err;
 use crate::store::{RedisStore, StoreError};
 
@@ -91,18 +92,7 @@ pub async fn inspect(
             ))
         }
     };
-    for l in config
-        .limits
-        .iter()
-        .filter(|l| limit.is_none_or(|n| *l.name == *n))
-    {
-        let key = redis_key_for(
-            &l.key,
-            value,
-            &config.client_ip,
-            &config.key_prefix,
-            &l.name,
-        );
+    for (l, key) in keys_of(config, value, limit) {
         let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
         let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
         let state = describe(&l.rule, raw.as_deref(), now_us);
@@ -129,22 +119,34 @@ pub async fn reset(
     limit: Option<&str>,
 ) -> Result<u64, StoreError> {
     let mut n = 0;
-    for l in config
-        .limits
-        .iter()
-        .filter(|l| limit.is_none_or(|name| *l.name == *name))
-    {
-        let key = redis_key_for(
-            &l.key,
-            value,
-            &config.client_ip,
-            &config.key_prefix,
-            &l.name,
-        );
+    for (_, key) in keys_of(config, value, limit) {
         let deleted: i64 = pool.del(&key).await.map_err(map_err)?;
         n += deleted.max(0) as u64;
     }
     Ok(n)
+}
+
+/// Each limit (or the one named) with the key it uses for the caller whose
+/// key value is `value`, built as the request path builds it.
+fn keys_of<'a>(
+    config: &'a Config,
+    value: &'a str,
+    limit: Option<&'a str>,
+) -> impl Iterator<Item = (&'a Limit, String)> + 'a {
+    config
+        .limits
+        .iter()
+        .filter(move |l| limit.is_none_or(|n| *l.name == *n))
+        .map(move |l| {
+            let key = redis_key_for(
+                &l.key,
+                value,
+                &config.client_ip,
+                &config.key_prefix,
+                &l.name,
+            );
+            (&**l, key)
+        })
 }
 
 fn describe(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
