@@ -11,8 +11,10 @@
 //! (stranded; at most `lease_batch` per instance per `LEASE_TTL`). Bounded:
 //! the map forgets expired leases first, then the oldest.
 
-use std::collections::HashMap;
+use std::hash::RandomState;
 use std::sync::Mutex;
+
+use hashbrown::HashMap;
 
 use tokio::time::{Duration, Instant};
 
@@ -36,7 +38,8 @@ struct Entry {
 
 #[derive(Debug)]
 pub(crate) struct Leases {
-    map: Mutex<HashMap<String, Entry>>,
+    /// hashbrown for `entry_ref`: one lookup, the key copied only when new.
+    map: Mutex<HashMap<String, Entry, RandomState>>,
     max_keys: usize,
 }
 
@@ -54,7 +57,7 @@ pub(crate) enum LeaseUse {
 impl Leases {
     pub(crate) fn new(max_keys: usize) -> Self {
         Self {
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(HashMap::default()),
             max_keys: max_keys.max(1),
         }
     }
@@ -63,7 +66,7 @@ impl Leases {
     pub(crate) fn use_for(&self, key: &str, cost: f64, above: u32) -> LeaseUse {
         let now = Instant::now();
         let mut map = crate::lock(&self.map);
-        if !map.contains_key(key) && map.len() >= self.max_keys {
+        if map.len() >= self.max_keys && !map.contains_key(key) {
             map.retain(|_, e| {
                 e.expires > now || now.duration_since(e.window) < Duration::from_secs(1)
             });
@@ -71,23 +74,14 @@ impl Leases {
                 map.clear();
             }
         }
-        // The key is copied only the first time it is seen.
-        if !map.contains_key(key) {
-            map.insert(
-                key.to_owned(),
-                Entry {
-                    hits: 0,
-                    window: now,
-                    tokens: 0.0,
-                    expires: now,
-                    shared_left: 0.0,
-                    taking: false,
-                },
-            );
-        }
-        let Some(e) = map.get_mut(key) else {
-            return LeaseUse::Normal;
-        };
+        let e = map.entry_ref(key).or_insert_with(|| Entry {
+            hits: 0,
+            window: now,
+            tokens: 0.0,
+            expires: now,
+            shared_left: 0.0,
+            taking: false,
+        });
         if now.duration_since(e.window) >= Duration::from_secs(1) {
             e.hits = 0;
             e.window = now;
