@@ -267,9 +267,10 @@ impl Limiter {
 
     /// Plans → store → decision, with the failure policy when the store fails.
     pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> Decided {
+        let has_plans = p.policy.limits.iter().any(|l| !l.plans.is_empty());
         // Without plans every rule is known now: a remembered refusal is
         // answered without boxing a future or touching Redis.
-        if p.policy.limits.iter().all(|l| l.plans.is_empty()) {
+        if !has_plans {
             let rules = p.policy.limits.iter().map(|l| l.rule);
             if let Some(d) = self.refused_here(&p, p.keys.iter().map(|k| k.key.as_str()).zip(rules))
             {
@@ -291,7 +292,6 @@ impl Limiter {
                 Ok(check) => check,
                 Err(d) => return d,
             };
-            let has_plans = p.policy.limits.iter().any(|l| !l.plans.is_empty());
             if has_plans {
                 // After plan resolution: a refusal under other numbers (the
                 // caller changed plan) no longer counts.
