@@ -539,8 +539,7 @@ impl LeanArgs {
         };
         let allowed = x >= 0;
         let ahead = (if allowed { x } else { -1 - x }) as f64 / 4.0;
-        let mut limits = Vec::with_capacity(1);
-        limits.push(LimitState {
+        let limits = vec![LimitState {
             enough: allowed,
             remaining: (self.burst - ahead) / self.per,
             wait: if allowed {
@@ -550,7 +549,7 @@ impl LeanArgs {
             },
             reset: ahead / 1_000_000.0,
             capacity,
-        });
+        }];
         Ok(Outcome {
             // A shadow limit never refuses; it was charged only if it had room.
             allowed: allowed || shadow,
