@@ -7,8 +7,9 @@
 //! database lookup, say), whose answers are cached per key for
 //! `[plan_cache] ttl` (5 s by default) — so a plan change takes effect within
 //! that time. Requests of one key that arrive while its lookup is in flight
-//! wait for that lookup: a burst from a new key costs the resolver one call. The Redis key does not depend on the plan: an upgrade raises
-//! the ceiling over the usage so far, and a downgrade does not forgive it.
+//! wait for that lookup: a burst from a new key costs the resolver one call.
+//! The Redis key does not depend on the plan: an upgrade raises the ceiling
+//! over the usage so far, and a downgrade does not forgive it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -110,7 +111,7 @@ impl Plans {
         // (`OnceCell::get_or_init` is cancel-safe).
         let cell = {
             let mut in_flight = lock(&self.in_flight);
-            if !in_flight.contains_key(key) && in_flight.len() >= self.max_keys {
+            if in_flight.len() >= self.max_keys && !in_flight.contains_key(key) {
                 // Bounded: drop lookups nobody waits on any more.
                 in_flight.retain(|_, c| Arc::strong_count(c) > 1);
             }
