@@ -3,6 +3,11 @@
 //! which its bucket is full again. The lean script keeps the TTL it finds
 //! (`KEEPTTL`) while the bucket's TAT stays in the same second, so these
 //! tests check the exact expiry after every write, from both scripts.
+//!
+//! Each test first charges `HEADROOM` tokens (`/charge`), so the key's TAT,
+//! and with it its expiry, stays at least `HEADROOM ÷ refill` = 2 s ahead of
+//! Redis's clock: a test process stalled on a busy machine still finds the
+//! key it reads (a bucket just 10 ms from full would expire under it).
 
 mod support;
 
@@ -17,7 +22,7 @@ use support::*;
 const LIMITS: &str = r#"
 [limits.per-key]
 key = "header:x-api-key"
-capacity = 300
+capacity = 600
 refill = "100/s"
 
 [limits.other]
@@ -34,21 +39,53 @@ on_redis_error = "closed"
 path = "/general"
 limits = ["per-key", "other"]
 on_redis_error = "closed"
+
+[[routes]]
+path = "/charge"
+limits = ["per-key"]
+cost = 200
+on_redis_error = "closed"
 "#;
+
+/// Tokens `/charge` takes: 2 s of refill at 100/s.
+const HEADROOM: u64 = 200;
+const CAPACITY: f64 = 600.0;
 
 async fn app(server: &RedisServer, prefix: &str) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
     Router::new()
         .route("/lean", get(|| async { "lean" }))
         .route("/general", get(|| async { "general" }))
+        .route("/charge", get(|| async { "charged" }))
         .layer(RateLimitLayer::new(cfg).await.unwrap())
 }
 
-/// The key's TAT (µs of Redis time) and its absolute expiry (ms).
+/// The key's TAT (µs of Redis time) and its absolute expiry (ms), read in
+/// one atomic call.
 fn tat_and_expiry(server: &RedisServer, key: &str) -> (f64, i64) {
-    let tat = server.cli(&["GET", key]).unwrap().trim().parse::<f64>();
-    let at = server.cli(&["PEXPIRETIME", key]).unwrap().trim().parse();
-    (tat.expect("the key holds a TAT"), at.expect("PEXPIRETIME"))
+    let script = "return { redis.call('GET', KEYS[1]) or '', redis.call('PEXPIRETIME', KEYS[1]) }";
+    let out = server.cli(&["EVAL", script, "1", key]).unwrap();
+    let mut lines = out.lines().map(str::trim);
+    let tat = lines.next().unwrap_or("").parse::<f64>();
+    let at = lines.next().unwrap_or("").parse();
+    (
+        tat.unwrap_or_else(|_| panic!("the key holds a TAT: {out:?}")),
+        at.unwrap_or_else(|_| panic!("PEXPIRETIME: {out:?}")),
+    )
+}
+
+/// Charges `HEADROOM` tokens of the key `k`'s bucket.
+async fn charge(app: &Router) {
+    let res = send(
+        app,
+        request("GET", "/charge", "127.0.0.1:1", &[("x-api-key", "k")]),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header_u64(&res, "x-ratelimit-remaining"),
+        CAPACITY as u64 - HEADROOM
+    );
 }
 
 /// What the rule says the expiry of a key holding `tat` is.
@@ -62,6 +99,7 @@ async fn the_kept_ttl_is_always_the_end_of_the_second_the_bucket_is_full() {
     let prefix = prefix("keepttl");
     let app = app(&server, &prefix).await;
     let key = format!("{prefix}:per-key:{{h:k}}");
+    charge(&app).await;
     let mut expiries = std::collections::BTreeSet::new();
     for i in 0..150 {
         let res = send(
@@ -82,8 +120,8 @@ async fn the_kept_ttl_is_always_the_end_of_the_second_the_bucket_is_full() {
     // second and moved when the TAT left it.
     assert!(expiries.len() >= 2, "{expiries:?}");
     assert!(expiries.len() < 50, "{expiries:?}");
-    let left = tokens(&server, &key, 300.0, 100.0);
-    assert!((150.0..=300.0).contains(&left), "{left}");
+    let left = tokens(&server, &key, CAPACITY, 100.0);
+    assert!((250.0..=CAPACITY).contains(&left), "{left}");
 }
 
 #[tokio::test]
@@ -92,6 +130,7 @@ async fn both_scripts_follow_one_expiry_rule_on_a_shared_key() {
     let prefix = prefix("shared-expiry");
     let app = app(&server, &prefix).await;
     let key = format!("{prefix}:per-key:{{h:k}}");
+    charge(&app).await;
     for i in 0..30 {
         // Alternate: one limit (the lean script), two limits (the general
         // driver, lua/decide.lua), both charging the same per-key bucket.
@@ -105,8 +144,8 @@ async fn both_scripts_follow_one_expiry_rule_on_a_shared_key() {
         let (tat, expiry) = tat_and_expiry(&server, &key);
         assert_eq!(expiry, expected_expiry(tat), "request {i} on {path}");
     }
-    let left = tokens(&server, &key, 300.0, 100.0);
-    assert!((270.0..=300.0).contains(&left), "{left}");
+    let left = tokens(&server, &key, CAPACITY, 100.0);
+    assert!((370.0..=CAPACITY).contains(&left), "{left}");
     server.assert_every_key_expires(&prefix);
 }
 
@@ -119,13 +158,8 @@ async fn a_key_left_without_expiry_gets_one_at_its_next_request() {
     // Something else wrote the key without a TTL (a stale TAT: long full).
     server.cli(&["SET", &key, "1000000"]).unwrap();
     assert_eq!(server.cli(&["PTTL", &key]).unwrap().trim(), "-1");
-    let res = send(
-        &app,
-        request("GET", "/lean", "127.0.0.1:1", &[("x-api-key", "k")]),
-    )
-    .await;
-    assert_eq!(res.status(), 200);
-    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 299);
+    // A stale TAT is a full bucket: the charge leaves capacity − HEADROOM.
+    charge(&app).await;
     let (tat, expiry) = tat_and_expiry(&server, &key);
     assert_eq!(expiry, expected_expiry(tat));
     server.assert_every_key_expires(&prefix);
