@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ pub(crate) struct Limiter {
     /// The primary store again, when it is the in-process one (decided
     /// without a future).
     local: Option<Arc<MemoryStore>>,
+    /// The "no `MatchedPath`" error was logged (once per layer).
+    unrouted_logged: AtomicBool,
 }
 
 impl fmt::Debug for Limiter {
@@ -192,6 +194,7 @@ impl Limiter {
                 cfg.plan_cache_keys,
             ),
             cost_fns: extras.cost_fns,
+            unrouted_logged: AtomicBool::new(false),
         }
     }
 
@@ -217,6 +220,9 @@ impl Limiter {
             .extensions()
             .get::<MatchedPath>()
             .map(MatchedPath::as_str);
+        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
+            self.check_unrouted(req.uri().path());
+        }
         let Some(policy) = self.routes.lookup(matched, req.method()) else {
             return Plan::Unlimited;
         };
@@ -263,6 +269,30 @@ impl Limiter {
             cost,
             keys,
         })
+    }
+
+    /// A request without `MatchedPath` for a path a configured route names:
+    /// the layer is outside the `Router` (the router sets `MatchedPath`
+    /// after it), so no route entry can ever apply. Said once per layer.
+    /// Paths no route names stay quiet: inside a `Router` they are its
+    /// fallback (404s), which carry no `MatchedPath` either.
+    #[cold]
+    fn check_unrouted(&self, path: &str) {
+        let Some(template) = self.routes.template_for(path) else {
+            return;
+        };
+        if self.unrouted_logged.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(
+            target: "fleetlimit",
+            path,
+            route = template,
+            reason = "no-matched-path",
+            "the request carries no axum MatchedPath, so route {template:?} of the configuration cannot apply \
+             and only [default] (if any) limits it: add the layer with `Router::layer` or `Router::route_layer`, \
+             not around the Router (ServiceBuilder, `layer.layer(router)`); logged once"
+        );
     }
 
     /// Plans → store → decision, with the failure policy when the store fails.
