@@ -295,8 +295,22 @@ impl Limiter {
         );
     }
 
-    /// Plans → store → decision, with the failure policy when the store fails.
-    pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> Decided {
+    /// Plans → store → decision, with the failure policy when the store
+    /// fails. On a `refund = true` route every admitted request carries a
+    /// [`Refund`], a no-op one when nothing can be given back (admitted by
+    /// the `open` policy, from a lease, in shadow mode), so a handler can
+    /// take `Extension<Refund>` without a 500 on those paths.
+    pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> Decided {
+        if !p.policy.refund {
+            return self.decide_in_store(p);
+        }
+        match self.decide_in_store(p) {
+            Decided::Now(d) => Decided::Now(with_refund(d)),
+            Decided::Later(f) => Decided::Later(Box::pin(async move { with_refund(f.await) })),
+        }
+    }
+
+    fn decide_in_store(self: &Arc<Self>, mut p: Pending) -> Decided {
         let has_plans = p.policy.limits.iter().any(|l| !l.plans.is_empty());
         // Without plans every rule is known now: a remembered refusal is
         // answered without boxing a future or touching Redis.
@@ -612,12 +626,29 @@ impl Limiter {
     }
 }
 
+/// An admitted request of a refund route without a handle gets a no-op one.
+fn with_refund(d: Decision) -> Decision {
+    match d {
+        Decision::Admit(h, None) => Decision::Admit(h, Some(Refund::none())),
+        d => d,
+    }
+}
+
 /// Gives back units an admitted request did not need (its real cost was
 /// lower than it was charged). On routes that ask for it (`refund = true`
 /// in the route's TOML, [`RouteConfig::refund`](crate::config::RouteConfig::refund)
-/// in code), the layer puts one in the request's extensions for every
-/// admitted, limited request; other routes carry none (the handle costs an
-/// allocation and an extension insert per request):
+/// in code), the layer puts one in the extensions of every admitted,
+/// limited request, so a handler can take `Extension<Refund>`; other routes
+/// carry none (the handle costs an allocation and an extension insert per
+/// request).
+///
+/// When nothing was charged in a store that could take units back (the
+/// request was admitted by `on_redis_error = "open"` while Redis was down,
+/// from a hot key's lease, or by a limit in shadow mode) the handle is a
+/// no-op: [`refundable`](Self::refundable) is `0` and
+/// [`give_back`](Self::give_back) returns `Ok(())` and does nothing. A
+/// request admitted by the `local` policy gives back to the in-process
+/// buckets that charged it.
 ///
 /// ```toml
 /// [[routes]]
@@ -631,9 +662,9 @@ impl Limiter {
 /// use axum::Extension;
 /// use fleetlimit::Refund;
 ///
-/// async fn search(refund: Option<Extension<Refund>>) -> &'static str {
+/// async fn search(Extension(refund): Extension<Refund>) -> &'static str {
 ///     let cheap = true; // found in the cache, say
-///     if let (true, Some(Extension(refund))) = (cheap, refund) {
+///     if cheap {
 ///         // Charged the route's cost (e.g. 5); the real cost was 2.
 ///         let _ = refund.give_back(3).await;
 ///     }
@@ -642,7 +673,8 @@ impl Limiter {
 /// ```
 #[derive(Clone)]
 pub struct Refund {
-    inner: Arc<RefundInner>,
+    /// `None`: the no-op handle (nothing was charged that can be given back).
+    inner: Option<Arc<RefundInner>>,
 }
 
 struct RefundInner {
@@ -668,26 +700,37 @@ impl Refund {
             return None;
         }
         Some(Self {
-            inner: Arc::new(RefundInner {
+            inner: Some(Arc::new(RefundInner {
                 limiter: Arc::clone(limiter),
                 buckets,
                 local,
                 left: AtomicU32::new(cost),
-            }),
+            })),
         })
     }
 
-    /// Units still refundable (the request's cost, less what was given back).
+    /// The handle of a request that was charged nothing refundable.
+    fn none() -> Self {
+        Self { inner: None }
+    }
+
+    /// Units still refundable (the request's cost, less what was given
+    /// back); `0` on a no-op handle.
     #[must_use]
     pub fn refundable(&self) -> u32 {
-        self.inner.left.load(Ordering::Acquire)
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.left.load(Ordering::Acquire))
     }
 
     /// Gives `units` back to every limit that charged this request (never
-    /// more than it was charged, never past full). One store call.
+    /// more than it was charged, never past full). One store call, none on
+    /// a no-op handle or when nothing is left to give back.
     pub async fn give_back(&self, units: u32) -> Result<(), crate::store::StoreError> {
-        let taken = self
-            .inner
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        let taken = inner
             .left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
                 Some(left - units.min(left))
@@ -699,10 +742,10 @@ impl Refund {
         }
         let refund = Check {
             cost: -f64::from(n),
-            buckets: self.inner.buckets.to_vec(),
+            buckets: inner.buckets.to_vec(),
         };
-        let limiter = &self.inner.limiter;
-        if self.inner.local {
+        let limiter = &inner.limiter;
+        if inner.local {
             return limiter.fallback.check(&refund).await.map(|_| ());
         }
         // Behind the breaker like any other call: while it is open a refund
@@ -715,7 +758,7 @@ impl fmt::Debug for Refund {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Refund")
             .field("refundable", &self.refundable())
-            .field("local", &self.inner.local)
+            .field("local", &self.inner.as_ref().is_some_and(|i| i.local))
             .finish_non_exhaustive()
     }
 }
