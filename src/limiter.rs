@@ -518,21 +518,13 @@ impl Limiter {
                 Refused {
                     until: now,
                     cost,
-                    limit: Arc::clone(&limit.name),
                     rule: buckets[i].rule,
                     headers,
                     full_at: now + secs(s.reset),
                 },
             );
         }
-        refusal(
-            &limit.name,
-            key,
-            headers,
-            retry_after_secs(s.wait),
-            local,
-            false,
-        )
+        refusal(limit, key, headers, retry_after_secs(s.wait), local, false)
     }
 
     /// A refusal remembered from Redis under the same rule, for a limit
@@ -558,7 +550,7 @@ impl Limiter {
                     ..r.headers
                 };
                 return Some(refusal(
-                    &r.limit,
+                    limit,
                     key,
                     headers,
                     retry_after_secs(left(r.until)),
@@ -573,13 +565,25 @@ impl Limiter {
     /// Redis failed: the route's failure policy decides. Never a 500.
     fn degraded(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
         let limit = &p.policy.limits[0].name;
+        // One WARN a second per route (its policy is the route's); the
+        // decisions in between at DEBUG, counted in the next WARN's
+        // `suppressed`.
+        let log = p.policy.degraded_log.event();
+        macro_rules! degraded_event {
+            ($msg:literal; $($fields:tt)*) => {
+                match log {
+                    Some(suppressed) => tracing::warn!(target: "fleetlimit", $($fields)*, suppressed, $msg),
+                    None => tracing::debug!(target: "fleetlimit", $($fields)*, $msg),
+                }
+            };
+        }
         match p.policy.on_redis_error {
             FailurePolicy::Open => {
-                tracing::warn!(target: "fleetlimit", %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open", "served without limiting");
+                degraded_event!("served without limiting"; %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open");
                 Decision::Admit(None, None)
             }
             FailurePolicy::Closed => {
-                tracing::warn!(target: "fleetlimit", %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed", "refused: limiter unavailable");
+                degraded_event!("refused: limiter unavailable"; %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed");
                 Decision::Reject(
                     Rejection::problem(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -608,8 +612,8 @@ impl Limiter {
                 let s = outcome
                     .reported(|i| local.buckets[i].shadow)
                     .map(|i| outcome.limits[i]);
-                tracing::warn!(
-                    target: "fleetlimit",
+                degraded_event!(
+                    "decided locally";
                     %limit,
                     key = %log_id(&local.buckets[0].key),
                     reason = e.reason(),
@@ -617,8 +621,7 @@ impl Limiter {
                     degraded = true,
                     policy = "local",
                     allowed = outcome.allowed,
-                    remaining = s.map_or(0.0, |s| s.remaining.floor()),
-                    "decided locally"
+                    remaining = s.map_or(0.0, |s| s.remaining.floor())
                 );
                 self.from_outcome(p, local, &outcome, true)
             }
@@ -765,24 +768,38 @@ impl fmt::Debug for Refund {
 
 /// `429` with `Retry-After`, the limit's headers and a problem body.
 fn refusal(
-    limit: &str,
+    limit: &crate::policy::Limit,
     key: &str,
     headers: RateHeaders,
     retry: u64,
     degraded: bool,
     cached: bool,
 ) -> Decision {
-    tracing::info!(
-        target: "fleetlimit",
-        %limit,
-        key = %log_id(key),
-        remaining = headers.remaining,
-        retry_after = retry,
-        reason = "limit-exceeded",
-        degraded,
-        cached,
-        "refused"
-    );
+    // The abuse path: every refusal at DEBUG, except one INFO line a second
+    // per limit (and per Redis / local decision), whose `suppressed` counts
+    // the refusals since the previous one.
+    let log = limit.refusal_log[usize::from(degraded)].event();
+    macro_rules! refused_event {
+        ($level:ident $(, $extra:ident)?) => {
+            tracing::$level!(
+                target: "fleetlimit",
+                limit = %limit.name,
+                key = %log_id(key),
+                remaining = headers.remaining,
+                retry_after = retry,
+                reason = "limit-exceeded",
+                degraded,
+                cached,
+                $($extra,)?
+                "refused"
+            )
+        };
+    }
+    match log {
+        Some(suppressed) => refused_event!(info, suppressed),
+        None => refused_event!(debug),
+    }
+    let limit = &*limit.name;
     Decision::Reject(
         Rejection::problem(
             StatusCode::TOO_MANY_REQUESTS,

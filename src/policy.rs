@@ -14,6 +14,7 @@ use http::Method;
 use crate::algorithm::Rule;
 use crate::config::{fmt_duration, Config, FailurePolicy, OnMissing};
 use crate::key::KeySource;
+use crate::log_throttle::Throttle;
 
 /// A named limit: its key, its rule, and other numbers per plan.
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub(crate) struct Limit {
     pub(crate) plans: HashMap<Arc<str>, Rule>,
     /// Hot-key leases (token buckets only).
     pub(crate) lease: Option<LeaseConfig>,
+    /// The INFO line of its refusals: decided by Redis, then decided
+    /// locally (degraded) — one a second each.
+    pub(crate) refusal_log: [Throttle; 2],
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per
@@ -94,6 +98,8 @@ pub(crate) struct Policy {
     /// building and inserting it was about a fifth of the layer's in-process
     /// cost).
     pub(crate) refund: bool,
+    /// The WARN line of its degraded decisions, one a second.
+    pub(crate) degraded_log: Throttle,
 }
 
 impl Policy {
