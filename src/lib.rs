@@ -67,6 +67,7 @@ mod key;
 pub mod layer;
 mod lease;
 mod limiter;
+mod log_throttle;
 mod outcome;
 pub mod plan;
 mod policy;

@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ pub(crate) struct Limiter {
     /// The primary store again, when it is the in-process one (decided
     /// without a future).
     local: Option<Arc<MemoryStore>>,
+    /// The "no `MatchedPath`" error was logged (once per layer).
+    unrouted_logged: AtomicBool,
 }
 
 impl fmt::Debug for Limiter {
@@ -192,6 +194,7 @@ impl Limiter {
                 cfg.plan_cache_keys,
             ),
             cost_fns: extras.cost_fns,
+            unrouted_logged: AtomicBool::new(false),
         }
     }
 
@@ -217,6 +220,9 @@ impl Limiter {
             .extensions()
             .get::<MatchedPath>()
             .map(MatchedPath::as_str);
+        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
+            self.check_unrouted(req.uri().path());
+        }
         let Some(policy) = self.routes.lookup(matched, req.method()) else {
             return Plan::Unlimited;
         };
@@ -265,8 +271,46 @@ impl Limiter {
         })
     }
 
-    /// Plans → store → decision, with the failure policy when the store fails.
-    pub(crate) fn decide(self: &Arc<Self>, mut p: Pending) -> Decided {
+    /// A request without `MatchedPath` for a path a configured route names:
+    /// the layer is outside the `Router` (the router sets `MatchedPath`
+    /// after it), so no route entry can ever apply. Said once per layer.
+    /// Paths no route names stay quiet: inside a `Router` they are its
+    /// fallback (404s), which carry no `MatchedPath` either.
+    #[cold]
+    fn check_unrouted(&self, path: &str) {
+        let Some(template) = self.routes.template_for(path) else {
+            return;
+        };
+        if self.unrouted_logged.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(
+            target: "fleetlimit",
+            path,
+            route = template,
+            reason = "no-matched-path",
+            "the request carries no axum MatchedPath, so route {template:?} of the configuration cannot apply \
+             and only [default] (if any) limits it: add the layer with `Router::layer` or `Router::route_layer`, \
+             not around the Router (ServiceBuilder, `layer.layer(router)`); logged once"
+        );
+    }
+
+    /// Plans → store → decision, with the failure policy when the store
+    /// fails. On a `refund = true` route every admitted request carries a
+    /// [`Refund`], a no-op one when nothing can be given back (admitted by
+    /// the `open` policy, from a lease, in shadow mode), so a handler can
+    /// take `Extension<Refund>` without a 500 on those paths.
+    pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> Decided {
+        if !p.policy.refund {
+            return self.decide_in_store(p);
+        }
+        match self.decide_in_store(p) {
+            Decided::Now(d) => Decided::Now(with_refund(d)),
+            Decided::Later(f) => Decided::Later(Box::pin(async move { with_refund(f.await) })),
+        }
+    }
+
+    fn decide_in_store(self: &Arc<Self>, mut p: Pending) -> Decided {
         let has_plans = p.policy.limits.iter().any(|l| !l.plans.is_empty());
         // Without plans every rule is known now: a remembered refusal is
         // answered without boxing a future or touching Redis.
@@ -474,21 +518,13 @@ impl Limiter {
                 Refused {
                     until: now,
                     cost,
-                    limit: Arc::clone(&limit.name),
                     rule: buckets[i].rule,
                     headers,
                     full_at: now + secs(s.reset),
                 },
             );
         }
-        refusal(
-            &limit.name,
-            key,
-            headers,
-            retry_after_secs(s.wait),
-            local,
-            false,
-        )
+        refusal(limit, key, headers, retry_after_secs(s.wait), local, false)
     }
 
     /// A refusal remembered from Redis under the same rule, for a limit
@@ -514,7 +550,7 @@ impl Limiter {
                     ..r.headers
                 };
                 return Some(refusal(
-                    &r.limit,
+                    limit,
                     key,
                     headers,
                     retry_after_secs(left(r.until)),
@@ -529,13 +565,25 @@ impl Limiter {
     /// Redis failed: the route's failure policy decides. Never a 500.
     fn degraded(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
         let limit = &p.policy.limits[0].name;
+        // One WARN a second per route (its policy is the route's); the
+        // decisions in between at DEBUG, counted in the next WARN's
+        // `suppressed`.
+        let log = p.policy.degraded_log.event();
+        macro_rules! degraded_event {
+            ($msg:literal; $($fields:tt)*) => {
+                match log {
+                    Some(suppressed) => tracing::warn!(target: "fleetlimit", $($fields)*, suppressed, $msg),
+                    None => tracing::debug!(target: "fleetlimit", $($fields)*, $msg),
+                }
+            };
+        }
         match p.policy.on_redis_error {
             FailurePolicy::Open => {
-                tracing::warn!(target: "fleetlimit", %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open", "served without limiting");
+                degraded_event!("served without limiting"; %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open");
                 Decision::Admit(None, None)
             }
             FailurePolicy::Closed => {
-                tracing::warn!(target: "fleetlimit", %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed", "refused: limiter unavailable");
+                degraded_event!("refused: limiter unavailable"; %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed");
                 Decision::Reject(
                     Rejection::problem(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -564,8 +612,8 @@ impl Limiter {
                 let s = outcome
                     .reported(|i| local.buckets[i].shadow)
                     .map(|i| outcome.limits[i]);
-                tracing::warn!(
-                    target: "fleetlimit",
+                degraded_event!(
+                    "decided locally";
                     %limit,
                     key = %log_id(&local.buckets[0].key),
                     reason = e.reason(),
@@ -573,8 +621,7 @@ impl Limiter {
                     degraded = true,
                     policy = "local",
                     allowed = outcome.allowed,
-                    remaining = s.map_or(0.0, |s| s.remaining.floor()),
-                    "decided locally"
+                    remaining = s.map_or(0.0, |s| s.remaining.floor())
                 );
                 self.from_outcome(p, local, &outcome, true)
             }
@@ -582,12 +629,29 @@ impl Limiter {
     }
 }
 
+/// An admitted request of a refund route without a handle gets a no-op one.
+fn with_refund(d: Decision) -> Decision {
+    match d {
+        Decision::Admit(h, None) => Decision::Admit(h, Some(Refund::none())),
+        d => d,
+    }
+}
+
 /// Gives back units an admitted request did not need (its real cost was
 /// lower than it was charged). On routes that ask for it (`refund = true`
 /// in the route's TOML, [`RouteConfig::refund`](crate::config::RouteConfig::refund)
-/// in code), the layer puts one in the request's extensions for every
-/// admitted, limited request; other routes carry none (the handle costs an
-/// allocation and an extension insert per request):
+/// in code), the layer puts one in the extensions of every admitted,
+/// limited request, so a handler can take `Extension<Refund>`; other routes
+/// carry none (the handle costs an allocation and an extension insert per
+/// request).
+///
+/// When nothing was charged in a store that could take units back (the
+/// request was admitted by `on_redis_error = "open"` while Redis was down,
+/// from a hot key's lease, or by a limit in shadow mode) the handle is a
+/// no-op: [`refundable`](Self::refundable) is `0` and
+/// [`give_back`](Self::give_back) returns `Ok(())` and does nothing. A
+/// request admitted by the `local` policy gives back to the in-process
+/// buckets that charged it.
 ///
 /// ```toml
 /// [[routes]]
@@ -601,9 +665,9 @@ impl Limiter {
 /// use axum::Extension;
 /// use fleetlimit::Refund;
 ///
-/// async fn search(refund: Option<Extension<Refund>>) -> &'static str {
+/// async fn search(Extension(refund): Extension<Refund>) -> &'static str {
 ///     let cheap = true; // found in the cache, say
-///     if let (true, Some(Extension(refund))) = (cheap, refund) {
+///     if cheap {
 ///         // Charged the route's cost (e.g. 5); the real cost was 2.
 ///         let _ = refund.give_back(3).await;
 ///     }
@@ -612,7 +676,8 @@ impl Limiter {
 /// ```
 #[derive(Clone)]
 pub struct Refund {
-    inner: Arc<RefundInner>,
+    /// `None`: the no-op handle (nothing was charged that can be given back).
+    inner: Option<Arc<RefundInner>>,
 }
 
 struct RefundInner {
@@ -638,26 +703,37 @@ impl Refund {
             return None;
         }
         Some(Self {
-            inner: Arc::new(RefundInner {
+            inner: Some(Arc::new(RefundInner {
                 limiter: Arc::clone(limiter),
                 buckets,
                 local,
                 left: AtomicU32::new(cost),
-            }),
+            })),
         })
     }
 
-    /// Units still refundable (the request's cost, less what was given back).
+    /// The handle of a request that was charged nothing refundable.
+    fn none() -> Self {
+        Self { inner: None }
+    }
+
+    /// Units still refundable (the request's cost, less what was given
+    /// back); `0` on a no-op handle.
     #[must_use]
     pub fn refundable(&self) -> u32 {
-        self.inner.left.load(Ordering::Acquire)
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.left.load(Ordering::Acquire))
     }
 
     /// Gives `units` back to every limit that charged this request (never
-    /// more than it was charged, never past full). One store call.
+    /// more than it was charged, never past full). One store call, none on
+    /// a no-op handle or when nothing is left to give back.
     pub async fn give_back(&self, units: u32) -> Result<(), crate::store::StoreError> {
-        let taken = self
-            .inner
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        let taken = inner
             .left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
                 Some(left - units.min(left))
@@ -669,10 +745,10 @@ impl Refund {
         }
         let refund = Check {
             cost: -f64::from(n),
-            buckets: self.inner.buckets.to_vec(),
+            buckets: inner.buckets.to_vec(),
         };
-        let limiter = &self.inner.limiter;
-        if self.inner.local {
+        let limiter = &inner.limiter;
+        if inner.local {
             return limiter.fallback.check(&refund).await.map(|_| ());
         }
         // Behind the breaker like any other call: while it is open a refund
@@ -685,31 +761,45 @@ impl fmt::Debug for Refund {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Refund")
             .field("refundable", &self.refundable())
-            .field("local", &self.inner.local)
+            .field("local", &self.inner.as_ref().is_some_and(|i| i.local))
             .finish_non_exhaustive()
     }
 }
 
 /// `429` with `Retry-After`, the limit's headers and a problem body.
 fn refusal(
-    limit: &str,
+    limit: &crate::policy::Limit,
     key: &str,
     headers: RateHeaders,
     retry: u64,
     degraded: bool,
     cached: bool,
 ) -> Decision {
-    tracing::info!(
-        target: "fleetlimit",
-        %limit,
-        key = %log_id(key),
-        remaining = headers.remaining,
-        retry_after = retry,
-        reason = "limit-exceeded",
-        degraded,
-        cached,
-        "refused"
-    );
+    // The abuse path: every refusal at DEBUG, except one INFO line a second
+    // per limit (and per Redis / local decision), whose `suppressed` counts
+    // the refusals since the previous one.
+    let log = limit.refusal_log[usize::from(degraded)].event();
+    macro_rules! refused_event {
+        ($level:ident $(, $extra:ident)?) => {
+            tracing::$level!(
+                target: "fleetlimit",
+                limit = %limit.name,
+                key = %log_id(key),
+                remaining = headers.remaining,
+                retry_after = retry,
+                reason = "limit-exceeded",
+                degraded,
+                cached,
+                $($extra,)?
+                "refused"
+            )
+        };
+    }
+    match log {
+        Some(suppressed) => refused_event!(info, suppressed),
+        None => refused_event!(debug),
+    }
+    let limit = &*limit.name;
     Decision::Reject(
         Rejection::problem(
             StatusCode::TOO_MANY_REQUESTS,

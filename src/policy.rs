@@ -14,6 +14,7 @@ use http::Method;
 use crate::algorithm::Rule;
 use crate::config::{fmt_duration, Config, FailurePolicy, OnMissing};
 use crate::key::KeySource;
+use crate::log_throttle::Throttle;
 
 /// A named limit: its key, its rule, and other numbers per plan.
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub(crate) struct Limit {
     pub(crate) plans: HashMap<Arc<str>, Rule>,
     /// Hot-key leases (token buckets only).
     pub(crate) lease: Option<LeaseConfig>,
+    /// The INFO line of its refusals: decided by Redis, then decided
+    /// locally (degraded) — one a second each.
+    pub(crate) refusal_log: [Throttle; 2],
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per
@@ -94,6 +98,8 @@ pub(crate) struct Policy {
     /// building and inserting it was about a fifth of the layer's in-process
     /// cost).
     pub(crate) refund: bool,
+    /// The WARN line of its degraded decisions, one a second.
+    pub(crate) degraded_log: Throttle,
 }
 
 impl Policy {
@@ -151,6 +157,9 @@ impl RouteTable {
         let hit = matched_path
             .and_then(|p| self.by_path.get(p))
             .and_then(|entries| {
+                if *method == Method::HEAD {
+                    return head_entry(entries);
+                }
                 entries
                     .iter()
                     .find(|(ms, _)| ms.as_ref().is_none_or(|ms| ms.contains(method)))
@@ -158,6 +167,52 @@ impl RouteTable {
             });
         hit.or(self.default.as_ref())
             .filter(|p| !p.limits.is_empty())
+    }
+
+    /// The configured route template `path` would match, if any: a request
+    /// for it that carries no `MatchedPath` means the layer is not inside
+    /// the `Router`, so the route's entry is being skipped. Template
+    /// segments (`{id}`, `{*rest}`) match any segment, like axum's.
+    pub(crate) fn template_for(&self, path: &str) -> Option<&str> {
+        self.by_path
+            .keys()
+            .find(|t| template_matches(t, path))
+            .map(String::as_str)
+    }
+}
+
+/// HEAD: axum's `get()` answers it by running the GET handler, so an entry
+/// listing GET governs it too, unless an entry lists HEAD itself; an entry
+/// for every method comes last, as for any method.
+fn head_entry(entries: &PathEntries) -> Option<&Arc<Policy>> {
+    let listing = |m: &Method| {
+        entries
+            .iter()
+            .find(|(ms, _)| ms.as_ref().is_some_and(|ms| ms.contains(m)))
+    };
+    listing(&Method::HEAD)
+        .or_else(|| listing(&Method::GET))
+        .or_else(|| entries.iter().find(|(ms, _)| ms.is_none()))
+        .map(|(_, p)| p)
+}
+
+/// Whether `path` has the shape of axum route `template` (segment by
+/// segment; a segment with a `{` is a parameter, `{*...}` takes the rest).
+fn template_matches(template: &str, path: &str) -> bool {
+    let mut t = template.split('/');
+    let mut p = path.split('/');
+    loop {
+        match (t.next(), p.next()) {
+            (None, None) => return true,
+            (Some(ts), Some(ps)) if ts.starts_with("{*") => return !ps.is_empty(),
+            (Some(ts), Some(ps)) if ts.contains('{') => {
+                if ps.is_empty() {
+                    return false;
+                }
+            }
+            (Some(ts), Some(ps)) if ts == ps => {}
+            _ => return false,
+        }
     }
 }
 
@@ -212,5 +267,61 @@ limits = ["a", "b"]
             Some("a+b")
         );
         assert_eq!(name(t.lookup(None, &Method::GET)).as_deref(), Some("a+b"));
+    }
+
+    #[test]
+    fn head_follows_get_unless_listed_itself() {
+        let cfg = Config::from_toml_str(
+            r#"
+[limits.a]
+key = "ip"
+capacity = 1
+refill = "1/s"
+[limits.b]
+key = "ip"
+capacity = 2
+refill = "1/s"
+[limits.c]
+key = "ip"
+capacity = 3
+refill = "1/s"
+[[routes]]
+path = "/x"
+limits = ["a"]
+[[routes]]
+path = "/x"
+methods = ["GET"]
+limits = ["b"]
+[[routes]]
+path = "/y"
+methods = ["GET"]
+limits = ["a"]
+[[routes]]
+path = "/y"
+methods = ["HEAD"]
+limits = ["c"]
+[[routes]]
+path = "/z"
+methods = ["POST"]
+limits = ["a"]
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(&cfg);
+        let head = |p| t.lookup(Some(p), &Method::HEAD).map(|p| &*p.limits[0].name);
+        assert_eq!(head("/x"), Some("b"), "GET's entry before the catch-all");
+        assert_eq!(head("/y"), Some("c"), "an explicit HEAD entry wins");
+        assert_eq!(head("/z"), None, "POST does not govern HEAD");
+    }
+
+    #[test]
+    fn templates_match_paths_segment_by_segment() {
+        assert!(template_matches("/", "/"));
+        assert!(template_matches("/users/{id}", "/users/7"));
+        assert!(!template_matches("/users/{id}", "/users/"));
+        assert!(!template_matches("/users/{id}", "/users/7/x"));
+        assert!(template_matches("/files/{*rest}", "/files/a/b"));
+        assert!(!template_matches("/search", "/searches"));
+        assert!(!template_matches("/", "/favicon.ico"));
     }
 }

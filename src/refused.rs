@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::{Duration, Instant};
 
@@ -27,7 +27,6 @@ const SHARDS: usize = 8;
 pub(crate) struct Refused {
     pub(crate) until: Instant,
     pub(crate) cost: f64,
-    pub(crate) limit: Arc<str>,
     /// The numbers it was refused under (a plan change voids the entry).
     pub(crate) rule: Rule,
     pub(crate) headers: RateHeaders,
@@ -119,7 +118,6 @@ mod tests {
         Refused {
             until: now,
             cost,
-            limit: "l".into(),
             rule: Rule::TokenBucket {
                 capacity: 5.0,
                 refill_per_sec: 1.0,

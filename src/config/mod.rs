@@ -77,7 +77,8 @@ pub(crate) use units::fmt_duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FailurePolicy {
-    /// Serve the request unlimited (and log that it happened).
+    /// Serve the request unlimited (and log it: one line a second per
+    /// route, counting the others).
     Open,
     /// Answer `503 Service Unavailable` with `Retry-After`.
     Closed,

@@ -168,6 +168,7 @@ impl<'s> Validator<'s> {
             shadow,
             plans: HashMap::new(),
             lease: None,
+            refusal_log: Default::default(),
         });
         Ok(())
     }
@@ -314,6 +315,7 @@ impl<'s> Validator<'s> {
             on_redis_error,
             shadow,
             refund,
+            degraded_log: Default::default(),
         }))
     }
 }
