@@ -327,3 +327,25 @@ async fn a_malformed_reset_message_is_ignored_and_logged_at_debug() {
         .count();
     assert_eq!(ignored, garbage.len(), "{logs}");
 }
+
+#[tokio::test]
+async fn the_listener_ends_with_the_layer() {
+    init_tracing();
+    let server = RedisServer::start();
+    let prefix = prefix("reset-drop");
+    let channel = format!("{prefix}:reset");
+    let numsub = || {
+        let out = server.cli(&["PUBSUB", "NUMSUB", &channel]).unwrap();
+        out.lines().nth(1).unwrap().trim().parse::<u32>().unwrap()
+    };
+    let app = ok_app(redis_config(&server, &prefix, "500ms", LIMITS)).await;
+    assert_eq!(numsub(), 1, "subscribed once the layer is built");
+    assert_eq!(send(&app, from("alice")).await.status(), 200);
+    drop(app);
+    // The listener quits at once; QUIT itself is bounded by 1 s.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while numsub() != 0 {
+        assert!(Instant::now() < deadline, "still subscribed after the drop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
