@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ fn config_file(name: &str, url: &str, prefix: &str) -> PathBuf {
     path
 }
 
-fn cli_reset(file: &PathBuf, account: &str) {
+fn cli_reset(file: &Path, account: &str) {
     let out = Command::new(BIN)
         .args(["reset", account, "--config", file.to_str().unwrap()])
         .env_remove("REDIS_URL")
