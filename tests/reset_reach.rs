@@ -169,6 +169,30 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
 }
 
 #[tokio::test]
+async fn a_reset_reaches_every_instance_on_sentinel() {
+    init_tracing();
+    let setup = SentinelSetup::start();
+    let prefix = prefix("reset-reach-sentinel");
+    let file = config_file("sentinel.toml", &setup.url(), &prefix);
+    let apps = three(&setup.url(), &prefix).await;
+    refuse_everywhere(&apps, "alice").await;
+    setup.primary.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    for app in &apps {
+        assert_eq!(send(app, from("alice")).await.status(), 429);
+    }
+    assert_eq!(setup.primary.script_calls(), 0, "the refused caches answered");
+
+    cli_reset(&file, "alice");
+    let reset_at = Instant::now();
+    let left = still_refusing(&apps, "alice", reset_at + REACH).await;
+    assert!(
+        left.is_empty(),
+        "instances {left:?} still refuse alice {REACH:?} after the reset"
+    );
+    assert_eq!(setup.primary.script_calls(), 3);
+}
+
+#[tokio::test]
 async fn the_listener_survives_a_redis_restart() {
     init_tracing();
     let server = RedisServer::start();
