@@ -180,7 +180,11 @@ async fn a_reset_reaches_every_instance_on_sentinel() {
     for app in &apps {
         assert_eq!(send(app, from("alice")).await.status(), 429);
     }
-    assert_eq!(setup.primary.script_calls(), 0, "the refused caches answered");
+    assert_eq!(
+        setup.primary.script_calls(),
+        0,
+        "the refused caches answered"
+    );
 
     cli_reset(&file, "alice");
     let reset_at = Instant::now();
@@ -372,4 +376,38 @@ async fn the_listener_ends_with_the_layer() {
         assert!(Instant::now() < deadline, "still subscribed after the drop");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_layer_built_while_redis_is_down_listens_once_it_is_up() {
+    init_tracing();
+    let server = RedisServer::start();
+    server.kill();
+    let prefix = prefix("reset-late");
+    let body = format!("connect_timeout = \"200ms\"\n{LIMITS}");
+    let app = ok_app(redis_config(&server, &prefix, "500ms", &body)).await;
+    server.restart();
+    let channel = format!("{prefix}:reset");
+    // fred's reconnect policy retries at most 1 s apart; the bound is a guard.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = server.cli(&["PUBSUB", "NUMSUB", &channel]).unwrap();
+        if out.lines().nth(1).map(str::trim) == Some("1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never subscribed: {out}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // And it works: refused, reset, admitted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while send(&app, from("probe")).await.status() != 200 {
+        assert!(Instant::now() < deadline, "the pool never connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let apps = vec![app];
+    refuse_everywhere(&apps, "alice").await;
+    let file = config_file("late.toml", &server.url(), &prefix);
+    cli_reset(&file, "alice");
+    let left = still_refusing(&apps, "alice", Instant::now() + REACH).await;
+    assert!(left.is_empty(), "still refused after the reset");
 }
