@@ -59,7 +59,10 @@ impl RateLimitLayer {
     }
 
     /// The layer on a store of your own (or a [`RedisStore`] you built).
-    /// Its failures follow each route's `on_redis_error` policy.
+    /// Its failures follow each route's `on_redis_error` policy. It starts
+    /// no reset listener: `fleetlimit reset` reaches its refused-key cache
+    /// only at each refusal's `Retry-After` (build from the configuration
+    /// for fleet-wide resets).
     #[must_use]
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Self {
         Self {
