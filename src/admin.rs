@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
 use fred::types::{CustomCommand, ExpireOptions, Value};
 
@@ -110,8 +110,11 @@ pub async fn inspect(
     Ok(out)
 }
 
-/// Deletes the caller's buckets (a full bucket again); returns how many
-/// keys existed.
+/// Deletes the caller's buckets (a full bucket again) and announces the
+/// reset to every layer instance listening on the prefix's reset channel,
+/// which forgets its remembered refusals and leases of those keys (see the
+/// reset listener in `RateLimitLayer::builder(..).build()`); returns how
+/// many keys existed. An error after the keys were deleted says so.
 pub async fn reset(
     pool: &Pool,
     config: &Config,
@@ -119,11 +122,33 @@ pub async fn reset(
     limit: Option<&str>,
 ) -> Result<u64, StoreError> {
     let mut n = 0;
+    let mut keys = Vec::new();
     for (_, key) in keys_of(config, value, limit) {
         let deleted: i64 = pool.del(&key).await.map_err(map_err)?;
         n += deleted.max(0) as u64;
+        keys.push(key);
     }
+    announce_reset(pool, config, &keys).await.map_err(|e| {
+        StoreError::Unavailable(format!(
+            "{n} key(s) deleted, but the reset could not be announced to the instances \
+             (they forget their remembered refusals at each Retry-After): {e}"
+        ))
+    })?;
     Ok(n)
+}
+
+/// Publishes `keys` on the prefix's reset channel (plain `PUBLISH`: a
+/// cluster forwards it to every node).
+async fn announce_reset(pool: &Pool, config: &Config, keys: &[String]) -> Result<(), StoreError> {
+    let channel = crate::reset::channel(&config.key_prefix);
+    for message in crate::reset::messages(keys) {
+        let _listeners: i64 = pool
+            .next()
+            .publish(channel.as_str(), message)
+            .await
+            .map_err(map_err)?;
+    }
+    Ok(())
 }
 
 /// Each limit (or the one named) with the key it uses for the caller whose

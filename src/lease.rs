@@ -12,6 +12,7 @@
 //! the map forgets expired leases first, then the oldest.
 
 use std::hash::RandomState;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use hashbrown::HashMap;
@@ -41,6 +42,8 @@ pub(crate) struct Leases {
     /// hashbrown for `entry_ref`: one lookup, the key copied only when new.
     map: Mutex<HashMap<String, Entry, RandomState>>,
     max_keys: usize,
+    /// Resets applied so far (see [`forget`](Leases::forget)).
+    resets: AtomicU64,
 }
 
 /// What the lease table says about one request.
@@ -59,6 +62,7 @@ impl Leases {
         Self {
             map: Mutex::new(HashMap::default()),
             max_keys: max_keys.max(1),
+            resets: AtomicU64::new(0),
         }
     }
 
@@ -102,13 +106,27 @@ impl Leases {
         }
     }
 
-    /// A lease of `tokens` was granted (after this request took its cost).
-    pub(crate) fn granted(&self, key: &str, tokens: f64, shared_left: f64) {
-        if let Some(e) = crate::lock(&self.map).get_mut(key) {
-            e.tokens = tokens;
-            e.expires = Instant::now() + LEASE_TTL;
-            e.shared_left = shared_left;
+    /// Resets applied so far: read before asking Redis for a lease, and
+    /// handed to [`granted`](Self::granted) with the answer.
+    pub(crate) fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Acquire)
+    }
+
+    /// A lease of `tokens` was granted (after this request took its cost)
+    /// by a call made when [`resets`](Self::resets) was `seen`. Dropped if a
+    /// reset came since: the tokens may be the old bucket's.
+    pub(crate) fn granted(&self, key: &str, tokens: f64, shared_left: f64, seen: u64) {
+        let mut map = crate::lock(&self.map);
+        // Read under the lock `forget` takes after counting: a reset either
+        // removes this lease or is seen here (see `refused.rs`).
+        let fresh = self.resets.load(Ordering::Acquire) == seen;
+        if let Some(e) = map.get_mut(key).filter(|e| e.taking) {
             e.taking = false;
+            if fresh {
+                e.tokens = tokens;
+                e.expires = Instant::now() + LEASE_TTL;
+                e.shared_left = shared_left;
+            }
         }
     }
 
@@ -117,6 +135,22 @@ impl Leases {
         if let Some(e) = crate::lock(&self.map).get_mut(key) {
             e.taking = false;
         }
+    }
+
+    /// A reset of `keys`: their leases and hit counts go, and leases asked
+    /// for before it are not granted.
+    pub(crate) fn forget(&self, keys: &[&str]) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        let mut map = crate::lock(&self.map);
+        for key in keys {
+            map.remove(*key);
+        }
+    }
+
+    /// Forgets every lease (a reset may have been missed).
+    pub(crate) fn clear(&self) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        crate::lock(&self.map).clear();
     }
 
     /// The key's lease is being taken: [`not_granted`](Self::not_granted)
@@ -167,13 +201,13 @@ mod tests {
             LeaseUse::Normal,
             "one lease taken at a time"
         );
-        l.granted("k", 2.0, 50.0);
+        l.granted("k", 2.0, 50.0, l.resets());
         assert!(matches!(l.use_for("k", 1.0, 2), LeaseUse::Spent { .. }));
         assert!(
             matches!(l.use_for("k", 1.0, 2), LeaseUse::Spent { lease_left, .. } if lease_left == 0.0)
         );
         assert_eq!(l.use_for("k", 1.0, 2), LeaseUse::Take);
-        l.granted("k", 5.0, 40.0);
+        l.granted("k", 5.0, 40.0, l.resets());
         tokio::time::advance(LEASE_TTL + Duration::from_millis(1)).await;
         assert_eq!(
             l.use_for("k", 1.0, 2),
@@ -193,7 +227,30 @@ mod tests {
         assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Take);
         // A granted claim is disarmed: the lease is spent, not taken again.
         l.claim("k").disarm();
-        l.granted("k", 2.0, 50.0);
+        l.granted("k", 2.0, 50.0, l.resets());
         assert!(matches!(l.use_for("k", 1.0, 1), LeaseUse::Spent { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reset_drops_the_lease_and_one_asked_for_before_it() {
+        let l = Leases::new(100);
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal);
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Take);
+        l.granted("k", 5.0, 50.0, l.resets());
+        assert!(matches!(l.use_for("k", 1.0, 1), LeaseUse::Spent { .. }));
+        l.forget(&["k"]);
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal, "to Redis");
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Take);
+        // Redis granted it before a reset; the answer comes after.
+        let seen = l.resets();
+        l.forget(&["other"]);
+        l.granted("k", 5.0, 50.0, seen);
+        assert_eq!(
+            l.use_for("k", 1.0, 1),
+            LeaseUse::Take,
+            "no lease, not stuck"
+        );
+        l.clear();
+        assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal);
     }
 }

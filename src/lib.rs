@@ -73,6 +73,7 @@ pub mod plan;
 mod policy;
 mod refused;
 mod request;
+mod reset;
 pub mod store;
 
 mod algorithm;

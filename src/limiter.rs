@@ -58,6 +58,8 @@ pub(crate) struct Limiter {
     local: Option<Arc<MemoryStore>>,
     /// The "no `MatchedPath`" error was logged (once per layer).
     unrouted_logged: AtomicBool,
+    /// Dropped with the limiter: tells its reset listener to stop.
+    stop: tokio::sync::watch::Sender<()>,
 }
 
 impl fmt::Debug for Limiter {
@@ -84,6 +86,8 @@ pub(crate) struct Pending {
     policy: Arc<Policy>,
     cost: u32,
     keys: SmallVec<[PendingKey; 1]>,
+    /// The refused cache's resets when Redis was asked (see `reset.rs`).
+    resets_seen: u64,
 }
 
 /// A request's buckets: one limit per route is the common case, held
@@ -186,6 +190,7 @@ impl Limiter {
             }),
             leases: Leases::new(cfg.memory_max_keys),
             local,
+            stop: tokio::sync::watch::channel(()).0,
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             plans: Plans::new(
                 cfg.plan_assignments.clone(),
@@ -212,6 +217,25 @@ impl Limiter {
 
     pub(crate) fn fleet_handle(&self) -> &Arc<AtomicU32> {
         &self.fleet
+    }
+
+    /// Closes when the limiter is dropped (for its reset listener).
+    pub(crate) fn stop_signal(&self) -> tokio::sync::watch::Receiver<()> {
+        self.stop.subscribe()
+    }
+
+    /// `fleetlimit reset` of `keys`: forget their remembered refusals and
+    /// leases, so their next requests go to Redis.
+    pub(crate) fn forget_reset(&self, keys: &[&str]) {
+        self.refused.forget(keys);
+        self.leases.forget(keys);
+    }
+
+    /// Forget every remembered refusal and lease (a reset may have been
+    /// announced while this instance was not listening).
+    pub(crate) fn forget_all_cached(&self) {
+        self.refused.clear();
+        self.leases.clear();
     }
 
     /// Route → policy → keys.
@@ -268,6 +292,7 @@ impl Limiter {
             policy: Arc::clone(policy),
             cost,
             keys,
+            resets_seen: 0,
         })
     }
 
@@ -344,6 +369,9 @@ impl Limiter {
                     return d;
                 }
             }
+            // Before Redis is asked: a refusal it answers from before a
+            // reset must not be remembered after it.
+            p.resets_seen = this.refused.resets();
             if let Some(d) = this.leased(&p, &check).await {
                 return d;
             }
@@ -428,12 +456,13 @@ impl Limiter {
                 // Clears the key's "taking" mark however this ends, even if
                 // this future is dropped while Redis is asked.
                 let claim = self.leases.claim(&bucket.key);
+                let seen = self.leases.resets();
                 match self.ask(&take).await {
                     Ok(o) if o.allowed => {
                         claim.disarm();
                         let extra = batch - check.cost;
                         self.leases
-                            .granted(&bucket.key, extra, o.limits[0].remaining);
+                            .granted(&bucket.key, extra, o.limits[0].remaining, seen);
                         let mut o = o;
                         o.limits[0].remaining += extra;
                         // Its refund would give back the whole lease: none.
@@ -522,6 +551,7 @@ impl Limiter {
                     headers,
                     full_at: now + secs(s.reset),
                 },
+                p.resets_seen,
             );
         }
         refusal(limit, key, headers, retry_after_secs(s.wait), local, false)

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::{Duration, Instant};
@@ -41,6 +41,8 @@ pub(crate) struct RefusedCache {
     /// Entries held: lets the hot path skip the lookup when there are none.
     len: AtomicUsize,
     hasher: RandomState,
+    /// Resets applied so far (see [`forget`](Self::forget)).
+    resets: AtomicU64,
 }
 
 impl RefusedCache {
@@ -50,6 +52,7 @@ impl RefusedCache {
             per_shard: max_keys.div_ceil(SHARDS),
             len: AtomicUsize::new(0),
             hasher: RandomState::new(),
+            resets: AtomicU64::new(0),
         }
     }
 
@@ -76,7 +79,22 @@ impl RefusedCache {
         }
     }
 
-    pub(crate) fn insert(&self, key: &str, wait: Duration, entry_without_until: Refused) {
+    /// Resets applied so far: read before asking Redis, and handed to
+    /// [`insert`](Self::insert) with the answer.
+    pub(crate) fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Acquire)
+    }
+
+    /// Remembers a refusal Redis answered to a call made when
+    /// [`resets`](Self::resets) was `seen`; not if a reset came since (the
+    /// refusal may predate it).
+    pub(crate) fn insert(
+        &self,
+        key: &str,
+        wait: Duration,
+        entry_without_until: Refused,
+        seen: u64,
+    ) {
         if self.per_shard == 0 || wait.is_zero() {
             return;
         }
@@ -86,6 +104,11 @@ impl RefusedCache {
             ..entry_without_until
         };
         let mut shard = self.shard(key);
+        // Under the shard's lock, which `forget` takes after counting: a
+        // reset either sees this entry or this sees the reset.
+        if self.resets.load(Ordering::Acquire) != seen {
+            return;
+        }
         if !shard.contains_key(key) && shard.len() >= self.per_shard {
             let before = shard.len();
             shard.retain(|_, r| r.until > now);
@@ -100,6 +123,30 @@ impl RefusedCache {
         }
         if shard.insert(key.to_owned(), entry).is_none() {
             self.len.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A reset of `keys`: forgets them, and keeps refusals of calls made
+    /// before it out.
+    pub(crate) fn forget(&self, keys: &[&str]) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        if self.per_shard == 0 {
+            return;
+        }
+        for key in keys {
+            if self.shard(key).remove(*key).is_some() {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Forgets every refusal (a reset may have been missed).
+    pub(crate) fn clear(&self) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        for shard in self.shards.iter() {
+            let mut shard = crate::lock(shard);
+            self.len.fetch_sub(shard.len(), Ordering::Relaxed);
+            shard.clear();
         }
     }
 
@@ -131,7 +178,7 @@ mod tests {
     async fn refuses_until_the_retry_then_forgets() {
         let c = RefusedCache::new(100);
         assert!(c.get("k", 1.0).is_none());
-        c.insert("k", Duration::from_secs(2), entry(2.0));
+        c.insert("k", Duration::from_secs(2), entry(2.0), c.resets());
         assert!(c.get("k", 2.0).is_some());
         assert!(
             c.get("k", 1.0).is_none(),
@@ -150,8 +197,29 @@ mod tests {
                 &format!("k{i}"),
                 Duration::from_secs(60 + (i % 7)),
                 entry(1.0),
+                0,
             );
         }
         assert!(c.len() <= 800 + SHARDS, "{}", c.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reset_forgets_the_keys_and_refusals_asked_before_it() {
+        let c = RefusedCache::new(100);
+        let seen = c.resets();
+        c.insert("a", Duration::from_secs(60), entry(1.0), seen);
+        c.insert("b", Duration::from_secs(60), entry(1.0), seen);
+        c.forget(&["a", "nope"]);
+        assert!(c.get("a", 1.0).is_none());
+        assert!(c.get("b", 1.0).is_some());
+        assert_eq!(c.len(), 1);
+        // Redis refused before the reset, the answer arrives after it.
+        c.insert("a", Duration::from_secs(60), entry(1.0), seen);
+        assert!(c.get("a", 1.0).is_none(), "a stale refusal is not kept");
+        c.insert("a", Duration::from_secs(60), entry(1.0), c.resets());
+        assert!(c.get("a", 1.0).is_some());
+        c.clear();
+        assert_eq!(c.len(), 0);
+        assert!(c.get("b", 1.0).is_none());
     }
 }

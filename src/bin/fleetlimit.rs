@@ -9,7 +9,11 @@
 //! ```
 //!
 //! `KEY` is the caller's key value: an API key, an account, an IP, or
-//! `ip|account`. The Redis URL comes from `--redis`, else `REDIS_URL`, else
+//! `ip|account`. `reset` deletes the caller's buckets and announces the
+//! reset on `<prefix>:reset`: every layer instance listening there forgets
+//! its remembered refusals and leases of those keys within a second (one
+//! that was disconnected forgets all of them when it listens again; see
+//! docs/operations.md, "Resetting a caller: reach"). The Redis URL comes from `--redis`, else `REDIS_URL`, else
 //! the configuration; it may be `redis://`, `redis-sentinel://` or
 //! `redis-cluster://`. Exit status: 0 done, 1 failed, 2 bad usage or config.
 

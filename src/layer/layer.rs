@@ -59,7 +59,10 @@ impl RateLimitLayer {
     }
 
     /// The layer on a store of your own (or a [`RedisStore`] you built).
-    /// Its failures follow each route's `on_redis_error` policy.
+    /// Its failures follow each route's `on_redis_error` policy. It starts
+    /// no reset listener: `fleetlimit reset` reaches its refused-key cache
+    /// only at each refusal's `Retry-After` (build from the configuration
+    /// for fleet-wide resets).
     #[must_use]
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Self {
         Self {
@@ -158,9 +161,12 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Connects (see [`RateLimitLayer::new`]) and builds the layer. With
-    /// `[fleet] discover = true` it also starts the heartbeat task, which
-    /// ends by itself when the last clone of the layer is dropped.
+    /// Connects (see [`RateLimitLayer::new`]) and builds the layer. On
+    /// Redis it also starts the reset listener (a connection of its own,
+    /// subscribed to `<key_prefix>:reset`, so `fleetlimit reset` reaches
+    /// this instance's refused-key cache and leases), and with
+    /// `[fleet] discover = true` the heartbeat task; both end by themselves
+    /// when the last clone of the layer is dropped.
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
         let mut redis = None;
@@ -181,6 +187,21 @@ impl RateLimitLayerBuilder {
                 }
             };
         let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
+        if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
+            let ready = crate::reset::start(
+                &r.url,
+                r.connect_timeout,
+                &cfg.key_prefix,
+                Arc::downgrade(&limiter),
+                limiter.stop_signal(),
+            )?;
+            // With Redis up, resets reach this instance once it is built;
+            // with Redis down, the listener subscribes when it can (and
+            // forgets what it remembered then).
+            if fred::interfaces::ClientLike::is_connected(store.pool()) {
+                let _ = tokio::time::timeout(r.connect_timeout, ready).await;
+            }
+        }
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = cfg.heartbeat_key();
             tokio::spawn(heartbeat(
