@@ -126,6 +126,15 @@ pub async fn reset(
     Ok(n)
 }
 
+/// The Redis key limit `limit` uses for the caller whose key value is
+/// `value` (an API key, an account, an IP, `ip|account`), as requests build
+/// it: API keys as their keyed digest. `None` when the configuration has
+/// no such limit.
+#[must_use]
+pub fn redis_key(config: &Config, limit: &str, value: &str) -> Option<String> {
+    keys_of(config, value, Some(limit)).next().map(|(_, k)| k)
+}
+
 /// Each limit (or the one named) with the key it uses for the caller whose
 /// key value is `value`, built as the request path builds it.
 fn keys_of<'a>(
@@ -144,6 +153,7 @@ fn keys_of<'a>(
                 &config.client_ip,
                 &config.key_prefix,
                 &l.name,
+                &config.key_secret,
             );
             (&**l, key)
         })

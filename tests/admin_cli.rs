@@ -194,7 +194,7 @@ async fn check_config_inspect_and_reset() {
     assert!(err.contains("--default-ttl: cannot read"), "{err}");
 
     let client = server.client().await;
-    let key = format!("{prefix}:per-key:{{h:alice}}");
+    let key = header_key(&prefix, "per-key", "alice");
     // 4.5 of 10 tokens at 1/min: the bucket is full 330 s from now.
     let t = server.cli(&["TIME"]).unwrap();
     let mut it = t.lines().map(|l| l.trim().parse::<u64>().unwrap());
@@ -238,4 +238,146 @@ async fn check_config_inspect_and_reset() {
     let (code, _, err) = run(&["frobnicate"]);
     assert_eq!(code, 2);
     assert!(err.contains("usage"), "{err}");
+}
+
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The tokens `inspect` shows for the token bucket (`4.50 of 10 tokens`).
+fn shown_tokens(out: &str) -> f64 {
+    out.split(" of 10 tokens")
+        .next()
+        .and_then(|s| s.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no token count in {out}"))
+}
+
+/// An API key is a secret: no Redis key name holds it, and the admin
+/// commands, given the raw value, still find and reset its buckets.
+#[tokio::test]
+async fn api_keys_are_not_readable_in_redis_and_admin_commands_still_find_them() {
+    let server = RedisServer::start();
+    let prefix = prefix("secret-keys");
+    let path = config_file("secret-keys.toml", &server.url(), &prefix);
+    let cfg = path.to_str().unwrap();
+    let app = ok_app(fleetlimit::Config::from_toml_file(&path).unwrap()).await;
+    let secret = "sk_live_SECRET123";
+    for _ in 0..3 {
+        let res = send(
+            &app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+    }
+    let keys: Vec<String> = server
+        .keys_with_pttl(&prefix)
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
+    assert_eq!(keys.len(), 2, "per-key and daily: {keys:?}");
+    for k in &keys {
+        assert!(!k.contains("sk_live"), "the API key is readable in {k}");
+        assert!(!k.contains("SECRET123"), "the API key is readable in {k}");
+    }
+    // Both limits' keys of one caller share one hash tag (one cluster slot).
+    let tag = |k: &str| k[k.find('{').unwrap()..].to_owned();
+    assert_eq!(tag(&keys[0]), tag(&keys[1]), "{keys:?}");
+
+    let (code, out, err) = run(&["inspect", secret, "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    for k in &keys {
+        assert!(out.contains(k.as_str()), "inspect shows {k}: {out}");
+    }
+    // 3 of 10 taken; at 1/min, refilled by under 0.5 in 30 s of slack.
+    let left = shown_tokens(&out);
+    assert!((7.0..7.5).contains(&left), "{out}");
+    assert!(out.contains("3 of 1000 used"), "{out}");
+    assert!(!out.contains("no key"), "{out}");
+
+    let (code, out, err) = run(&["reset", secret, "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 key(s) deleted"), "{out}");
+    assert!(server.keys_with_pttl(&prefix).is_empty());
+    let res = send(
+        &app,
+        request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]),
+    )
+    .await;
+    assert_eq!(
+        header_u64(&res, "x-ratelimit-remaining"),
+        9,
+        "reset: full again"
+    );
+}
+
+/// `[keys] secret_env`: the digest is keyed by that variable's value, a
+/// missing or short secret is a configuration error at its line, and the
+/// CLI computes the same keys from the same variable.
+#[tokio::test]
+async fn the_key_secret_comes_from_the_named_environment_variable() {
+    let server = RedisServer::start();
+    let prefix = prefix("secret-env");
+    let path = config_file("secret-env.toml", &server.url(), &prefix);
+    let body = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("[keys]\nsecret_env = \"FLEETLIMIT_TEST_KEY_SECRET\"\n\n{body}"),
+    )
+    .unwrap();
+    let cfg = path.to_str().unwrap();
+    let var = "FLEETLIMIT_TEST_KEY_SECRET";
+
+    let (code, _, err) = run(&["check-config", cfg]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("secret-env.toml:2:14:") && err.contains("FLEETLIMIT_TEST_KEY_SECRET"),
+        "{err}"
+    );
+    assert!(err.contains("is not set"), "{err}");
+    let (code, _, err) = run_env(&["check-config", cfg], &[(var, "short")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 16"), "{err}");
+    let (code, out, err) = run_env(&["check-config", cfg], &[(var, "0123456789abcdef0123")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the secret in $FLEETLIMIT_TEST_KEY_SECRET"),
+        "{out}"
+    );
+
+    // Each secret its own key for one API key; neither the built-in one.
+    let shown_key = |secret: &str| {
+        let (code, out, err) = run_env(
+            &[
+                "inspect",
+                "sk_live_X",
+                "--limit",
+                "per-key",
+                "--config",
+                cfg,
+            ],
+            &[(var, secret)],
+        );
+        assert_eq!(code, 0, "{err}");
+        out.split_whitespace()
+            .find(|w| w.starts_with(&format!("{prefix}:per-key:")))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned()
+    };
+    let a = shown_key("0123456789abcdef0123");
+    let b = shown_key("another secret, 16+ bytes");
+    assert_ne!(a, b);
+    assert_ne!(a, header_key(&prefix, "per-key", "sk_live_X"));
+    assert!(a.contains("{h#") && !a.contains("sk_live"), "{a}");
 }
