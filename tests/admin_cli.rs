@@ -263,6 +263,115 @@ fn shown_tokens(out: &str) -> f64 {
         .unwrap_or_else(|| panic!("no token count in {out}"))
 }
 
+/// What a key is, to the byte: its type, serialized value and TTL.
+fn fingerprint(server: &RedisServer, key: &str) -> (String, String, String) {
+    let type_ = server.cli(&["TYPE", key]).unwrap();
+    // DUMP's payload is binary: compare it as redis-cli prints it.
+    let dump = server.cli(&["DUMP", key]).unwrap();
+    let pttl = server.cli(&["PTTL", key]).unwrap();
+    (type_, dump, pttl)
+}
+
+/// The case: another application's hash, string and set under the
+/// same prefix (`<prefix>:per-key:index` even starts like a limit's keys)
+/// stay exactly as they were; a leaked fleetlimit key is repaired.
+#[tokio::test]
+async fn sweep_leaves_other_applications_keys_byte_for_byte_alone() {
+    let server = RedisServer::start();
+    let prefix = prefix("sweep-foreign");
+    let cfg = config_file("sweep-foreign.toml", &server.url(), &prefix);
+    let cfg = cfg.to_str().unwrap();
+    let foreign = [
+        format!("{prefix}:users"),
+        format!("{prefix}:session:42"),
+        format!("{prefix}:per-key:index"),
+        // fleetlimit's name, another type: not what the scripts write.
+        format!("{prefix}:daily:{{a:eve}}"),
+    ];
+    server.cli(&["HSET", &foreign[0], "alice", "1"]).unwrap();
+    server.cli(&["SET", &foreign[1], "tok"]).unwrap();
+    server.cli(&["SADD", &foreign[2], "a"]).unwrap();
+    server.cli(&["RPUSH", &foreign[3], "x"]).unwrap();
+    // A bucket some older version left without an expiry (raw header tag).
+    let leaked = format!("{prefix}:per-key:{{h:caller}}");
+    server.cli(&["SET", &leaked, "1700000000000000"]).unwrap();
+    // A bucket of a limit this configuration no longer has.
+    let unknown = format!("{prefix}:renamed:{{a:bob}}");
+    server.cli(&["SET", &unknown, "3"]).unwrap();
+    let before: Vec<_> = foreign.iter().map(|k| fingerprint(&server, k)).collect();
+    let unknown_before = fingerprint(&server, &unknown);
+
+    let (code, out, err) = run(&["sweep", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    for (k, b) in foreign.iter().zip(&before) {
+        assert_eq!(&fingerprint(&server, k), b, "{k} was changed: {out}");
+        assert_eq!(b.2.trim(), "-1", "{k}");
+    }
+    assert_eq!(
+        fingerprint(&server, &unknown),
+        unknown_before,
+        "a limit the configuration does not know is not repaired without the flag: {out}"
+    );
+    let pttl: i64 = server
+        .cli(&["PTTL", &leaked])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // per-key's own TTL: 10 tokens at 1/min, full in 600 s, plus 1 s.
+    assert!((595_000..=601_000).contains(&pttl), "{leaked}: {pttl}");
+    assert_eq!(line_value(&out, "scanned:"), 6, "{out}");
+    assert_eq!(line_value(&out, "skipped:"), 5, "{out}");
+    for k in foreign.iter().chain([&unknown]) {
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{k}  ("))),
+            "{k} is listed as skipped: {out}"
+        );
+    }
+    assert!(
+        out.contains("a list, where fleetlimit writes a string"),
+        "{out}"
+    );
+    assert!(out.contains("--include-unknown-limits"), "{out}");
+    assert_eq!(line_value(&out, "without expiry before:"), 1, "{out}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    assert_eq!(line_value(&out, "without expiry after:"), 0, "{out}");
+
+    // With the flag, the unknown limit's bucket gets the default TTL; the
+    // other applications' keys are still untouched.
+    let (code, out, err) = run(&[
+        "sweep",
+        "--config",
+        cfg,
+        "--include-unknown-limits",
+        "--default-ttl",
+        "90s",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let pttl: i64 = server
+        .cli(&["PTTL", &unknown])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((85_000..=90_000).contains(&pttl), "{unknown}: {pttl}");
+    assert_eq!(server.cli(&["GET", &unknown]).unwrap().trim(), "3");
+    assert_eq!(line_value(&out, "skipped:"), 4, "{out}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    for (k, b) in foreign.iter().zip(&before) {
+        assert_eq!(&fingerprint(&server, k), b, "{k} was changed: {out}");
+    }
+
+    // A zero TTL would delete keys, not repair them.
+    let (code, _, err) = run(&["sweep", "--config", cfg, "--default-ttl", "0s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--default-ttl must be longer than 0s"),
+        "{err}"
+    );
+}
+
 /// An API key is a secret: no Redis key name holds it, and the admin
 /// commands, given the raw value, still find and reset its buckets.
 #[tokio::test]
