@@ -120,6 +120,7 @@ pub async fn inspect(
     value: &str,
     limit: Option<&str>,
 ) -> Result<Vec<BucketInfo>, StoreError> {
+    check_target(config, value, limit).map_err(StoreError::Protocol)?;
     let mut out = Vec::new();
     // Token buckets are stored as a time (GCRA): read them on Redis's clock.
     let time: Vec<String> = pool
@@ -163,12 +164,37 @@ pub async fn reset(
     value: &str,
     limit: Option<&str>,
 ) -> Result<u64, StoreError> {
+    check_target(config, value, limit).map_err(StoreError::Protocol)?;
     let mut n = 0;
     for (_, key) in keys_of(config, value, limit) {
         let deleted: i64 = pool.del(&key).await.map_err(map_err)?;
         n += deleted.max(0) as u64;
     }
     Ok(n)
+}
+
+/// Checks what an admin command is asked about before Redis is: a key value
+/// that is not empty (a request with an empty key is never counted) and, if
+/// a limit is named, one the configuration defines. The error says what is
+/// wrong, for the person typing the command.
+pub fn check_target(config: &Config, value: &str, limit: Option<&str>) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(
+            "the key value is empty; give the caller's API key, account, IP \
+             or ip|account (a request with an empty key is never counted)"
+                .into(),
+        );
+    }
+    if let Some(name) = limit {
+        if !config.limits.iter().any(|l| *l.name == *name) {
+            let known: Vec<&str> = config.limits.iter().map(|l| &*l.name).collect();
+            return Err(format!(
+                "unknown limit {name:?}; the configuration defines: {}",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The Redis key limit `limit` uses for the caller whose key value is
@@ -569,5 +595,28 @@ refill = "1/s"
         ] {
             assert_eq!(shape(&config, foreign), None, "{foreign}");
         }
+    }
+
+    #[test]
+    fn admin_targets_are_checked_before_redis() {
+        let config = Config::from_toml_str(
+            r#"
+[limits.b]
+key = "ip"
+capacity = 1
+refill = "1/s"
+
+[limits.a]
+key = "ip"
+capacity = 1
+refill = "1/s"
+"#,
+        )
+        .unwrap();
+        assert!(check_target(&config, "1.2.3.4", Some("a")).is_ok());
+        assert!(check_target(&config, "1.2.3.4", None).is_ok());
+        let e = check_target(&config, "1.2.3.4", Some("nope")).unwrap_err();
+        assert_eq!(e, "unknown limit \"nope\"; the configuration defines: a, b");
+        assert!(check_target(&config, "", None).is_err());
     }
 }

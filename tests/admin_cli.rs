@@ -1,5 +1,6 @@
-//! The `fleetlimit` command against real Redis: check-config, inspect,
-//! reset, and a sweep that repairs exactly the keys without an expiry.
+//! The `fleetlimit` command against real Redis (standalone, Cluster and
+//! Sentinel): check-config, inspect, reset, and a sweep that repairs exactly
+//! fleetlimit's keys without an expiry and nothing else under the prefix.
 
 mod support;
 
@@ -489,4 +490,78 @@ async fn the_key_secret_comes_from_the_named_environment_variable() {
     assert_ne!(a, b);
     assert_ne!(a, header_key(&prefix, "per-key", "sk_live_X"));
     assert!(a.contains("{h#") && !a.contains("sk_live"), "{a}");
+}
+
+#[tokio::test]
+async fn an_unknown_limit_or_an_empty_key_is_a_usage_error() {
+    let server = RedisServer::start();
+    let prefix = prefix("bad-args");
+    let cfg = config_file("bad-args.toml", &server.url(), &prefix);
+    let cfg = cfg.to_str().unwrap();
+    for command in ["reset", "inspect"] {
+        let (code, out, err) = run(&[command, "alice", "--limit", "nope", "--config", cfg]);
+        assert_eq!(code, 2, "{command}: {out}{err}");
+        assert!(
+            err.contains("unknown limit \"nope\"; the configuration defines: daily, per-key"),
+            "{command}: {err}"
+        );
+        let (code, out, err) = run(&[command, "", "--config", cfg]);
+        assert_eq!(code, 2, "{command} '': {out}{err}");
+        assert!(err.contains("the key value is empty"), "{command}: {err}");
+    }
+}
+
+/// inspect, reset and sweep through a `redis-sentinel://` URL reach the
+/// primary the sentinels name.
+#[tokio::test]
+async fn inspect_reset_and_sweep_through_sentinel() {
+    let setup = SentinelSetup::start();
+    let prefix = prefix("admin-sentinel");
+    let path = config_file("admin-sentinel.toml", &setup.url(), &prefix);
+    let cfg = path.to_str().unwrap();
+    let app = ok_app(fleetlimit::Config::from_toml_file(&path).unwrap()).await;
+    for _ in 0..4 {
+        let res = send(
+            &app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", "alice")]),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+    }
+    let primary = &setup.primary;
+    let key = header_key(&prefix, "per-key", "alice");
+    assert_eq!(primary.cli(&["EXISTS", &key]).unwrap().trim(), "1");
+
+    let (code, out, err) = run(&["inspect", "alice", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&key), "{out}");
+    let left = shown_tokens(&out);
+    assert!((6.0..6.5).contains(&left), "4 of 10 taken: {out}");
+    assert!(out.contains("4 of 1000 used"), "{out}");
+
+    // A leaked bucket and another application's key on the primary.
+    let leaked = header_key(&prefix, "per-key", "bob");
+    primary.cli(&["SET", &leaked, "1700000000000000"]).unwrap();
+    let other = format!("{prefix}:users");
+    primary.cli(&["HSET", &other, "alice", "1"]).unwrap();
+    let (code, out, err) = run(&["sweep", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(line_value(&out, "scanned:"), 4, "{out}");
+    assert_eq!(line_value(&out, "skipped:"), 1, "{out}");
+    assert_eq!(line_value(&out, "without expiry before:"), 1, "{out}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    assert_eq!(line_value(&out, "without expiry after:"), 0, "{out}");
+    let pttl: i64 = primary
+        .cli(&["PTTL", &leaked])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((595_000..=601_000).contains(&pttl), "{pttl}");
+    assert_eq!(primary.cli(&["PTTL", &other]).unwrap().trim(), "-1");
+
+    let (code, out, err) = run(&["reset", "alice", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 key(s) deleted"), "{out}");
+    assert_eq!(primary.cli(&["EXISTS", &key]).unwrap().trim(), "0");
 }

@@ -147,6 +147,7 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                 .first()
                 .ok_or_else(|| usage(format!("{} KEY", a.command)))?;
             let cfg = load(&a).map_err(usage)?;
+            admin::check_target(&cfg, key, a.limit.as_deref()).map_err(usage)?;
             let store = admin::connect(&cfg).await.map_err(failed)?;
             if a.command == "inspect" {
                 for b in admin::inspect(store.pool(), &cfg, key, a.limit.as_deref())
