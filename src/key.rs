@@ -266,9 +266,15 @@ impl<'a> KeyMaterial<'a> {
     }
 
     /// `<prefix>:<limit>:{<kind>:<value>}`, or `{<kind>#<digest>}` when the
-    /// value is long or unsafe, and always for a header value (keyed by
-    /// `secret`).
-    pub(crate) fn redis_key(&self, prefix: &str, limit: &str, secret: &KeySecret) -> String {
+    /// value is long or unsafe, and always for a header value when there is
+    /// a `secret` to key its digest with (keys bound for Redis; the
+    /// in-process store's never leave the process).
+    pub(crate) fn redis_key(
+        &self,
+        prefix: &str,
+        limit: &str,
+        secret: Option<&KeySecret>,
+    ) -> String {
         let mut k = String::with_capacity(prefix.len() + limit.len() + 8 + MAX_RAW);
         k.push_str(prefix);
         k.push(':');
@@ -276,7 +282,7 @@ impl<'a> KeyMaterial<'a> {
         k.push_str(":{");
         k.push_str(self.kind.tag());
         let v = &self.value;
-        if self.kind == Kind::Header {
+        if let (Kind::Header, Some(secret)) = (self.kind, secret) {
             k.push('#');
             secret.push_digest(&mut k, v);
             k.push('}');
@@ -342,7 +348,7 @@ pub(crate) fn redis_key_for(
             (Kind::IpAccount, value)
         }
     };
-    KeyMaterial::new(kind, value.as_bytes()).redis_key(prefix, limit, secret)
+    KeyMaterial::new(kind, value.as_bytes()).redis_key(prefix, limit, Some(secret))
 }
 
 /// The secret header values (API keys) are hashed with before they become
@@ -693,23 +699,26 @@ mod tests {
     fn redis_keys_are_bounded_and_unambiguous() {
         let s = KeySecret::default_for("rl");
         let short = KeyMaterial::new(Kind::Account, b"abc");
-        assert_eq!(short.redis_key("rl", "per-key", &s), "rl:per-key:{a:abc}");
+        assert_eq!(
+            short.redis_key("rl", "per-key", Some(&s)),
+            "rl:per-key:{a:abc}"
+        );
         let long = vec![b'a'; 10 * 1024];
-        let k = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "per-key", &s);
+        let k = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "per-key", Some(&s));
         assert!(k.len() < 64, "{k}");
         assert!(k.starts_with("rl:per-key:{a#"));
-        let braces = KeyMaterial::new(Kind::Account, b"x}{y").redis_key("rl", "l", &s);
+        let braces = KeyMaterial::new(Kind::Account, b"x}{y").redis_key("rl", "l", Some(&s));
         assert_eq!(braces.matches('{').count(), 1);
         // Same value, different kinds: different buckets.
-        let ip = KeyMaterial::new(Kind::Ip, b"1.2.3.4").redis_key("rl", "l", &s);
-        let acct = KeyMaterial::new(Kind::Account, b"1.2.3.4").redis_key("rl", "l", &s);
+        let ip = KeyMaterial::new(Kind::Ip, b"1.2.3.4").redis_key("rl", "l", Some(&s));
+        let acct = KeyMaterial::new(Kind::Account, b"1.2.3.4").redis_key("rl", "l", Some(&s));
         assert_ne!(ip, acct);
         // One caller, one log id, whether its key is stored raw or hashed.
         assert_eq!(
-            log_id_string(&short.redis_key("rl", "l", &s)),
+            log_id_string(&short.redis_key("rl", "l", Some(&s))),
             "a#ba7816bf8f01"
         );
-        let hashed = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "l", &s);
+        let hashed = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "l", Some(&s));
         let raw_digest = {
             let mut s = String::from("a#");
             push_hex(&mut s, &Sha256::digest(&long)[..6]);
@@ -719,15 +728,16 @@ mod tests {
         assert_eq!(log_id_string(&ip), "1.2.3.4");
         assert_eq!(log_id_string("rl:l:{ip:2001:db8::}"), "2001:db8::");
         // A raw key can never spell a hashed one.
-        let raw_hashlike = KeyMaterial::new(Kind::Account, b"#0011").redis_key("rl", "l", &s);
+        let raw_hashlike = KeyMaterial::new(Kind::Account, b"#0011").redis_key("rl", "l", Some(&s));
         assert!(raw_hashlike.contains("{a:#0011}"));
     }
 
     #[test]
     fn header_values_are_always_a_keyed_digest() {
         let s = KeySecret::default_for("rl");
-        let key =
-            |v: &[u8], s: &KeySecret| KeyMaterial::new(Kind::Header, v).redis_key("rl", "l", s);
+        let key = |v: &[u8], s: &KeySecret| {
+            KeyMaterial::new(Kind::Header, v).redis_key("rl", "l", Some(s))
+        };
         let k = key(b"sk_live_SECRET123", &s);
         assert!(!k.contains("sk_live"), "{k}");
         let tag = k.strip_prefix("rl:l:{h#").and_then(|t| t.strip_suffix('}'));
@@ -745,7 +755,7 @@ mod tests {
         assert_eq!(key(b"sk_live_SECRET123", &s), k);
         let tag_of = |k: &str| k[k.find('{').unwrap()..].to_owned();
         let other_limit =
-            KeyMaterial::new(Kind::Header, b"sk_live_SECRET123").redis_key("rl", "m", &s);
+            KeyMaterial::new(Kind::Header, b"sk_live_SECRET123").redis_key("rl", "m", Some(&s));
         assert_eq!(tag_of(&other_limit), tag_of(&k));
         // Another prefix's built-in secret differs.
         assert_ne!(
@@ -753,6 +763,9 @@ mod tests {
             tag_of(&key(b"x", &s))
         );
         assert!(!format!("{s:?}").contains("built-in key secret"));
+        // Without a secret (the in-process store): the plain encoding.
+        let local = KeyMaterial::new(Kind::Header, b"abc").redis_key("rl", "l", None);
+        assert_eq!(local, "rl:l:{h:abc}");
     }
 
     #[test]
@@ -785,7 +798,7 @@ mod tests {
             let s = KeySecret::default_for("rl");
             assert_eq!(
                 redis_key_for(&source, value, &r, "rl", "l", &s),
-                m.redis_key("rl", "l", &s),
+                m.redis_key("rl", "l", Some(&s)),
                 "{value}"
             );
         }
