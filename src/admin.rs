@@ -451,7 +451,7 @@ pub async fn sweep(
         };
         if let (Shape::UnknownLimit(name), false) = (&shape, options.include_unknown_limits) {
             report.skipped.push(skip(format!(
-                "limit {name:?} is not in the configuration (--include-unknown-limits to repair)"
+                "limit {name:?} is not in the configuration; --include-unknown-limits repairs it"
             )));
             continue;
         }
