@@ -7,13 +7,20 @@
 //! every primary (one `SCAN` per node on a cluster) and gives each the TTL
 //! its limit would have given it, with `PEXPIRE … NX` so a key that got an
 //! expiry meanwhile is left alone.
+//!
+//! Other applications may share the prefix: the sweep touches only keys
+//! that are fleetlimit's by name (`<prefix>:<limit>:{<kind>:<value>}` or
+//! `{<kind>#<digest>}` for a configured limit, or the fleet heartbeat) *and*
+//! by the Redis type fleetlimit writes there (a string for every algorithm,
+//! a sorted set for the heartbeat). Everything else is reported as skipped
+//! and never written to.
 
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, PubsubInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, LuaInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
-use fred::types::{CustomCommand, ExpireOptions, Value};
+use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::algorithm::Rule;
 use crate::config::Config;
@@ -42,14 +49,52 @@ pub struct BucketInfo {
 pub struct SweepReport {
     /// Keys under the prefix.
     pub scanned: u64,
-    /// Keys without an expiry before the sweep.
+    /// fleetlimit's keys without an expiry before the sweep.
     pub before: u64,
     /// Keys given an expiry.
     pub repaired: u64,
-    /// Keys without an expiry after the sweep.
+    /// Of those keys, how many still had no expiry after the sweep.
     pub after: u64,
-    /// The keys that had none.
+    /// fleetlimit's keys that had no expiry.
     pub keys: Vec<String>,
+    /// Keys under the prefix that the sweep left alone because they are not
+    /// fleetlimit's (by name or by type), or belong to a limit the
+    /// configuration does not define.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A key under the prefix that a sweep did not touch, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The Redis key.
+    pub key: String,
+    /// Why it was left alone.
+    pub why: String,
+}
+
+/// How a sweep repairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepOptions {
+    /// Count only; change nothing.
+    pub dry_run: bool,
+    /// The TTL of keys whose limit the configuration does not define (with
+    /// `include_unknown_limits`), and of the heartbeat when fleet discovery
+    /// is off. Must be longer than zero.
+    pub default_ttl: Duration,
+    /// Also repair keys of fleetlimit's shape and type whose limit name the
+    /// configuration does not define (a limit renamed or removed). Off: they
+    /// are skipped, since the name alone does not prove they are ours.
+    pub include_unknown_limits: bool,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        Self {
+            dry_run: false,
+            default_ttl: Duration::from_secs(3600),
+            include_unknown_limits: false,
+        }
+    }
 }
 
 /// Connects to the configuration's Redis (standalone, Sentinel or Cluster).
@@ -75,6 +120,7 @@ pub async fn inspect(
     value: &str,
     limit: Option<&str>,
 ) -> Result<Vec<BucketInfo>, StoreError> {
+    check_target(config, value, limit).map_err(StoreError::Protocol)?;
     let mut out = Vec::new();
     // Token buckets are stored as a time (GCRA): read them on Redis's clock.
     let time: Vec<String> = pool
@@ -121,6 +167,7 @@ pub async fn reset(
     value: &str,
     limit: Option<&str>,
 ) -> Result<u64, StoreError> {
+    check_target(config, value, limit).map_err(StoreError::Protocol)?;
     let mut n = 0;
     let mut keys = Vec::new();
     for (_, key) in keys_of(config, value, limit) {
@@ -151,6 +198,39 @@ async fn announce_reset(pool: &Pool, config: &Config, keys: &[String]) -> Result
     Ok(())
 }
 
+/// Checks what an admin command is asked about before Redis is: a key value
+/// that is not empty (a request with an empty key is never counted) and, if
+/// a limit is named, one the configuration defines. The error says what is
+/// wrong, for the person typing the command.
+pub fn check_target(config: &Config, value: &str, limit: Option<&str>) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(
+            "the key value is empty; give the caller's API key, account, IP \
+             or ip|account (a request with an empty key is never counted)"
+                .into(),
+        );
+    }
+    if let Some(name) = limit {
+        if !config.limits.iter().any(|l| *l.name == *name) {
+            let known: Vec<&str> = config.limits.iter().map(|l| &*l.name).collect();
+            return Err(format!(
+                "unknown limit {name:?}; the configuration defines: {}",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The Redis key limit `limit` uses for the caller whose key value is
+/// `value` (an API key, an account, an IP, `ip|account`), as requests build
+/// it: API keys as their keyed digest. `None` when the configuration has
+/// no such limit.
+#[must_use]
+pub fn redis_key(config: &Config, limit: &str, value: &str) -> Option<String> {
+    keys_of(config, value, Some(limit)).next().map(|(_, k)| k)
+}
+
 /// Each limit (or the one named) with the key it uses for the caller whose
 /// key value is `value`, built as the request path builds it.
 fn keys_of<'a>(
@@ -169,6 +249,7 @@ fn keys_of<'a>(
                 &config.client_ip,
                 &config.key_prefix,
                 &l.name,
+                &config.key_secret,
             );
             (&**l, key)
         })
@@ -290,37 +371,156 @@ async fn scan_all(pool: &Pool, prefix: &str) -> Result<Vec<String>, StoreError> 
     Ok(keys)
 }
 
-/// Finds keys under the prefix without an expiry, gives each its limit's
-/// TTL (or `default_ttl` for keys of no known limit) unless `dry_run`, and
-/// counts again.
+/// Whose a key under the prefix is, by its name alone.
+#[derive(Debug, PartialEq, Eq)]
+enum Shape<'a> {
+    /// The fleet heartbeat (a sorted set).
+    Heartbeat,
+    /// A bucket of a configured limit.
+    Limit,
+    /// A bucket's name, of a limit the configuration does not define.
+    UnknownLimit(&'a str),
+}
+
+/// `<prefix>:<limit>:{<tag>}` as `KeyMaterial::redis_key` writes it (raw or
+/// hashed tags, the raw header values of older versions included), or the
+/// heartbeat; `None` for any other name.
+fn shape<'a>(config: &'a Config, key: &'a str) -> Option<Shape<'a>> {
+    if key == config.heartbeat_key() {
+        return Some(Shape::Heartbeat);
+    }
+    let rest = key.strip_prefix(&*config.key_prefix)?.strip_prefix(':')?;
+    let (name, tag) = rest.split_once(':')?;
+    let name_ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if !name_ok || !is_tag(tag) {
+        return None;
+    }
+    Some(if config.limits.iter().any(|l| &*l.name == name) {
+        Shape::Limit
+    } else {
+        Shape::UnknownLimit(name)
+    })
+}
+
+/// `{<kind>:<1 to 64 printable ASCII bytes but braces>}` or
+/// `{<kind>#<32 lowercase hex>}`, for one of the key kinds.
+fn is_tag(tag: &str) -> bool {
+    let Some(inner) = tag.strip_prefix('{').and_then(|t| t.strip_suffix('}')) else {
+        return false;
+    };
+    let Some(split) = inner.find([':', '#']) else {
+        return false;
+    };
+    let (kind, value) = (&inner[..split], &inner[split + 1..]);
+    if !matches!(kind, "g" | "ip" | "h" | "a" | "ia") {
+        return false;
+    }
+    if inner.as_bytes()[split] == b'#' {
+        value.len() == 32
+            && value
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    } else {
+        (1..=64).contains(&value.len())
+            && value
+                .bytes()
+                .all(|b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}')
+    }
+}
+
+/// The Redis type fleetlimit writes under a key of this shape: every
+/// algorithm keeps one string (lua/), the heartbeat is a sorted set.
+fn expected_type(shape: &Shape<'_>) -> &'static str {
+    match shape {
+        Shape::Heartbeat => "zset",
+        Shape::Limit | Shape::UnknownLimit(_) => "string",
+    }
+}
+
+/// Gives a key an expiry only if it still has the type fleetlimit writes
+/// there, in one atomic step (nothing can change the key in between).
+const REPAIR: &str = "\
+if redis.call('TYPE', KEYS[1]).ok ~= ARGV[1] then return -1 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2], 'NX')";
+
+/// Finds fleetlimit's keys under the prefix without an expiry, gives each
+/// its limit's TTL unless `dry_run`, and counts again. Keys that are not
+/// fleetlimit's by name and type are left alone and reported as skipped.
 pub async fn sweep(
     pool: &Pool,
     config: &Config,
-    dry_run: bool,
-    default_ttl: Duration,
+    options: &SweepOptions,
 ) -> Result<SweepReport, StoreError> {
+    if options.default_ttl.is_zero() {
+        return Err(StoreError::Protocol(
+            "the default TTL must be longer than zero".into(),
+        ));
+    }
     let mut report = SweepReport::default();
     let keys = scan_all(pool, &config.key_prefix).await?;
     report.scanned = keys.len() as u64;
+    let mut repair = Vec::new();
     for key in &keys {
+        let skip = |why: String| Skipped {
+            key: key.clone(),
+            why,
+        };
+        let Some(shape) = shape(config, key) else {
+            report
+                .skipped
+                .push(skip("not a fleetlimit key name".into()));
+            continue;
+        };
+        if let (Shape::UnknownLimit(name), false) = (&shape, options.include_unknown_limits) {
+            report.skipped.push(skip(format!(
+                "limit {name:?} is not in the configuration; --include-unknown-limits repairs it"
+            )));
+            continue;
+        }
+        let want = expected_type(&shape);
+        let found: String = pool
+            .custom(
+                CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false),
+                vec![key.as_str()],
+            )
+            .await
+            .map_err(map_err)?;
+        if found == "none" {
+            // Expired since the scan: nothing to repair.
+            continue;
+        }
+        if found != want {
+            report
+                .skipped
+                .push(skip(format!("a {found}, where fleetlimit writes a {want}")));
+            continue;
+        }
         let pttl: i64 = pool.pttl(key.as_str()).await.map_err(map_err)?;
         if pttl == -1 {
             report.keys.push(key.clone());
+            repair.push(want);
         }
     }
     report.before = report.keys.len() as u64;
-    if dry_run {
+    if options.dry_run {
         report.after = report.before;
         return Ok(report);
     }
-    for key in &report.keys {
-        let ttl = ttl_for(config, key, default_ttl);
+    for (key, want) in report.keys.iter().zip(repair) {
+        let ttl = ttl_for(config, key, options.default_ttl);
         let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
         let set: i64 = pool
-            .pexpire(key.as_str(), ms, Some(ExpireOptions::NX))
+            .eval(
+                REPAIR,
+                vec![key.as_str()],
+                vec![Value::from(want), Value::from(ms)],
+            )
             .await
             .map_err(map_err)?;
-        report.repaired += set.max(0) as u64;
+        report.repaired += u64::from(set == 1);
     }
     for key in &report.keys {
         let pttl: i64 = pool.pttl(key.as_str()).await.map_err(map_err)?;
@@ -365,5 +565,83 @@ limits = ["fleet"]
         assert_eq!(limit, Duration::from_secs(101));
         // Neither: the default.
         assert_eq!(ttl_for(&config, "p:other:{h:abc}", default), default);
+    }
+
+    #[test]
+    fn only_names_the_limiter_writes_are_its_own() {
+        let config = Config::from_toml_str(
+            r#"
+[redis]
+key_prefix = "rl"
+
+[fleet]
+discover = true
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 10
+refill = "1/s"
+"#,
+        )
+        .unwrap();
+        let written = redis_key(&config, "per-key", "sk_live_X").unwrap();
+        assert_eq!(shape(&config, &written), Some(Shape::Limit));
+        for ours in [
+            "rl:per-key:{h:older-raw-api-key}",
+            "rl:per-key:{ip:2001:db8::}",
+            "rl:per-key:{ia:1.2.3.4|acct}",
+            "rl:per-key:{g:all}",
+            "rl:per-key:{a#0123456789abcdef0123456789abcdef}",
+        ] {
+            assert_eq!(shape(&config, ours), Some(Shape::Limit), "{ours}");
+        }
+        assert_eq!(
+            shape(&config, "rl:fleet:{instances}"),
+            Some(Shape::Heartbeat)
+        );
+        assert_eq!(
+            shape(&config, "rl:gone:{a:bob}"),
+            Some(Shape::UnknownLimit("gone"))
+        );
+        for foreign in [
+            "rl:users",
+            "rl:session:42",
+            "rl:per-key:index",
+            "rl:per-key:{index}",
+            "rl:per-key:{x:abc}",
+            "rl:per-key:{a:}",
+            "rl:per-key:{a#abc}",
+            "rl:per-key:{a#0123456789ABCDEF0123456789ABCDEF}",
+            "rl:per-key:{a:b}:more",
+            "rl:per-key:x{a:b}",
+            "rl:per key:{a:b}",
+            "rlx:per-key:{a:b}",
+            "rl::{a:b}",
+        ] {
+            assert_eq!(shape(&config, foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn admin_targets_are_checked_before_redis() {
+        let config = Config::from_toml_str(
+            r#"
+[limits.b]
+key = "ip"
+capacity = 1
+refill = "1/s"
+
+[limits.a]
+key = "ip"
+capacity = 1
+refill = "1/s"
+"#,
+        )
+        .unwrap();
+        assert!(check_target(&config, "1.2.3.4", Some("a")).is_ok());
+        assert!(check_target(&config, "1.2.3.4", None).is_ok());
+        let e = check_target(&config, "1.2.3.4", Some("nope")).unwrap_err();
+        assert_eq!(e, "unknown limit \"nope\"; the configuration defines: a, b");
+        assert!(check_target(&config, "", None).is_err());
     }
 }

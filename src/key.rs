@@ -11,18 +11,23 @@
 //! trusted by default. IPv6 addresses are grouped by prefix (`/64` default),
 //! since one subscriber usually holds a whole `/64`.
 //!
-//! Redis keys look like `rl:per-key:{h:abc123}`: prefix, limit name, then the
-//! key's kind and value inside a hash tag. A value that is long (over 64
+//! Redis keys look like `rl:per-account:{a:bob}`: prefix, limit name, then
+//! the key's kind and value inside a hash tag. A value that is long (over 64
 //! bytes) or holds anything but printable ASCII other than `{` and `}` is
-//! replaced by a SHA-256 digest (`{h#<32 hex>}`), so a client can neither make
+//! replaced by a SHA-256 digest (`{a#<32 hex>}`), so a client can neither make
 //! a huge key nor choose its Redis Cluster slot, and raw and hashed forms can
-//! never collide (`:` versus `#`).
+//! never collide (`:` versus `#`). Header values (API keys) are secrets: they
+//! are always stored as a keyed digest, HMAC-SHA256 with the `KeySecret`
+//! (`rl:per-key:{h#<32 hex>}`), so reading Redis key names reveals no API key.
+//! The digest depends on the value only, so every key of one caller still
+//! shares one hash tag, hence one cluster slot.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
+use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
@@ -261,8 +266,15 @@ impl<'a> KeyMaterial<'a> {
     }
 
     /// `<prefix>:<limit>:{<kind>:<value>}`, or `{<kind>#<digest>}` when the
-    /// value is long or unsafe.
-    pub(crate) fn redis_key(&self, prefix: &str, limit: &str) -> String {
+    /// value is long or unsafe, and always for a header value when there is
+    /// a `secret` to key its digest with (keys bound for Redis; the
+    /// in-process store's never leave the process).
+    pub(crate) fn redis_key(
+        &self,
+        prefix: &str,
+        limit: &str,
+        secret: Option<&KeySecret>,
+    ) -> String {
         let mut k = String::with_capacity(prefix.len() + limit.len() + 8 + MAX_RAW);
         k.push_str(prefix);
         k.push(':');
@@ -270,6 +282,12 @@ impl<'a> KeyMaterial<'a> {
         k.push_str(":{");
         k.push_str(self.kind.tag());
         let v = &self.value;
+        if let (Kind::Header, Some(secret)) = (self.kind, secret) {
+            k.push('#');
+            secret.push_digest(&mut k, v);
+            k.push('}');
+            return k;
+        }
         let safe = v.len() <= MAX_RAW
             && v.iter()
                 .all(|&b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}');
@@ -307,6 +325,7 @@ pub(crate) fn redis_key_for(
     rules: &ClientIpRules,
     prefix: &str,
     limit: &str,
+    secret: &KeySecret,
 ) -> String {
     let grouped = |ip: &str| {
         ip.parse::<IpAddr>()
@@ -329,7 +348,74 @@ pub(crate) fn redis_key_for(
             (Kind::IpAccount, value)
         }
     };
-    KeyMaterial::new(kind, value.as_bytes()).redis_key(prefix, limit)
+    KeyMaterial::new(kind, value.as_bytes()).redis_key(prefix, limit, Some(secret))
+}
+
+/// The secret header values (API keys) are hashed with before they become
+/// part of a Redis key name (HMAC-SHA256): whoever reads Redis key names
+/// can neither read an API key nor confirm a guessed one without it.
+///
+/// Every instance of a fleet and the `fleetlimit` CLI must use the same
+/// secret, or they count one caller in different buckets. Without a
+/// configured secret a fixed one derived from the key prefix is used: key
+/// names then hold no raw API key, but anyone who knows the prefix can
+/// confirm a guess, so it is not secret.
+#[derive(Clone)]
+pub(crate) struct KeySecret {
+    /// Keyed once; cloned per digest (two SHA-256 states, no re-keying).
+    mac: Hmac<Sha256>,
+    origin: SecretOrigin,
+}
+
+/// Where a [`KeySecret`] came from (what `describe` says; never the secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SecretOrigin {
+    /// The built-in one for this key prefix (not secret).
+    Default,
+    /// The environment variable of this name.
+    Env(String),
+    /// Given in code ([`ConfigBuilder::key_secret`](crate::config::ConfigBuilder::key_secret)).
+    Code,
+}
+
+/// A configured secret shorter than this is refused.
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
+
+impl KeySecret {
+    pub(crate) fn new(secret: &[u8], origin: SecretOrigin) -> Self {
+        // HMAC takes a key of any length: this cannot fail.
+        let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        Self { mac, origin }
+    }
+
+    /// The built-in secret of `prefix`: fixed and public, but it keeps raw
+    /// API keys out of key names, and two prefixes never share digests.
+    pub(crate) fn default_for(prefix: &str) -> Self {
+        let secret = format!("fleetlimit built-in key secret for prefix {prefix}");
+        Self::new(secret.as_bytes(), SecretOrigin::Default)
+    }
+
+    pub(crate) fn origin(&self) -> &SecretOrigin {
+        &self.origin
+    }
+
+    /// Appends the value's digest: 16 bytes of HMAC-SHA256, in hex (the
+    /// length of the plain SHA-256 digests of long values).
+    fn push_digest(&self, k: &mut String, value: &[u8]) {
+        let mut mac = self.mac.clone();
+        mac.update(value);
+        push_hex(k, &mac.finalize().into_bytes()[..16]);
+    }
+}
+
+impl fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the secret itself.
+        f.debug_struct("KeySecret")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a Redis key's caller appears in logs, computed from the key only
@@ -611,24 +697,30 @@ mod tests {
 
     #[test]
     fn redis_keys_are_bounded_and_unambiguous() {
-        let short = KeyMaterial::new(Kind::Header, b"abc");
-        assert_eq!(short.redis_key("rl", "per-key"), "rl:per-key:{h:abc}");
+        let s = KeySecret::default_for("rl");
+        let short = KeyMaterial::new(Kind::Account, b"abc");
+        assert_eq!(
+            short.redis_key("rl", "per-key", Some(&s)),
+            "rl:per-key:{a:abc}"
+        );
         let long = vec![b'a'; 10 * 1024];
-        let k = KeyMaterial::new(Kind::Header, &long).redis_key("rl", "per-key");
+        let k = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "per-key", Some(&s));
         assert!(k.len() < 64, "{k}");
-        assert!(k.starts_with("rl:per-key:{h#"));
-        let braces = KeyMaterial::new(Kind::Header, b"x}{y").redis_key("rl", "l");
+        assert!(k.starts_with("rl:per-key:{a#"));
+        let braces = KeyMaterial::new(Kind::Account, b"x}{y").redis_key("rl", "l", Some(&s));
         assert_eq!(braces.matches('{').count(), 1);
         // Same value, different kinds: different buckets.
-        let ip = KeyMaterial::new(Kind::Ip, b"1.2.3.4").redis_key("rl", "l");
-        let hdr = KeyMaterial::new(Kind::Header, b"1.2.3.4").redis_key("rl", "l");
-        assert_ne!(ip, hdr);
-        // One caller, one log id, whether its key is stored raw or hashed;
-        // never the raw value of a header.
-        assert_eq!(log_id_string(&short.redis_key("rl", "l")), "h#ba7816bf8f01");
-        let hashed = KeyMaterial::new(Kind::Header, &long).redis_key("rl", "l");
+        let ip = KeyMaterial::new(Kind::Ip, b"1.2.3.4").redis_key("rl", "l", Some(&s));
+        let acct = KeyMaterial::new(Kind::Account, b"1.2.3.4").redis_key("rl", "l", Some(&s));
+        assert_ne!(ip, acct);
+        // One caller, one log id, whether its key is stored raw or hashed.
+        assert_eq!(
+            log_id_string(&short.redis_key("rl", "l", Some(&s))),
+            "a#ba7816bf8f01"
+        );
+        let hashed = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "l", Some(&s));
         let raw_digest = {
-            let mut s = String::from("h#");
+            let mut s = String::from("a#");
             push_hex(&mut s, &Sha256::digest(&long)[..6]);
             s
         };
@@ -636,8 +728,44 @@ mod tests {
         assert_eq!(log_id_string(&ip), "1.2.3.4");
         assert_eq!(log_id_string("rl:l:{ip:2001:db8::}"), "2001:db8::");
         // A raw key can never spell a hashed one.
-        let raw_hashlike = KeyMaterial::new(Kind::Header, b"#0011").redis_key("rl", "l");
-        assert!(raw_hashlike.contains("{h:#0011}"));
+        let raw_hashlike = KeyMaterial::new(Kind::Account, b"#0011").redis_key("rl", "l", Some(&s));
+        assert!(raw_hashlike.contains("{a:#0011}"));
+    }
+
+    #[test]
+    fn header_values_are_always_a_keyed_digest() {
+        let s = KeySecret::default_for("rl");
+        let key = |v: &[u8], s: &KeySecret| {
+            KeyMaterial::new(Kind::Header, v).redis_key("rl", "l", Some(s))
+        };
+        let k = key(b"sk_live_SECRET123", &s);
+        assert!(!k.contains("sk_live"), "{k}");
+        let tag = k.strip_prefix("rl:l:{h#").and_then(|t| t.strip_suffix('}'));
+        assert!(
+            tag.is_some_and(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{k}"
+        );
+        // Keyed: another secret, another key; not the plain SHA-256.
+        let other = KeySecret::new(b"0123456789abcdef", SecretOrigin::Code);
+        assert_ne!(key(b"sk_live_SECRET123", &other), k);
+        let mut plain = String::new();
+        push_hex(&mut plain, &Sha256::digest(b"sk_live_SECRET123")[..16]);
+        assert!(!k.contains(&plain));
+        // Deterministic, and the same tag (slot) under every limit.
+        assert_eq!(key(b"sk_live_SECRET123", &s), k);
+        let tag_of = |k: &str| k[k.find('{').unwrap()..].to_owned();
+        let other_limit =
+            KeyMaterial::new(Kind::Header, b"sk_live_SECRET123").redis_key("rl", "m", Some(&s));
+        assert_eq!(tag_of(&other_limit), tag_of(&k));
+        // Another prefix's built-in secret differs.
+        assert_ne!(
+            tag_of(&key(b"x", &KeySecret::default_for("p"))),
+            tag_of(&key(b"x", &s))
+        );
+        assert!(!format!("{s:?}").contains("built-in key secret"));
+        // Without a secret (the in-process store): the plain encoding.
+        let local = KeyMaterial::new(Kind::Header, b"abc").redis_key("rl", "l", None);
+        assert_eq!(local, "rl:l:{h:abc}");
     }
 
     #[test]
@@ -647,6 +775,7 @@ mod tests {
         let ip = r.client_ip(&HeaderMap::new(), &ext("[2001:db8:1:2::5]:1"));
         let mut h = HeaderMap::new();
         h.insert("x-account", HeaderValue::from_static("acct"));
+        h.insert("x-api-key", HeaderValue::from_static("sk_live_X"));
         let no_ext = http::Extensions::new();
         let cases = [
             (KeySource::ClientIp, "2001:db8:1:2::5"),
@@ -655,6 +784,7 @@ mod tests {
                 "2001:db8:1:2::5|acct",
             ),
             (KeySource::ClientIp, "::ffff:1.2.3.4"),
+            (KeySource::header("x-api-key"), "sk_live_X"),
         ];
         for (source, value) in cases {
             let ip = if value.starts_with("::ffff") {
@@ -665,9 +795,10 @@ mod tests {
             let Extracted::Found(m) = source.extract(&h, &no_ext, ip) else {
                 panic!("{value}: no key");
             };
+            let s = KeySecret::default_for("rl");
             assert_eq!(
-                redis_key_for(&source, value, &r, "rl", "l"),
-                m.redis_key("rl", "l"),
+                redis_key_for(&source, value, &r, "rl", "l", &s),
+                m.redis_key("rl", "l", Some(&s)),
                 "{value}"
             );
         }

@@ -23,7 +23,7 @@ use crate::algorithm::Rule;
 use crate::breaker::{Breaker, BreakerStats, Permit};
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
-use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial};
+use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial, KeySecret};
 use crate::lease::{LeaseUse, Leases};
 use crate::outcome::{reported, retry_after_secs, LimitState, Outcome};
 use crate::plan::{PlanResolver, Plans};
@@ -39,6 +39,10 @@ pub(crate) struct Limiter {
     routes: RouteTable,
     client_ip: ClientIpRules,
     prefix: Arc<str>,
+    /// API keys are hashed with it in store keys bound for Redis; `None`
+    /// when the primary store is the in-process one, whose keys never leave
+    /// the process (spared the HMAC on the request path).
+    key_secret: Option<KeySecret>,
     store: Arc<dyn Store>,
     fallback: MemoryStore,
     closed_retry_after: u64,
@@ -179,6 +183,7 @@ impl Limiter {
             routes: RouteTable::new(cfg),
             client_ip: cfg.client_ip.clone(),
             prefix: Arc::clone(&cfg.key_prefix),
+            key_secret: (!store_is_local).then(|| cfg.key_secret.clone()),
             store,
             fallback: MemoryStore::new(cfg.memory_max_keys),
             fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
@@ -274,7 +279,7 @@ impl Limiter {
                 Extracted::NoClientIp => return Plan::Now(no_client_ip(&limit.name)),
             };
             keys.push(PendingKey {
-                key: material.redis_key(&self.prefix, &limit.name),
+                key: material.redis_key(&self.prefix, &limit.name, self.key_secret.as_ref()),
                 plan_key: (!limit.plans.is_empty()).then(|| material.plan_key()),
                 plan: None,
             });

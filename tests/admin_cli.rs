@@ -1,5 +1,6 @@
-//! The `fleetlimit` command against real Redis: check-config, inspect,
-//! reset, and a sweep that repairs exactly the keys without an expiry.
+//! The `fleetlimit` command against real Redis (standalone, Cluster and
+//! Sentinel): check-config, inspect, reset, and a sweep that repairs exactly
+//! fleetlimit's keys without an expiry and nothing else under the prefix.
 
 mod support;
 
@@ -194,7 +195,7 @@ async fn check_config_inspect_and_reset() {
     assert!(err.contains("--default-ttl: cannot read"), "{err}");
 
     let client = server.client().await;
-    let key = format!("{prefix}:per-key:{{h:alice}}");
+    let key = header_key(&prefix, "per-key", "alice");
     // 4.5 of 10 tokens at 1/min: the bucket is full 330 s from now.
     let t = server.cli(&["TIME"]).unwrap();
     let mut it = t.lines().map(|l| l.trim().parse::<u64>().unwrap());
@@ -238,4 +239,329 @@ async fn check_config_inspect_and_reset() {
     let (code, _, err) = run(&["frobnicate"]);
     assert_eq!(code, 2);
     assert!(err.contains("usage"), "{err}");
+}
+
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The tokens `inspect` shows for the token bucket (`4.50 of 10 tokens`).
+fn shown_tokens(out: &str) -> f64 {
+    out.split(" of 10 tokens")
+        .next()
+        .and_then(|s| s.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no token count in {out}"))
+}
+
+/// What a key is, to the byte: its type, serialized value and TTL.
+fn fingerprint(server: &RedisServer, key: &str) -> (String, String, String) {
+    let type_ = server.cli(&["TYPE", key]).unwrap();
+    // DUMP's payload is binary: compare it as redis-cli prints it.
+    let dump = server.cli(&["DUMP", key]).unwrap();
+    let pttl = server.cli(&["PTTL", key]).unwrap();
+    (type_, dump, pttl)
+}
+
+/// The case: another application's hash, string and set under the
+/// same prefix (`<prefix>:per-key:index` even starts like a limit's keys)
+/// stay exactly as they were; a leaked fleetlimit key is repaired.
+#[tokio::test]
+async fn sweep_leaves_other_applications_keys_byte_for_byte_alone() {
+    let server = RedisServer::start();
+    let prefix = prefix("sweep-foreign");
+    let cfg = config_file("sweep-foreign.toml", &server.url(), &prefix);
+    let cfg = cfg.to_str().unwrap();
+    let foreign = [
+        format!("{prefix}:users"),
+        format!("{prefix}:session:42"),
+        format!("{prefix}:per-key:index"),
+        // fleetlimit's name, another type: not what the scripts write.
+        format!("{prefix}:daily:{{a:eve}}"),
+    ];
+    server.cli(&["HSET", &foreign[0], "alice", "1"]).unwrap();
+    server.cli(&["SET", &foreign[1], "tok"]).unwrap();
+    server.cli(&["SADD", &foreign[2], "a"]).unwrap();
+    server.cli(&["RPUSH", &foreign[3], "x"]).unwrap();
+    // A bucket some older version left without an expiry (raw header tag).
+    let leaked = format!("{prefix}:per-key:{{h:caller}}");
+    server.cli(&["SET", &leaked, "1700000000000000"]).unwrap();
+    // A bucket of a limit this configuration no longer has.
+    let unknown = format!("{prefix}:renamed:{{a:bob}}");
+    server.cli(&["SET", &unknown, "3"]).unwrap();
+    let before: Vec<_> = foreign.iter().map(|k| fingerprint(&server, k)).collect();
+    let unknown_before = fingerprint(&server, &unknown);
+
+    let (code, out, err) = run(&["sweep", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    for (k, b) in foreign.iter().zip(&before) {
+        assert_eq!(&fingerprint(&server, k), b, "{k} was changed: {out}");
+        assert_eq!(b.2.trim(), "-1", "{k}");
+    }
+    assert_eq!(
+        fingerprint(&server, &unknown),
+        unknown_before,
+        "a limit the configuration does not know is not repaired without the flag: {out}"
+    );
+    let pttl: i64 = server
+        .cli(&["PTTL", &leaked])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // per-key's own TTL: 10 tokens at 1/min, full in 600 s, plus 1 s.
+    assert!((595_000..=601_000).contains(&pttl), "{leaked}: {pttl}");
+    assert_eq!(line_value(&out, "scanned:"), 6, "{out}");
+    assert_eq!(line_value(&out, "skipped:"), 5, "{out}");
+    for k in foreign.iter().chain([&unknown]) {
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{k}  ("))),
+            "{k} is listed as skipped: {out}"
+        );
+    }
+    assert!(
+        out.contains("a list, where fleetlimit writes a string"),
+        "{out}"
+    );
+    assert!(out.contains("--include-unknown-limits"), "{out}");
+    assert_eq!(line_value(&out, "without expiry before:"), 1, "{out}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    assert_eq!(line_value(&out, "without expiry after:"), 0, "{out}");
+
+    // With the flag, the unknown limit's bucket gets the default TTL; the
+    // other applications' keys are still untouched.
+    let (code, out, err) = run(&[
+        "sweep",
+        "--config",
+        cfg,
+        "--include-unknown-limits",
+        "--default-ttl",
+        "90s",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let pttl: i64 = server
+        .cli(&["PTTL", &unknown])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((85_000..=90_000).contains(&pttl), "{unknown}: {pttl}");
+    assert_eq!(server.cli(&["GET", &unknown]).unwrap().trim(), "3");
+    assert_eq!(line_value(&out, "skipped:"), 4, "{out}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    for (k, b) in foreign.iter().zip(&before) {
+        assert_eq!(&fingerprint(&server, k), b, "{k} was changed: {out}");
+    }
+
+    // A zero TTL would delete keys, not repair them.
+    let (code, _, err) = run(&["sweep", "--config", cfg, "--default-ttl", "0s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--default-ttl must be longer than 0s"),
+        "{err}"
+    );
+}
+
+/// An API key is a secret: no Redis key name holds it, and the admin
+/// commands, given the raw value, still find and reset its buckets.
+#[tokio::test]
+async fn api_keys_are_not_readable_in_redis_and_admin_commands_still_find_them() {
+    let server = RedisServer::start();
+    let prefix = prefix("secret-keys");
+    let path = config_file("secret-keys.toml", &server.url(), &prefix);
+    let cfg = path.to_str().unwrap();
+    let app = ok_app(fleetlimit::Config::from_toml_file(&path).unwrap()).await;
+    let secret = "sk_live_SECRET123";
+    for _ in 0..3 {
+        let res = send(
+            &app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+    }
+    let keys: Vec<String> = server
+        .keys_with_pttl(&prefix)
+        .into_iter()
+        .map(|k| k.0)
+        .collect();
+    assert_eq!(keys.len(), 2, "per-key and daily: {keys:?}");
+    for k in &keys {
+        assert!(!k.contains("sk_live"), "the API key is readable in {k}");
+        assert!(!k.contains("SECRET123"), "the API key is readable in {k}");
+    }
+    // Both limits' keys of one caller share one hash tag (one cluster slot).
+    let tag = |k: &str| k[k.find('{').unwrap()..].to_owned();
+    assert_eq!(tag(&keys[0]), tag(&keys[1]), "{keys:?}");
+
+    let (code, out, err) = run(&["inspect", secret, "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    for k in &keys {
+        assert!(out.contains(k.as_str()), "inspect shows {k}: {out}");
+    }
+    // 3 of 10 taken; at 1/min, refilled by under 0.5 in 30 s of slack.
+    let left = shown_tokens(&out);
+    assert!((7.0..7.5).contains(&left), "{out}");
+    assert!(out.contains("3 of 1000 used"), "{out}");
+    assert!(!out.contains("no key"), "{out}");
+
+    let (code, out, err) = run(&["reset", secret, "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 key(s) deleted"), "{out}");
+    assert!(server.keys_with_pttl(&prefix).is_empty());
+    let res = send(
+        &app,
+        request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]),
+    )
+    .await;
+    assert_eq!(
+        header_u64(&res, "x-ratelimit-remaining"),
+        9,
+        "reset: full again"
+    );
+}
+
+/// `[keys] secret_env`: the digest is keyed by that variable's value, a
+/// missing or short secret is a configuration error at its line, and the
+/// CLI computes the same keys from the same variable.
+#[tokio::test]
+async fn the_key_secret_comes_from_the_named_environment_variable() {
+    let server = RedisServer::start();
+    let prefix = prefix("secret-env");
+    let path = config_file("secret-env.toml", &server.url(), &prefix);
+    let body = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("[keys]\nsecret_env = \"FLEETLIMIT_TEST_KEY_SECRET\"\n\n{body}"),
+    )
+    .unwrap();
+    let cfg = path.to_str().unwrap();
+    let var = "FLEETLIMIT_TEST_KEY_SECRET";
+
+    let (code, _, err) = run(&["check-config", cfg]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("secret-env.toml:2:14:") && err.contains("FLEETLIMIT_TEST_KEY_SECRET"),
+        "{err}"
+    );
+    assert!(err.contains("is not set"), "{err}");
+    let (code, _, err) = run_env(&["check-config", cfg], &[(var, "short")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 16"), "{err}");
+    let (code, out, err) = run_env(&["check-config", cfg], &[(var, "0123456789abcdef0123")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("the secret in $FLEETLIMIT_TEST_KEY_SECRET"),
+        "{out}"
+    );
+
+    // Each secret its own key for one API key; neither the built-in one.
+    let shown_key = |secret: &str| {
+        let (code, out, err) = run_env(
+            &[
+                "inspect",
+                "sk_live_X",
+                "--limit",
+                "per-key",
+                "--config",
+                cfg,
+            ],
+            &[(var, secret)],
+        );
+        assert_eq!(code, 0, "{err}");
+        out.split_whitespace()
+            .find(|w| w.starts_with(&format!("{prefix}:per-key:")))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned()
+    };
+    let a = shown_key("0123456789abcdef0123");
+    let b = shown_key("another secret, 16+ bytes");
+    assert_ne!(a, b);
+    assert_ne!(a, header_key(&prefix, "per-key", "sk_live_X"));
+    assert!(a.contains("{h#") && !a.contains("sk_live"), "{a}");
+}
+
+#[tokio::test]
+async fn an_unknown_limit_or_an_empty_key_is_a_usage_error() {
+    let server = RedisServer::start();
+    let prefix = prefix("bad-args");
+    let cfg = config_file("bad-args.toml", &server.url(), &prefix);
+    let cfg = cfg.to_str().unwrap();
+    for command in ["reset", "inspect"] {
+        let (code, out, err) = run(&[command, "alice", "--limit", "nope", "--config", cfg]);
+        assert_eq!(code, 2, "{command}: {out}{err}");
+        assert!(
+            err.contains("unknown limit \"nope\"; the configuration defines: daily, per-key"),
+            "{command}: {err}"
+        );
+        let (code, out, err) = run(&[command, "", "--config", cfg]);
+        assert_eq!(code, 2, "{command} '': {out}{err}");
+        assert!(err.contains("the key value is empty"), "{command}: {err}");
+    }
+}
+
+/// inspect, reset and sweep through a `redis-sentinel://` URL reach the
+/// primary the sentinels name.
+#[tokio::test]
+async fn inspect_reset_and_sweep_through_sentinel() {
+    let setup = SentinelSetup::start();
+    let prefix = prefix("admin-sentinel");
+    let path = config_file("admin-sentinel.toml", &setup.url(), &prefix);
+    let cfg = path.to_str().unwrap();
+    let app = ok_app(fleetlimit::Config::from_toml_file(&path).unwrap()).await;
+    for _ in 0..4 {
+        let res = send(
+            &app,
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", "alice")]),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+    }
+    let primary = &setup.primary;
+    let key = header_key(&prefix, "per-key", "alice");
+    assert_eq!(primary.cli(&["EXISTS", &key]).unwrap().trim(), "1");
+
+    let (code, out, err) = run(&["inspect", "alice", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&key), "{out}");
+    let left = shown_tokens(&out);
+    assert!((6.0..6.5).contains(&left), "4 of 10 taken: {out}");
+    assert!(out.contains("4 of 1000 used"), "{out}");
+
+    // A leaked bucket and another application's key on the primary.
+    let leaked = header_key(&prefix, "per-key", "bob");
+    primary.cli(&["SET", &leaked, "1700000000000000"]).unwrap();
+    let other = format!("{prefix}:users");
+    primary.cli(&["HSET", &other, "alice", "1"]).unwrap();
+    let (code, out, err) = run(&["sweep", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(line_value(&out, "scanned:"), 4, "{out}");
+    assert_eq!(line_value(&out, "skipped:"), 1, "{out}");
+    assert_eq!(line_value(&out, "without expiry before:"), 1, "{out}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    assert_eq!(line_value(&out, "without expiry after:"), 0, "{out}");
+    let pttl: i64 = primary
+        .cli(&["PTTL", &leaked])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((595_000..=601_000).contains(&pttl), "{pttl}");
+    assert_eq!(primary.cli(&["PTTL", &other]).unwrap().trim(), "-1");
+
+    let (code, out, err) = run(&["reset", "alice", "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 key(s) deleted"), "{out}");
+    assert_eq!(primary.cli(&["EXISTS", &key]).unwrap().trim(), "0");
 }

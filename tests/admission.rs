@@ -151,7 +151,7 @@ async fn the_script_stores_one_value_expiring_after_the_second_it_is_full() {
     let keys = server.keys_with_pttl(&prefix);
     assert_eq!(keys.len(), 1);
     let (key, pttl) = &keys[0];
-    assert_eq!(key, &format!("{prefix}:per-key:{{h:ttl}}"));
+    assert_eq!(key, &header_key(&prefix, "per-key", "ttl"));
     // 3 tokens short at 1/s: full (the same as missing) in 3 s; the key
     // expires 1 ms after the end of that second of Redis time.
     assert!((2_800..=4_001).contains(pttl), "PTTL {pttl}");

@@ -65,7 +65,7 @@ async fn fixed_window_repairs_a_counter_left_without_expiry() {
     let server = RedisServer::start();
     let prefix = prefix("fw-repair");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:fixed:{{h:legacy}}");
+    let key = header_key(&prefix, "fixed", "legacy");
     // What a crashed older server leaves: a full count, no expiry.
     server.cli(&["SET", &key, "5"]).unwrap();
     assert_eq!(server.cli(&["PTTL", &key]).unwrap().trim(), "-1");
@@ -100,7 +100,7 @@ async fn fixed_window_counts_only_admitted_requests_and_opens_with_the_first() {
     let server = RedisServer::start();
     let prefix = prefix("fw-count");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:fixed:{{h:fresh}}");
+    let key = header_key(&prefix, "fixed", "fresh");
     let mut statuses = Vec::new();
     for i in 0..15 {
         let res = send(&app, get_req("/fixed", "fresh")).await;

@@ -247,7 +247,7 @@ async fn missing_keys_are_rejected_or_counted_by_ip_as_configured() {
     assert_eq!(
         keys,
         [
-            format!("{prefix}:key-or-ip:{{h:192.0.2.50}}"),
+            header_key(&prefix, "key-or-ip", "192.0.2.50"),
             format!("{prefix}:key-or-ip:{{ip:192.0.2.50}}")
         ]
     );

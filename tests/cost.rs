@@ -95,7 +95,7 @@ async fn a_cost_5_route_spends_5_and_a_refund_gives_3_back() {
     let server = RedisServer::start();
     let prefix = prefix("cost");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:per-key:{{h:k}}");
+    let key = header_key(&prefix, "per-key", "k");
     let req = |path: &str| request("GET", path, "127.0.0.1:1", &[("x-api-key", "k")]);
 
     let res = send(&app, req("/report")).await;
@@ -116,7 +116,7 @@ async fn a_cost_5_route_spends_5_and_a_refund_gives_3_back() {
     assert!((tokens(&server, &key) - 3.0).abs() < 0.01);
 
     // A refund is never more than the charge, and never fills past capacity.
-    let fresh = format!("{prefix}:per-key:{{h:g}}");
+    let fresh = header_key(&prefix, "per-key", "g");
     let greedy = |path: &str| request("GET", path, "127.0.0.1:1", &[("x-api-key", "g")]);
     assert_eq!(send(&app, greedy("/report")).await.status(), 200);
     assert_eq!(send(&app, greedy("/greedy")).await.status(), 200);
@@ -130,7 +130,7 @@ async fn computed_costs_and_a_cost_above_capacity() {
     let server = RedisServer::start();
     let prefix = prefix("cost-fn");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:per-key:{{h:s}}");
+    let key = header_key(&prefix, "per-key", "s");
     let req = |q: &str| {
         request(
             "GET",

@@ -98,7 +98,7 @@ async fn the_kept_ttl_is_always_the_end_of_the_second_the_bucket_is_full() {
     let server = RedisServer::start();
     let prefix = prefix("keepttl");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:per-key:{{h:k}}");
+    let key = header_key(&prefix, "per-key", "k");
     charge(&app).await;
     let mut expiries = std::collections::BTreeSet::new();
     for i in 0..150 {
@@ -129,7 +129,7 @@ async fn both_scripts_follow_one_expiry_rule_on_a_shared_key() {
     let server = RedisServer::start();
     let prefix = prefix("shared-expiry");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:per-key:{{h:k}}");
+    let key = header_key(&prefix, "per-key", "k");
     charge(&app).await;
     for i in 0..30 {
         // Alternate: one limit (the lean script), two limits (the general
@@ -154,7 +154,7 @@ async fn a_key_left_without_expiry_gets_one_at_its_next_request() {
     let server = RedisServer::start();
     let prefix = prefix("leaked");
     let app = app(&server, &prefix).await;
-    let key = format!("{prefix}:per-key:{{h:k}}");
+    let key = header_key(&prefix, "per-key", "k");
     // Something else wrote the key without a TTL (a stale TAT: long full).
     server.cli(&["SET", &key, "1000000"]).unwrap();
     assert_eq!(server.cli(&["PTTL", &key]).unwrap().trim(), "-1");

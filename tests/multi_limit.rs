@@ -96,7 +96,7 @@ async fn a_noisy_tenant_does_not_starve_the_others_on_a_cluster() {
     // instead of letting Redis answer CROSSSLOT.
     let slot = |k: &str| cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", k]).unwrap();
     assert_ne!(
-        slot(&format!("{prefix}:tenant:{{h:A}}")),
+        slot(&header_key(&prefix, "tenant", "A")),
         slot(&format!("{prefix}:shared:{{g:all}}"))
     );
     assert_fair(&run_scenario(&app).await);

@@ -87,7 +87,7 @@ async fn shadow_routes_and_limits_never_refuse_but_say_so() {
     }
     let enforced = tokens(
         &server,
-        &format!("{prefix}:enforced:{{h:l}}"),
+        &header_key(&prefix, "enforced", "l"),
         10.0,
         1.0 / 86_400.0,
     );

@@ -6,16 +6,21 @@
 //! fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
 //! fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
 //! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
+//!                  [--include-unknown-limits]
 //! ```
 //!
-//! `KEY` is the caller's key value: an API key, an account, an IP, or
+//! `KEY` is the caller's key value: an API key (raw, as clients send it: the
+//! command computes the keyed digest Redis holds), an account, an IP, or
 //! `ip|account`. `reset` deletes the caller's buckets and announces the
 //! reset on `<prefix>:reset`: every layer instance listening there forgets
 //! its remembered refusals and leases of those keys within a second (one
 //! that was disconnected forgets all of them when it listens again; see
-//! docs/operations.md, "Resetting a caller: reach"). The Redis URL comes from `--redis`, else `REDIS_URL`, else
+//! docs/operations.md, "Resetting a caller: reach"). The Redis URL comes
+//! from `--redis`, else `REDIS_URL`, else
 //! the configuration; it may be `redis://`, `redis-sentinel://` or
-//! `redis-cluster://`. Exit status: 0 done, 1 failed, 2 bad usage or config.
+//! `redis-cluster://`. The sweep touches only fleetlimit's own keys (by name
+//! and type) and lists the others under the prefix as skipped.
+//! Exit status: 0 done, 1 failed, 2 bad usage or config.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -26,7 +31,11 @@ const USAGE: &str = "usage:
   fleetlimit check-config FILE
   fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
   fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
-  fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl DURATION]";
+  fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl DURATION]
+                   [--include-unknown-limits]";
+
+/// Skipped keys listed by `sweep`; the rest are counted.
+const SKIPPED_SHOWN: usize = 100;
 
 struct Args {
     command: String,
@@ -36,6 +45,7 @@ struct Args {
     limit: Option<String>,
     dry_run: bool,
     default_ttl: Duration,
+    include_unknown_limits: bool,
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -48,6 +58,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         limit: None,
         dry_run: false,
         default_ttl: Duration::from_secs(3600),
+        include_unknown_limits: false,
     };
     while let Some(arg) = argv.next() {
         let mut value = |name: &str| argv.next().ok_or(format!("{name} needs a value"));
@@ -56,10 +67,15 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--redis" => a.redis = Some(value("--redis")?),
             "--limit" => a.limit = Some(value("--limit")?),
             "--dry-run" => a.dry_run = true,
+            "--include-unknown-limits" => a.include_unknown_limits = true,
             "--default-ttl" => {
                 let v = value("--default-ttl")?;
                 a.default_ttl =
                     parse_secs(&v).ok_or(format!("--default-ttl: cannot read {v:?}"))?;
+                if a.default_ttl.is_zero() {
+                    // A zero TTL would delete the keys, not repair them.
+                    return Err(format!("--default-ttl must be longer than 0s, not {v:?}"));
+                }
             }
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}")),
@@ -136,6 +152,7 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                 .first()
                 .ok_or_else(|| usage(format!("{} KEY", a.command)))?;
             let cfg = load(&a).map_err(usage)?;
+            admin::check_target(&cfg, key, a.limit.as_deref()).map_err(usage)?;
             let store = admin::connect(&cfg).await.map_err(failed)?;
             if a.command == "inspect" {
                 for b in admin::inspect(store.pool(), &cfg, key, a.limit.as_deref())
@@ -160,10 +177,26 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
         "sweep" => {
             let cfg = load(&a).map_err(usage)?;
             let store = admin::connect(&cfg).await.map_err(failed)?;
-            let r = admin::sweep(store.pool(), &cfg, a.dry_run, a.default_ttl)
+            let options = admin::SweepOptions {
+                dry_run: a.dry_run,
+                default_ttl: a.default_ttl,
+                include_unknown_limits: a.include_unknown_limits,
+            };
+            let r = admin::sweep(store.pool(), &cfg, &options)
                 .await
                 .map_err(failed)?;
             println!("scanned: {} keys under {:?}", r.scanned, cfg.key_prefix());
+            println!(
+                "skipped: {} (not fleetlimit's or of no configured limit; left untouched)",
+                r.skipped.len()
+            );
+            // Another application may keep many keys under the prefix.
+            for k in r.skipped.iter().take(SKIPPED_SHOWN) {
+                println!("  {}  ({})", k.key, k.why);
+            }
+            if r.skipped.len() > SKIPPED_SHOWN {
+                println!("  ... and {} more", r.skipped.len() - SKIPPED_SHOWN);
+            }
             println!("without expiry before: {}", r.before);
             for k in &r.keys {
                 println!("  {k}");

@@ -14,7 +14,7 @@ use super::{
     DEFAULT_REFUSED_CACHE_KEYS,
 };
 use crate::algorithm::Rule;
-use crate::key::{ClientIpRules, ForwardedHeader, KeySource};
+use crate::key::{ClientIpRules, ForwardedHeader, KeySecret, KeySource, SecretOrigin};
 
 /// A limit for [`ConfigBuilder::limit`].
 #[derive(Clone, Debug)]
@@ -183,6 +183,7 @@ pub struct ConfigBuilder {
     plan_cache_ttl: Option<Duration>,
     breaker: Option<crate::breaker::BreakerConfig>,
     heartbeat: Option<super::Heartbeat>,
+    key_secret: Option<Vec<u8>>,
 }
 
 impl ConfigBuilder {
@@ -271,6 +272,16 @@ impl ConfigBuilder {
         self
     }
 
+    /// The secret API keys (header key values) are hashed with in Redis key
+    /// names (HMAC-SHA256), at least 16 bytes; `[keys] secret_env` in TOML.
+    /// Every instance and the `fleetlimit` CLI must use the same one. Not
+    /// set: a built-in secret derived from the key prefix, which keeps raw
+    /// API keys out of Redis but is not secret.
+    pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.key_secret = Some(secret.as_ref().to_vec());
+        self
+    }
+
     /// Discover the fleet size by heartbeats in Redis.
     pub fn heartbeat(mut self, every: Duration, dead_after: Duration) -> Self {
         self.heartbeat = Some(super::Heartbeat { every, dead_after });
@@ -282,6 +293,13 @@ impl ConfigBuilder {
         let mut v = Validator::new("");
         let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
         v.check_name("key prefix", &prefix, None)?;
+        let key_secret = match &self.key_secret {
+            Some(s) => {
+                super::check_secret_len(s.len()).map_err(ConfigError::new)?;
+                KeySecret::new(s, SecretOrigin::Code)
+            }
+            None => KeySecret::default_for(&prefix),
+        };
         for (name, l) in &self.limits {
             v.add_limit(
                 name,
@@ -358,6 +376,7 @@ impl ConfigBuilder {
             redis: self.redis,
             deadline: self.deadline.unwrap_or(DEFAULT_DEADLINE),
             key_prefix: prefix.into(),
+            key_secret,
             closed_retry_after: Duration::from_secs(1),
             fleet_size,
             memory_max_keys: self.memory_max_keys.unwrap_or(DEFAULT_MEMORY_KEYS),

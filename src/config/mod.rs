@@ -69,7 +69,7 @@ pub use builder::{ConfigBuilder, LimitConfig, RouteConfig};
 pub use error::ConfigError;
 pub use units::{ParseUnitError, Rate};
 
-use crate::key::ClientIpRules;
+use crate::key::{ClientIpRules, SecretOrigin, MIN_SECRET_BYTES};
 use crate::policy::{Limit, Policy};
 pub(crate) use units::fmt_duration;
 
@@ -124,6 +124,8 @@ pub struct Config {
     pub(crate) redis: Option<RedisSettings>,
     pub(crate) deadline: Duration,
     pub(crate) key_prefix: Arc<str>,
+    /// What API keys are hashed with in Redis key names.
+    pub(crate) key_secret: crate::key::KeySecret,
     pub(crate) closed_retry_after: Duration,
     pub(crate) fleet_size: u32,
     pub(crate) memory_max_keys: usize,
@@ -269,8 +271,54 @@ impl Config {
             }
             None => out.push_str("default: not limited\n"),
         }
+        let secret = match self.key_secret.origin() {
+            SecretOrigin::Env(name) => format!("the secret in ${name}"),
+            SecretOrigin::Code => "the secret set in code".to_owned(),
+            SecretOrigin::Default => {
+                "the built-in secret of the prefix (not secret: set [keys] secret_env)".to_owned()
+            }
+        };
+        let _ = writeln!(
+            out,
+            "keys: header values (API keys) stored as HMAC-SHA256 digests with {secret}"
+        );
         out
     }
+}
+
+/// The key secret from environment variable `name`, checked.
+pub(crate) fn secret_from_env(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        return Err("secret_env must name an environment variable".into());
+    }
+    let secret = match std::env::var(name) {
+        Ok(s) if !s.is_empty() => s,
+        Ok(_) | Err(std::env::VarError::NotPresent) => {
+            return Err(format!(
+                "environment variable {name} (keys.secret_env) is not set; it holds the secret \
+                 API keys are hashed with in Redis key names, and every instance and the \
+                 fleetlimit CLI need the same value"
+            ))
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(format!(
+                "environment variable {name} (keys.secret_env) is not valid UTF-8"
+            ))
+        }
+    };
+    check_secret_len(secret.len()).map_err(|e| format!("environment variable {name}: {e}"))?;
+    Ok(secret)
+}
+
+/// A key secret must be long enough not to be guessed.
+pub(crate) fn check_secret_len(len: usize) -> Result<(), String> {
+    if len < MIN_SECRET_BYTES {
+        return Err(format!(
+            "the key secret is {len} bytes; it must be at least {MIN_SECRET_BYTES} \
+             (for example `openssl rand -hex 32`)"
+        ));
+    }
+    Ok(())
 }
 
 fn parse_net(s: &str) -> Result<IpNet, String> {

@@ -17,7 +17,7 @@ use super::{
     DEFAULT_REFUSED_CACHE_KEYS,
 };
 use crate::algorithm::Rule;
-use crate::key::{ClientIpRules, ForwardedHeader, KeySource};
+use crate::key::{ClientIpRules, ForwardedHeader, KeySecret, KeySource, SecretOrigin};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +31,8 @@ pub(super) struct RawConfig {
     memory: RawMemory,
     #[serde(default)]
     breaker: RawBreaker,
+    #[serde(default)]
+    keys: RawKeys,
     #[serde(default)]
     limits: BTreeMap<Spanned<String>, Spanned<RawLimit>>,
     #[serde(default)]
@@ -73,6 +75,13 @@ struct RawBreaker {
     failures: Option<Spanned<u32>>,
     cool_off: Option<Spanned<String>>,
     probes: Option<Spanned<u32>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawKeys {
+    /// The environment variable holding the secret API keys are hashed with.
+    secret_env: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -339,6 +348,14 @@ impl RawConfig {
                 Some(s)
             }
         };
+        let key_secret = match &self.keys.secret_env {
+            None => KeySecret::default_for(&prefix),
+            Some(name) => {
+                let secret = super::secret_from_env(name.get_ref())
+                    .map_err(|e| v.err(Some(name.span()), e))?;
+                KeySecret::new(secret.as_bytes(), SecretOrigin::Env(name.get_ref().clone()))
+            }
+        };
         let fleet_size = match self.fleet.size {
             Some(n) => v.at_least_one("fleet size", *n.get_ref(), Some(n.span()))?,
             None => 1,
@@ -528,6 +545,7 @@ impl RawConfig {
             redis,
             deadline,
             key_prefix: prefix.into(),
+            key_secret,
             closed_retry_after,
             fleet_size,
             memory_max_keys,

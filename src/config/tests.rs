@@ -103,3 +103,37 @@ fn builder_applies_the_loaders_numeric_rules() {
     assert!(msg(Config::builder().heartbeat(Duration::ZERO, second)).contains("heartbeat must be"));
     assert!(msg(Config::builder().heartbeat(second, second)).contains("dead_after must be longer"));
 }
+
+#[test]
+fn a_key_secret_set_in_code_must_be_long_enough_and_is_never_printed() {
+    let limit = || {
+        crate::config::LimitConfig::token_bucket(
+            crate::KeySource::header("x-api-key"),
+            5,
+            "1/s".parse().unwrap(),
+        )
+    };
+    let err = Config::builder()
+        .key_secret("short")
+        .limit("l", limit())
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("at least 16"), "{err}");
+    let cfg = Config::builder()
+        .key_secret("a secret of 16+ bytes")
+        .limit("l", limit())
+        .build()
+        .unwrap();
+    assert!(
+        cfg.describe().contains("the secret set in code"),
+        "{}",
+        cfg.describe()
+    );
+    assert!(!format!("{cfg:?}").contains("a secret of"), "{cfg:?}");
+    let default = Config::builder().limit("l", limit()).build().unwrap();
+    assert!(
+        default.describe().contains("not secret"),
+        "{}",
+        default.describe()
+    );
+}

@@ -239,6 +239,16 @@ pub fn config_at(url: &str, prefix: &str, deadline: &str, body: &str) -> fleetli
     fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
 }
 
+/// The Redis key the layer writes for API key `value` under limit `limit`
+/// (keyed by a header) and `prefix`: a keyed digest of the value, with the
+/// prefix's built-in secret (no `[keys] secret_env`).
+pub fn header_key(prefix: &str, limit: &str, value: &str) -> String {
+    let limits =
+        format!("[limits.{limit}]\nkey = \"header:x-api-key\"\ncapacity = 1\nrefill = \"1/s\"\n");
+    let cfg = config_at("redis://127.0.0.1:1", prefix, "5ms", &limits);
+    fleetlimit::admin::redis_key(&cfg, limit, value).unwrap()
+}
+
 /// The router most tests drive: one route `/` answering "ok", behind a layer
 /// built from `cfg`.
 pub async fn ok_app(cfg: fleetlimit::Config) -> Router {
