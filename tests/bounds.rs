@@ -177,3 +177,78 @@ on_redis_error = "closed"
 async fn app_without_redis(cfg: fleetlimit::Config) -> Router {
     app(cfg.without_redis(), &["/lean", "/general"]).await
 }
+
+/// The cost in `?cost=N`.
+fn cost_of(req: &fleetlimit::RequestRef<'_>) -> u32 {
+    req.uri()
+        .query()
+        .and_then(|q| q.strip_prefix("cost="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+#[tokio::test]
+async fn any_computed_cost_is_answered_without_a_wrong_charge() {
+    let server = RedisServer::start();
+    let prefix = prefix("any-cost");
+    // A cost function may answer any u32: far beyond what the bounds allow a
+    // configured cost (the capacity). On the largest span, u32::MAX tokens
+    // would be 3.7e20 µs: a check must neither overflow nor charge it.
+    let cfg = redis_config(
+        &server,
+        &prefix,
+        "500ms",
+        r#"
+[limits.decade]
+key = "header:x-api-key"
+capacity = 3650
+refill = "1/d"
+
+[limits.watched]
+key = "header:x-api-key"
+capacity = 3650
+refill = "1/d"
+mode = "shadow"
+
+[[routes]]
+path = "/enforced"
+limits = ["decade"]
+on_redis_error = "closed"
+
+[[routes]]
+path = "/shadow"
+limits = ["watched"]
+on_redis_error = "closed"
+"#,
+    );
+    for (store, cfg) in [("redis", cfg.clone()), ("memory", cfg.without_redis())] {
+        let layer = RateLimitLayer::builder(cfg)
+            .cost_fn("/enforced", cost_of)
+            .cost_fn("/shadow", cost_of)
+            .build()
+            .await
+            .unwrap();
+        let app = Router::new()
+            .route("/enforced", get(|| async { "ok" }))
+            .route("/shadow", get(|| async { "ok" }))
+            .layer(layer);
+        let huge = format!("?cost={}", u32::MAX);
+        let key = format!("{store}-k");
+        // Enforced: more than it can ever hold, 413, nothing taken.
+        let res = send(&app, get_as(&format!("/enforced{huge}"), &key)).await;
+        assert_eq!(res.status(), 413, "{store}");
+        // Shadow: never refused, and not charged either (it has no room).
+        let res = send(&app, get_as(&format!("/shadow{huge}"), &key)).await;
+        assert_eq!(res.status(), 200, "{store}");
+        for path in ["/enforced", "/shadow"] {
+            let res = send(&app, get_as(&format!("{path}?cost=1"), &key)).await;
+            assert_eq!(res.status(), 200, "{store} {path}");
+            assert_eq!(
+                header_u64(&res, "x-ratelimit-remaining"),
+                3649,
+                "{store} {path}: only this request's token was taken"
+            );
+        }
+    }
+    server.assert_every_key_expires(&prefix);
+}
