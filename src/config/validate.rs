@@ -46,6 +46,11 @@ pub(super) fn exact_count(n: u64) -> f64 {
     }
 }
 
+/// `x <= max`, false for NaN: a number that is not one is out of bounds.
+fn within(x: f64, max: f64) -> bool {
+    x <= max
+}
+
 /// Seconds as days, short however many.
 fn days(secs: f64) -> String {
     let d = secs / 86_400.0;
@@ -191,7 +196,7 @@ impl<'s> Validator<'s> {
         }
         // Counts above 2^53 arrive as infinity (see `exact_count`): Lua's
         // doubles stop counting whole units there.
-        if !(cap <= MAX_COUNT) {
+        if !within(cap, MAX_COUNT) {
             return bad(
                 spans.count(),
                 format!("{what} must be at most 2^53 = {MAX_COUNT}, the largest count a double holds exactly"),
@@ -202,14 +207,14 @@ impl<'s> Validator<'s> {
                 capacity,
                 refill_per_sec,
             } => {
-                if !(refill_per_sec <= MAX_REFILL_PER_SEC) {
+                if !within(refill_per_sec, MAX_REFILL_PER_SEC) {
                     return bad(
                         spans.rate(),
                         format!("refill is {refill_per_sec} tokens per second; at most {MAX_REFILL_PER_SEC} (one token per microsecond, the resolution of Redis's clock)"),
                     );
                 }
                 let span_secs = capacity / refill_per_sec;
-                if !(span_secs <= MAX_SPAN.as_secs_f64()) {
+                if !within(span_secs, MAX_SPAN.as_secs_f64()) {
                     return bad(
                         spans.both(),
                         format!(
