@@ -147,7 +147,7 @@ fn a_refill_too_slow_to_represent_is_rejected_where_it_is_written() {
     // Redis check failed with "PXAT inf".
     let e = error_for("slow.toml", "\"1/s\"", "\"1e-300/d\"");
     assert!(
-        e.starts_with("slow.toml:7:10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 5.00e300 days; at most 3650 days"),
+        e.starts_with("slow.toml:7:10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 5.00e300 days; at most 315360000 s (3650 days, 10 years)"),
         "{e}"
     );
 }
@@ -194,7 +194,7 @@ fn a_burst_spanning_too_long_is_rejected() {
         "cost = 3000\n",
     );
     assert!(
-        e.starts_with("span.toml:7:10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 1.16e8 days; at most 3650 days (10 years)"),
+        e.starts_with("span.toml:7:10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 1.16e8 days; at most 315360000 s (3650 days, 10 years)"),
         "{e}"
     );
     // The edge: 3650 days to fill loads, one token more does not.
@@ -204,7 +204,7 @@ fn a_burst_spanning_too_long_is_rejected() {
     toml = toml.replace("315360000", "315360001");
     let e = Config::from_toml_str(&toml).unwrap_err().to_string();
     assert!(
-        e.starts_with("line 7, column 10: limit \"per-key\": capacity ÷ refill"),
+        e.starts_with("line 7, column 10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 315360001 s (3650.0 days); at most 315360000 s"),
         "{e}"
     );
 }
@@ -251,7 +251,7 @@ fn plans_are_bounded_like_limits() {
         "capacity = 5\nrefill = \"1/d\"",
         &plan("capacity = 4000"),
     );
-    assert!(e.starts_with("plan.toml:15:12: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 4000 days"), "{e}");
+    assert!(e.starts_with("plan.toml:15:12: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 345600000 s (4000.0 days); at most 315360000 s"), "{e}");
 }
 
 #[test]

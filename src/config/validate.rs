@@ -51,13 +51,13 @@ fn within(x: f64, max: f64) -> bool {
     x <= max
 }
 
-/// Seconds as days, short however many.
-fn days(secs: f64) -> String {
+/// A span for an error: exact to the second near the bound, short far off.
+fn span_text(secs: f64) -> String {
     let d = secs / 86_400.0;
     if d < 1e6 {
-        format!("{d:.0}")
+        format!("{secs:.0} s ({d:.1} days)")
     } else {
-        format!("{d:.2e}")
+        format!("{d:.2e} days")
     }
 }
 
@@ -218,9 +218,10 @@ impl<'s> Validator<'s> {
                     return bad(
                         spans.both(),
                         format!(
-                            "capacity ÷ refill (the time an empty bucket takes to fill) is {} days; at most {} days (10 years), \
+                            "capacity ÷ refill (the time an empty bucket takes to fill) is {}; at most {} s ({} days, 10 years), \
                              so the Redis script's microsecond arithmetic stays exact",
-                            days(span_secs),
+                            span_text(span_secs),
+                            MAX_SPAN.as_secs(),
                             MAX_SPAN.as_secs() / 86_400
                         ),
                     );
