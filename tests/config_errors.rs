@@ -128,3 +128,190 @@ fn a_missing_file_names_the_file() {
         "{err}"
     );
 }
+
+/// Loads `GOOD` with its limit's numbers replaced by `numbers` (lines 6–7)
+/// and `extra` appended; returns the error's text.
+fn numbers_error(name: &str, numbers: &str, extra: &str) -> String {
+    let mut toml = GOOD.replace("capacity = 5\nrefill = \"1/s\"", numbers);
+    toml.push_str(extra);
+    let path = file_with(name, &toml);
+    let err = Config::from_toml_file(&path).unwrap_err();
+    err.to_string().replace(&path.display().to_string(), name)
+}
+
+// The bounds both stores carry exactly (docs/configuration.md, "Bounds").
+
+#[test]
+fn a_refill_too_slow_to_represent_is_rejected_where_it_is_written() {
+    // 1e-300 tokens a day: a token's period overflows to infinity, and every
+    // Redis check failed with "PXAT inf".
+    let e = error_for("slow.toml", "\"1/s\"", "\"1e-300/d\"");
+    assert!(
+        e.starts_with("slow.toml:7:10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 5.00e300 days; at most 315360000 s (3650 days, 10 years)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_refill_faster_than_the_clock_is_rejected() {
+    // 1e308 per ms is infinitely many per second: the limit became unlimited.
+    let e = error_for("fast.toml", "\"1/s\"", "\"1e308/ms\"");
+    assert!(
+        e.starts_with("fast.toml:7:10: limit \"per-key\": refill is inf tokens per second; at most 1000000 (one token per microsecond"),
+        "{e}"
+    );
+    let e = error_for("fast.toml", "\"1/s\"", "\"1000001/s\"");
+    assert!(e.starts_with("fast.toml:7:10: limit \"per-key\": refill is 1000001 tokens per second; at most 1000000"), "{e}");
+}
+
+#[test]
+fn a_capacity_above_2_pow_53_is_rejected_not_rounded() {
+    // 2^53 + 1 used to be rounded to 2^53 silently.
+    let e = error_for("big.toml", "capacity = 5", "capacity = 9007199254740993");
+    assert_eq!(
+        e,
+        "big.toml:6:12: limit \"per-key\": capacity must be at most 2^53 = 9007199254740992, the largest count a double holds exactly"
+    );
+    let e = numbers_error(
+        "big-window.toml",
+        "algorithm = \"fixed-window\"\nlimit = 9007199254740993\nwindow = \"1s\"",
+        "",
+    );
+    assert!(
+        e.starts_with("big-window.toml:7:9: limit \"per-key\": limit must be at most 2^53"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_burst_spanning_too_long_is_rejected() {
+    // The case: 10000 tokens, one per 10^9 s, cost 3000. The lean
+    // script's answer (4 × 3 × 10^18 µs) overflowed Redis's integer: requests
+    // were charged but answered 429 with a positive Remaining.
+    let e = numbers_error(
+        "span.toml",
+        "capacity = 10000\nrefill = \"1/1000000000s\"",
+        "cost = 3000\n",
+    );
+    assert!(
+        e.starts_with("span.toml:7:10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 1.16e8 days; at most 315360000 s (3650 days, 10 years)"),
+        "{e}"
+    );
+    // The edge: 3650 days to fill loads, one token more does not.
+    let edge = "capacity = 315360000\nrefill = \"1/s\"";
+    let mut toml = GOOD.replace("capacity = 5\nrefill = \"1/s\"", edge);
+    assert!(Config::from_toml_str(&toml).is_ok());
+    toml = toml.replace("315360000", "315360001");
+    let e = Config::from_toml_str(&toml).unwrap_err().to_string();
+    assert!(
+        e.starts_with("line 7, column 10: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 315360001 s (3650.0 days); at most 315360000 s"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_window_that_is_not_whole_milliseconds_is_rejected() {
+    // Redis counts windows in ms; the in-process store would use 1.5 ms.
+    let e = numbers_error(
+        "window.toml",
+        "algorithm = \"sliding-window\"\nlimit = 10\nwindow = \"1.5ms\"",
+        "",
+    );
+    assert_eq!(
+        e,
+        "window.toml:8:10: limit \"per-key\": window must be a whole number of milliseconds (Redis counts windows in ms)"
+    );
+}
+
+#[test]
+fn plans_are_bounded_like_limits() {
+    let plan = |numbers: &str| format!("\n[plans.pro.per-key]\n{numbers}\n");
+    // Line 14: the plan's table, 15: its numbers.
+    let e = numbers_error(
+        "plan.toml",
+        "capacity = 5\nrefill = \"1/s\"",
+        &plan("refill = \"1e308/ms\""),
+    );
+    assert!(
+        e.starts_with("plan.toml:15:10: limit \"per-key\": refill is inf tokens per second"),
+        "{e}"
+    );
+    let e = numbers_error(
+        "plan.toml",
+        "capacity = 5\nrefill = \"1/s\"",
+        &plan("capacity = 9007199254740993"),
+    );
+    assert!(
+        e.starts_with("plan.toml:15:12: limit \"per-key\": capacity must be at most 2^53"),
+        "{e}"
+    );
+    // The plan's capacity with the limit's own (inherited) refill.
+    let e = numbers_error(
+        "plan.toml",
+        "capacity = 5\nrefill = \"1/d\"",
+        &plan("capacity = 4000"),
+    );
+    assert!(e.starts_with("plan.toml:15:12: limit \"per-key\": capacity ÷ refill (the time an empty bucket takes to fill) is 345600000 s (4000.0 days); at most 315360000 s"), "{e}");
+}
+
+#[test]
+fn the_builder_applies_the_same_bounds() {
+    use fleetlimit::config::{LimitConfig, Rate, RouteConfig};
+    use fleetlimit::KeySource;
+    let build = |l: LimitConfig| {
+        Config::builder()
+            .limit("l", l)
+            .route("/", RouteConfig::new(["l"]))
+            .build()
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let e = build(LimitConfig::token_bucket(
+        KeySource::Global,
+        (1 << 53) + 1,
+        Rate::per_second(1.0),
+    ))
+    .unwrap_err();
+    assert!(
+        e.starts_with("limit \"l\": capacity must be at most 2^53"),
+        "{e}"
+    );
+    let e = build(LimitConfig::token_bucket(
+        KeySource::Global,
+        5,
+        Rate::per_second(1e7),
+    ))
+    .unwrap_err();
+    assert!(
+        e.starts_with("limit \"l\": refill is 10000000 tokens per second; at most 1000000"),
+        "{e}"
+    );
+    let e = build(LimitConfig::token_bucket(
+        KeySource::Global,
+        10_000,
+        "1/1000000000s".parse().unwrap(),
+    ))
+    .unwrap_err();
+    assert!(e.starts_with("limit \"l\": capacity ÷ refill"), "{e}");
+    let e = build(LimitConfig::fixed_window(
+        KeySource::Global,
+        5,
+        std::time::Duration::from_micros(1500),
+    ))
+    .unwrap_err();
+    assert!(e.contains("whole number of milliseconds"), "{e}");
+    let e = build(
+        LimitConfig::token_bucket(KeySource::Global, 5, Rate::per_second(1.0)).plan(
+            "pro",
+            LimitConfig::token_bucket(KeySource::Global, 5, Rate::per_second(1e7)),
+        ),
+    )
+    .unwrap_err();
+    assert!(e.starts_with("limit \"l\": refill is 10000000"), "{e}");
+    assert!(build(LimitConfig::token_bucket(
+        KeySource::Global,
+        1_000_000,
+        Rate::per_second(1e6)
+    ))
+    .is_ok());
+}

@@ -9,6 +9,15 @@ use std::time::Duration;
 
 use crate::outcome::LimitState;
 
+/// Slack, in µs of refill, added to a token bucket's burst in Redis. The
+/// scripts hold times in µs as doubles near 1.8 × 10^15, which step by ¼ µs
+/// (½ µs from 2041): `now + burst` or `TAT + cost × per` is rounded to that
+/// step, and a request that fits exactly (cost = capacity on a full bucket)
+/// could be refused for ever when the rounding goes up. Half a µs covers a
+/// rounding of either step; what it admits early is below Redis's 1 µs clock
+/// resolution.
+pub(crate) const REDIS_SLACK_US: f64 = 0.5;
+
 /// One limit's rule, as the stores apply it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Rule {
@@ -69,13 +78,18 @@ impl Rule {
         }
     }
 
-    /// The script's code and two parameters.
+    /// The script's code and two parameters. A token bucket's capacity
+    /// carries [`REDIS_SLACK_US`] of refill more (see there).
     pub(crate) fn script_args(&self) -> (&'static str, f64, f64) {
         match *self {
             Self::TokenBucket {
                 capacity,
                 refill_per_sec,
-            } => ("t", capacity, refill_per_sec),
+            } => (
+                "t",
+                capacity + REDIS_SLACK_US * refill_per_sec / 1_000_000.0,
+                refill_per_sec,
+            ),
             Self::FixedWindow { limit, window } => ("f", limit, window.as_millis() as f64),
             Self::SlidingWindow { limit, window } => ("s", limit, window.as_millis() as f64),
         }

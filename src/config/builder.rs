@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::Method;
 use ipnet::IpNet;
 
-use super::validate::{RouteSettings, Validator};
+use super::validate::{exact_count, RouteSettings, RuleSpans, Validator};
 use super::{
     Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
@@ -33,7 +33,7 @@ impl LimitConfig {
         Self::new(
             key,
             Rule::TokenBucket {
-                capacity: capacity as f64,
+                capacity: exact_count(capacity),
                 refill_per_sec: refill.tokens_per_second(),
             },
         )
@@ -45,7 +45,7 @@ impl LimitConfig {
         Self::new(
             key,
             Rule::FixedWindow {
-                limit: limit as f64,
+                limit: exact_count(limit),
                 window,
             },
         )
@@ -56,7 +56,7 @@ impl LimitConfig {
         Self::new(
             key,
             Rule::SlidingWindow {
-                limit: limit as f64,
+                limit: exact_count(limit),
                 window,
             },
         )
@@ -307,13 +307,13 @@ impl ConfigBuilder {
                 l.key.clone(),
                 l.on_missing,
                 l.rule,
-                None,
+                &RuleSpans::default(),
                 l.shadow,
             )?;
         }
         for (name, l) in &self.limits {
             for (plan, rule) in &l.plans {
-                v.add_plan_rule(plan, None, name, None, |base| {
+                v.add_plan_rule(plan, None, name, None, &RuleSpans::default(), |base| {
                     if std::mem::discriminant(base) == std::mem::discriminant(rule) {
                         Ok(*rule)
                     } else {

@@ -47,8 +47,11 @@
 //! ```
 //!
 //! Unknown fields, unknown limit or plan names, malformed rates or
-//! durations, zero capacities and costs larger than a limit's capacity are
-//! all errors at start-up, reported as `file:line:column: message`.
+//! durations, zero capacities, costs larger than a limit's capacity and
+//! numbers beyond what both stores carry exactly (capacities above 2^53,
+//! refills above 10^6/s, buckets taking over 10 years to fill, windows that
+//! are not whole milliseconds) are all errors at start-up, reported as
+//! `file:line:column: message`.
 
 mod builder;
 mod error;

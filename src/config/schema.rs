@@ -10,7 +10,7 @@ use http::Method;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::validate::{RouteSettings, Span, Validator};
+use super::validate::{exact_count, RouteSettings, RuleSpans, Span, Validator};
 use super::{
     units, Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
@@ -245,7 +245,7 @@ impl Numbers<'_> {
                     _ => (None, None),
                 };
                 let capacity = match self.capacity {
-                    Some(c) => *c.get_ref() as f64,
+                    Some(c) => exact_count(*c.get_ref()),
                     None => base_cap.ok_or_else(|| need("capacity"))?,
                 };
                 let refill_per_sec = match self.refill {
@@ -267,7 +267,7 @@ impl Numbers<'_> {
                     _ => (None, None),
                 };
                 let limit = match self.limit {
-                    Some(l) => *l.get_ref() as f64,
+                    Some(l) => exact_count(*l.get_ref()),
                     None => base_limit.ok_or_else(|| need("limit"))?,
                 };
                 let window = match self.window {
@@ -283,12 +283,14 @@ impl Numbers<'_> {
         }
     }
 
-    /// Where to point at when the numbers are wrong.
-    fn first_span(&self) -> Span {
-        span(self.capacity)
-            .or_else(|| span(self.limit))
-            .or_else(|| span(self.window))
-            .or_else(|| span(self.refill))
+    /// Where to point at when the numbers are wrong; `fallback` (the table)
+    /// for numbers not written here.
+    fn spans(&self, fallback: Span) -> RuleSpans {
+        RuleSpans {
+            count: span(self.capacity).or_else(|| span(self.limit)),
+            rate: span(self.refill).or_else(|| span(self.window)),
+            fallback,
+        }
     }
 }
 
@@ -423,14 +425,13 @@ impl RawConfig {
                 window: &l.window,
             };
             let rule = numbers.rule(src, name.get_ref(), l.algorithm, None, l_span.clone())?;
-            let rule_span = numbers.first_span().or(l_span);
             v.add_limit(
                 name.get_ref(),
                 Some(name.span()),
                 key,
                 l.on_missing,
                 rule,
-                rule_span,
+                &numbers.spans(l_span),
                 l.mode == Mode::Shadow,
             )?;
             match (&l.lease_batch, &l.lease_above) {
@@ -459,6 +460,7 @@ impl RawConfig {
                     Some(plan.span()),
                     limit.get_ref(),
                     Some(limit.span()),
+                    &numbers.spans(Some(limit.span())),
                     |base| {
                         numbers
                             .rule(

@@ -21,6 +21,72 @@ pub(super) struct Validator<'s> {
 
 pub(super) type Span = Option<Range<usize>>;
 
+/// The largest capacity or window limit: 2^53, the last integer a double
+/// (Lua's only number type) holds exactly.
+pub(super) const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+
+/// The fastest refill: one token per microsecond, the resolution of Redis
+/// `TIME`; beyond it a token's period rounds to nothing in the scripts.
+pub(super) const MAX_REFILL_PER_SEC: f64 = 1_000_000.0;
+
+/// The longest span (capacity ÷ refill, or a window): 10 years. The lean
+/// script answers 4 × (TAT − now) µs as a Redis integer, exact only below
+/// 2^53, i.e. spans under 2^51 µs (26 years); TAT = now + span must also stay
+/// a double with a sub-µs step. 10 years is a round number well inside both.
+pub(super) const MAX_SPAN: Duration = Duration::from_secs(3650 * 86_400);
+
+/// A count from the configuration as the stores hold it: above 2^53 a
+/// double would round it, so it becomes infinity, which `check_rule` rejects
+/// instead of accepting a different number.
+pub(super) fn exact_count(n: u64) -> f64 {
+    if n > 1 << 53 {
+        f64::INFINITY
+    } else {
+        n as f64
+    }
+}
+
+/// `x <= max`, false for NaN: a number that is not one is out of bounds.
+fn within(x: f64, max: f64) -> bool {
+    x <= max
+}
+
+/// A span for an error: exact to the second near the bound, short far off.
+fn span_text(secs: f64) -> String {
+    let d = secs / 86_400.0;
+    if d < 1e6 {
+        format!("{secs:.0} s ({d:.1} days)")
+    } else {
+        format!("{d:.2e} days")
+    }
+}
+
+/// Where a rule's numbers were written, for its errors (all `None` for the
+/// builder). `fallback`: the table, for numbers a plan inherits.
+#[derive(Clone, Default)]
+pub(super) struct RuleSpans {
+    /// `capacity` or `limit`.
+    pub(super) count: Span,
+    /// `refill` or `window`.
+    pub(super) rate: Span,
+    pub(super) fallback: Span,
+}
+
+impl RuleSpans {
+    fn count(&self) -> Span {
+        self.count.clone().or_else(|| self.fallback.clone())
+    }
+
+    fn rate(&self) -> Span {
+        self.rate.clone().or_else(|| self.fallback.clone())
+    }
+
+    /// A rule on both numbers: the rate if it was written here.
+    fn both(&self) -> Span {
+        self.rate.clone().or_else(|| self.count())
+    }
+}
+
 /// A route's settings besides its limit names, as either front end gives them.
 pub(super) struct RouteSettings {
     pub(super) cost: u32,
@@ -111,34 +177,76 @@ impl<'s> Validator<'s> {
         }
     }
 
-    /// A rule's numbers: non-zero, and exact in Lua's doubles.
+    /// A rule's numbers: non-zero, and within the bounds both stores carry
+    /// exactly (see "Bounds" in docs/configuration.md).
     pub(super) fn check_rule(
         &self,
         limit: &str,
         rule: &Rule,
-        span: Span,
+        spans: &RuleSpans,
     ) -> Result<(), ConfigError> {
         let cap = rule.capacity();
         let what = match rule {
             Rule::TokenBucket { .. } => "capacity",
             _ => "limit",
         };
+        let bad = |span: Span, msg: String| Err(self.err(span, format!("limit {limit:?}: {msg}")));
         if cap < 1.0 {
-            return Err(self.err(span, format!("limit {limit:?}: {what} must be at least 1")));
+            return bad(spans.count(), format!("{what} must be at least 1"));
         }
-        // Beyond 2^53 Lua's doubles stop counting whole units exactly.
-        if cap > 9_007_199_254_740_992.0 {
-            return Err(self.err(
-                span,
-                format!("limit {limit:?}: {what} must be at most 2^53"),
-            ));
+        // Counts above 2^53 arrive as infinity (see `exact_count`): Lua's
+        // doubles stop counting whole units there.
+        if !within(cap, MAX_COUNT) {
+            return bad(
+                spans.count(),
+                format!("{what} must be at most 2^53 = {MAX_COUNT}, the largest count a double holds exactly"),
+            );
         }
-        if let Rule::FixedWindow { window, .. } | Rule::SlidingWindow { window, .. } = rule {
-            if window.as_millis() < 1 {
-                return Err(self.err(
-                    span,
-                    format!("limit {limit:?}: window must be at least 1ms"),
-                ));
+        match *rule {
+            Rule::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => {
+                if !within(refill_per_sec, MAX_REFILL_PER_SEC) {
+                    return bad(
+                        spans.rate(),
+                        format!("refill is {refill_per_sec} tokens per second; at most {MAX_REFILL_PER_SEC} (one token per microsecond, the resolution of Redis's clock)"),
+                    );
+                }
+                let span_secs = capacity / refill_per_sec;
+                if !within(span_secs, MAX_SPAN.as_secs_f64()) {
+                    return bad(
+                        spans.both(),
+                        format!(
+                            "capacity ÷ refill (the time an empty bucket takes to fill) is {}; at most {} s ({} days, 10 years), \
+                             so the Redis script's microsecond arithmetic stays exact",
+                            span_text(span_secs),
+                            MAX_SPAN.as_secs(),
+                            MAX_SPAN.as_secs() / 86_400
+                        ),
+                    );
+                }
+            }
+            Rule::FixedWindow { window, .. } | Rule::SlidingWindow { window, .. } => {
+                if window.as_millis() < 1 {
+                    return bad(spans.rate(), "window must be at least 1ms".into());
+                }
+                if window.subsec_nanos() % 1_000_000 != 0 {
+                    return bad(
+                        spans.rate(),
+                        "window must be a whole number of milliseconds (Redis counts windows in ms)"
+                            .into(),
+                    );
+                }
+                if window > MAX_SPAN {
+                    return bad(
+                        spans.rate(),
+                        format!(
+                            "window must be at most {} days (10 years)",
+                            MAX_SPAN.as_secs() / 86_400
+                        ),
+                    );
+                }
             }
         }
         Ok(())
@@ -152,14 +260,14 @@ impl<'s> Validator<'s> {
         key: KeySource,
         on_missing: OnMissing,
         rule: Rule,
-        rule_span: Span,
+        spans: &RuleSpans,
         shadow: bool,
     ) -> Result<(), ConfigError> {
         self.check_name("limit name", name, name_span.clone())?;
         if self.limits.iter().any(|l| &*l.name == name) {
             return Err(self.err(name_span, format!("limit {name:?} is defined twice")));
         }
-        self.check_rule(name, &rule, rule_span)?;
+        self.check_rule(name, &rule, spans)?;
         self.limits.push(Limit {
             name: name.into(),
             key,
@@ -210,6 +318,7 @@ impl<'s> Validator<'s> {
         plan_span: Span,
         limit: &str,
         limit_span: Span,
+        spans: &RuleSpans,
         rule: impl FnOnce(&Rule) -> Result<Rule, String>,
     ) -> Result<(), ConfigError> {
         self.check_name("plan name", plan, plan_span)?;
@@ -221,7 +330,7 @@ impl<'s> Validator<'s> {
             ));
         };
         let r = rule(&self.limits[i].rule).map_err(|e| self.err(limit_span.clone(), e))?;
-        self.check_rule(limit, &r, limit_span)?;
+        self.check_rule(limit, &r, spans)?;
         self.limits[i].plans.insert(plan.into(), r);
         self.plans.insert(plan.to_owned());
         Ok(())

@@ -495,6 +495,9 @@ pub(crate) struct LeanArgs {
     per: f64,
     inc: f64,
     burst: f64,
+    /// What the script compares TAT − now with: the burst and
+    /// [`REDIS_SLACK_US`](crate::algorithm::REDIS_SLACK_US).
+    limit: f64,
 }
 
 impl LeanArgs {
@@ -508,10 +511,12 @@ impl LeanArgs {
             return None;
         };
         let per = 1_000_000.0 / refill_per_sec;
+        let burst = capacity * per;
         Some(Self {
             per,
             inc: cost * per,
-            burst: capacity * per,
+            burst,
+            limit: burst + crate::algorithm::REDIS_SLACK_US,
         })
     }
 
@@ -520,7 +525,7 @@ impl LeanArgs {
     pub(crate) fn values(&self) -> (Value, Value) {
         (
             Value::from(self.inc.to_string()),
-            Value::from(self.burst.to_string()),
+            Value::from(self.limit.to_string()),
         )
     }
 
@@ -541,7 +546,8 @@ impl LeanArgs {
         let ahead = (if allowed { x } else { -1 - x }) as f64 / 4.0;
         let limits = vec![LimitState {
             enough: allowed,
-            remaining: (self.burst - ahead) / self.per,
+            // Within the slack, TAT may pass the burst by a hair.
+            remaining: ((self.burst - ahead) / self.per).max(0.0),
             wait: if allowed {
                 0.0
             } else {
@@ -579,7 +585,8 @@ fn parse(reply: Value, buckets: &[super::Bucket]) -> Result<Outcome, StoreError>
             let at = 1 + 4 * i;
             Ok(LimitState {
                 enough: num(&items[at])? == 1.0,
-                remaining: num(&items[at + 1])?,
+                // The script's capacity carries the slack: never report it.
+                remaining: num(&items[at + 1])?.min(b.rule.capacity()),
                 wait: num(&items[at + 2])?,
                 reset: num(&items[at + 3])?,
                 capacity: b.rule.capacity(),
@@ -631,7 +638,7 @@ mod tests {
         let (inc, burst) = args.values();
         assert_eq!(
             (inc.as_str().unwrap(), burst.as_str().unwrap()),
-            ("100000".into(), "500000".into())
+            ("100000".into(), "500000.5".into())
         );
         // Admitted, TAT 300 ms ahead after the charge: 2 tokens left.
         let o = args
