@@ -5,18 +5,33 @@
 -- server's, and no fleet-wide reset at the top of the minute). NX means a
 -- counter some older code left without an expiry is repaired at its next
 -- hit, refused or not, and a live window is never extended.
+--
+-- A stored value counts as a count when INCRBY takes it and it stays exact
+-- in a Lua number: "0" or a positive integer of at most 15 digits, without
+-- sign, spaces or leading zeros; and its expiry is at most one window away
+-- (or missing: older code, repaired as above). A count above the limit is
+-- kept (the limit was lowered): it refuses until its window ends, as a full
+-- window does. Anything else (another type, text, a negative, fractional,
+-- nan or inf count, an expiry beyond the window) is not fleetlimit's: the
+-- key is deleted and the window starts afresh.
 local fixed_window = {}
 
 function fixed_window.read(key, limit, window, now)
-  local raw = redis.call('GET', key)
-  local count = tonumber(raw or '0')
-  if not count then
-    -- Another algorithm's state (the limit was changed): start afresh.
-    redis.call('DEL', key)
-    count = 0
+  local count, pttl = 0, -2
+  -- pcall: a key of another type answers an error table, not a failure.
+  local raw = redis.pcall('GET', key)
+  if raw then
+    if type(raw) == 'string' and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
+      count = tonumber(raw)
+      pttl = redis.call('PTTL', key)
+    end
+    if pttl == -2 or pttl > window then
+      -- Not a count fleetlimit wrote (or another algorithm's state, the
+      -- limit was changed): the window starts afresh.
+      redis.call('DEL', key)
+      count, pttl = 0, -2
+    end
   end
-  local pttl = -2
-  if count > 0 then pttl = redis.call('PTTL', key) end
   return { limit = limit, window = window, count = count, pttl = pttl, avail = limit - count }
 end
 

@@ -6,6 +6,14 @@
 -- State is one string "<window index> <current> <previous>" written with
 -- SET ... PX until the end of the next window (after which this window
 -- no longer weighs anything), so every write carries its expiry.
+--
+-- A stored value counts as a state when it has that shape, its index is a
+-- whole number no later than the current window's, and both counts are
+-- numbers from 0 to 2^53 (a count above the limit is kept: the limit was
+-- lowered; it fades as usual). An index older than the previous window's
+-- weighs nothing. Anything else (another type, text, nan, inf, a negative
+-- count, a future window) is not fleetlimit's: the key is deleted and both
+-- windows start afresh.
 local sliding_window = {}
 
 function sliding_window.read(key, limit, window, now)
@@ -13,14 +21,24 @@ function sliding_window.read(key, limit, window, now)
   local idx = math.floor(now_ms / window)
   local elapsed = now_ms - idx * window
   local curr, prev = 0, 0
-  local v = redis.call('GET', key)
+  -- pcall: a key of another type answers an error table, not a failure.
+  local v = redis.pcall('GET', key)
   if v then
-    local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
-    local sidx = tonumber(a)
-    if sidx == idx then
-      curr, prev = tonumber(b) or 0, tonumber(c) or 0
-    elseif sidx == idx - 1 then
-      prev = tonumber(b) or 0
+    local sidx, sc, sp
+    if type(v) == 'string' then
+      local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
+      sidx, sc, sp = tonumber(a), tonumber(b), tonumber(c)
+    end
+    if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
+        and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
+      if sidx == idx then
+        curr, prev = sc, sp
+      elseif sidx == idx - 1 then
+        prev = sc
+      end
+    else
+      -- Not a state fleetlimit wrote: both windows start afresh.
+      redis.call('DEL', key)
     end
   end
   local s = { limit = limit, window = window, idx = idx, elapsed = elapsed, curr = curr, prev = prev }

@@ -417,7 +417,13 @@ impl Limiter {
         let guard = self.breaker.as_ref().map(|b| b.guard(permit));
         let answer = self.store.check(check).await;
         if let Some(g) = guard {
-            g.record(answer.is_ok());
+            // A script error on one key's data is an answer from a serving
+            // Redis, not a failure of the store.
+            g.record(
+                answer
+                    .as_ref()
+                    .map_or_else(|e| !e.is_availability(), |_| true),
+            );
         }
         answer
     }

@@ -111,13 +111,58 @@ impl Batcher {
     }
 }
 
-async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
+async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
     // The deadline runs from the oldest check's queueing.
     let started = jobs
         .iter()
         .map(|j| j.queued)
         .min()
         .unwrap_or_else(Instant::now);
+    // Bounded: every round answers at least one job.
+    while !jobs.is_empty() {
+        let items = match call(pool, scripts, &jobs, started).await {
+            // The script stops at a check whose command failed: the reply
+            // holds the answers before it, then its error.
+            Ok(Value::Array(items)) if !items.is_empty() && items.len() <= jobs.len() => items,
+            Ok(other) => {
+                let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
+                return fail(jobs, &e);
+            }
+            Err(e) => return fail(jobs, &e),
+        };
+        let rest = jobs.split_off(items.len());
+        let mut last = None;
+        for (job, item) in jobs.into_iter().zip(items) {
+            let answer = job.args.parse(&item, job.capacity, job.shadow);
+            last = Some(answer.clone());
+            // A caller past its deadline has gone: its answer is dropped
+            // (Redis may still have charged it — an unknown outcome, as for
+            // any timeout).
+            let _ = job.reply.send(answer);
+        }
+        jobs = rest;
+        match last {
+            // One check's data or numbers: the checks after it were not
+            // run, and are decided in another call.
+            Some(Err(StoreError::Script(_))) | None => {}
+            // Redis is not serving them either (OOM, READONLY...).
+            Some(Err(e)) => return fail(jobs, &e),
+            Some(Ok(_)) if jobs.is_empty() => {}
+            Some(Ok(_)) => {
+                let e = StoreError::Protocol("batch script: short reply".into());
+                return fail(jobs, &e);
+            }
+        }
+    }
+}
+
+/// One call of the lean script for `jobs`.
+async fn call(
+    pool: &Pool,
+    scripts: &Inner,
+    jobs: &[Job],
+    started: Instant,
+) -> Result<Value, StoreError> {
     // Built again (rarely) for EVAL, rather than cloned on every call.
     let args = |head: &Value| {
         let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * jobs.len());
@@ -127,7 +172,7 @@ async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
         // Checks of one limit share their numbers: printed once, then the
         // (reference-counted) values are reused.
         let mut last: Option<(LeanArgs, (Value, Value))> = None;
-        for j in &jobs {
+        for j in jobs {
             let (inc, burst) = match &last {
                 Some((a, values)) if *a == j.args => values.clone(),
                 _ => {
@@ -141,22 +186,14 @@ async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
         }
         args
     };
-    let reply = scripts
+    scripts
         .eval(pool, &scripts.lean, ClusterHash::FirstKey, started, args)
-        .await;
-    let replies: Vec<Result<Value, StoreError>> = match reply.map_err(map_err) {
-        Ok(Value::Array(items)) if items.len() == jobs.len() => items.into_iter().map(Ok).collect(),
-        Ok(other) => {
-            let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
-            jobs.iter().map(|_| Err(e.clone())).collect()
-        }
-        Err(e) => jobs.iter().map(|_| Err(e.clone())).collect(),
-    };
-    for (job, reply) in jobs.into_iter().zip(replies) {
-        // A caller past its deadline has gone: its answer is dropped (Redis
-        // may still have charged it — an unknown outcome, as for any timeout).
-        let _ = job
-            .reply
-            .send(reply.and_then(|v| job.args.parse(&v, job.capacity, job.shadow)));
+        .await
+        .map_err(map_err)
+}
+
+fn fail(jobs: Vec<Job>, e: &StoreError) {
+    for job in jobs {
+        let _ = job.reply.send(Err(e.clone()));
     }
 }

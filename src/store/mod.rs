@@ -63,11 +63,24 @@ pub enum StoreError {
     Redis(String),
     /// An answer the store did not understand.
     Protocol(String),
+    /// Redis is serving, but a command of the script failed on the data or
+    /// numbers of this check (a value Redis refuses, a key the scripts could
+    /// not repair). The check's key alone is concerned: this never counts
+    /// against the store in the circuit breaker.
+    Script(String),
     /// Not asked: the circuit breaker is open after repeated failures.
     CircuitOpen,
 }
 
 impl StoreError {
+    /// Whether the error says the store is not serving (down, slow, not
+    /// understood), as opposed to one check's data ([`Script`](Self::Script)):
+    /// only these count toward opening the circuit breaker.
+    #[must_use]
+    pub fn is_availability(&self) -> bool {
+        !matches!(self, Self::Script(_))
+    }
+
     /// A short label for logs and metrics.
     #[must_use]
     pub fn reason(&self) -> &'static str {
@@ -76,6 +89,7 @@ impl StoreError {
             Self::Unavailable(_) => "unavailable",
             Self::Redis(_) => "redis-error",
             Self::Protocol(_) => "protocol",
+            Self::Script(_) => "script-error",
             Self::CircuitOpen => "circuit-open",
         }
     }
@@ -88,6 +102,7 @@ impl fmt::Display for StoreError {
             Self::Unavailable(e) => write!(f, "store unavailable: {e}"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
             Self::Protocol(e) => write!(f, "unexpected answer: {e}"),
+            Self::Script(e) => write!(f, "script failed on this check's data: {e}"),
             Self::CircuitOpen => f.write_str("circuit breaker open: the store was not asked"),
         }
     }

@@ -482,7 +482,26 @@ pub(crate) fn map_err(e: FredError) -> StoreError {
             StoreError::Unavailable(e.to_string())
         }
         ErrorKind::Protocol | ErrorKind::Parse => StoreError::Protocol(e.to_string()),
+        // Raised by a command inside a script (Redis names the script's
+        // line): one check's data or numbers, unless its code says Redis
+        // is not serving (OOM, READONLY, ...).
+        _ if e.details().contains("@user_script") => match command_error(e.details()) {
+            StoreError::Script(_) => StoreError::Script(e.to_string()),
+            _ => StoreError::Redis(e.to_string()),
+        },
         _ => StoreError::Redis(e.to_string()),
+    }
+}
+
+/// A command error met inside a script. `ERR` and `WRONGTYPE` (a value or
+/// type Redis refuses) and Lua's own errors (no upper-case code) concern the
+/// check; any other code (`OOM`, `READONLY`, `NOPERM`...) concerns Redis.
+pub(crate) fn command_error(text: &str) -> StoreError {
+    let code = text.split_whitespace().next().unwrap_or("");
+    if code == "ERR" || code == "WRONGTYPE" || code.bytes().any(|b| !b.is_ascii_uppercase()) {
+        StoreError::Script(text.to_owned())
+    } else {
+        StoreError::Redis(text.to_owned())
     }
 }
 
@@ -530,17 +549,24 @@ impl LeanArgs {
     }
 
     /// The script's answer for this check: 4 × (TAT − now) in µs after the
-    /// charge when admitted, −1 − 4 × (TAT − now) when refused.
+    /// charge when admitted, −1 − 4 × (TAT − now) when refused, or the error
+    /// text of the command that failed at this check.
     pub(crate) fn parse(
         &self,
         reply: &Value,
         capacity: f64,
         shadow: bool,
     ) -> Result<Outcome, StoreError> {
-        let Value::Integer(x) = *reply else {
-            return Err(StoreError::Protocol(format!(
-                "lean script: unexpected {reply:?}"
-            )));
+        let x = match reply {
+            Value::Integer(x) => *x,
+            // The script stopped at this check: a command failed.
+            Value::String(text) => return Err(command_error(text)),
+            Value::Bytes(text) => return Err(command_error(&String::from_utf8_lossy(text))),
+            _ => {
+                return Err(StoreError::Protocol(format!(
+                    "lean script: unexpected {reply:?}"
+                )))
+            }
         };
         let allowed = x >= 0;
         let ahead = (if allowed { x } else { -1 - x }) as f64 / 4.0;
@@ -686,5 +712,71 @@ mod tests {
             StoreError::Unavailable(_)
         ));
         assert!(matches!(map_err(e), StoreError::Redis(_)));
+    }
+
+    #[test]
+    fn script_errors_on_data_are_not_availability_errors() {
+        // Raised out of a script (Redis 7's wording): the check's data.
+        let wrongtype = FredError::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key holding the wrong kind of value \
+             script: 3f2a, on @user_script:31.",
+        );
+        let e = map_err(wrongtype);
+        assert!(matches!(e, StoreError::Script(_)), "{e:?}");
+        assert!(!e.is_availability());
+        let range = FredError::new(
+            ErrorKind::Unknown,
+            "ERR value is not an integer or out of range script: 3f2a, on @user_script:47.",
+        );
+        assert!(matches!(map_err(range), StoreError::Script(_)));
+        // Redis not serving, even from inside a script.
+        for text in [
+            "OOM command not allowed when used memory > 'maxmemory'. script: 3f2a, on @user_script:44.",
+            "READONLY You can't write against a read only replica. script: 3f2a, on @user_script:44.",
+        ] {
+            let e = map_err(FredError::new(ErrorKind::Unknown, text));
+            assert!(matches!(e, StoreError::Redis(_)), "{e:?}");
+            assert!(e.is_availability());
+        }
+        // Not from a script: as before.
+        let e = map_err(FredError::new(
+            ErrorKind::Unknown,
+            "ERR unknown command 'EVALSHA'",
+        ));
+        assert!(matches!(e, StoreError::Redis(_)));
+        // The lean script's per-check error texts (caught inside the script).
+        assert!(matches!(
+            command_error("user_script:30: attempt to compare nil with number"),
+            StoreError::Script(_)
+        ));
+        assert!(matches!(
+            command_error("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            StoreError::Script(_)
+        ));
+        assert!(matches!(
+            command_error("OOM command not allowed when used memory > 'maxmemory'."),
+            StoreError::Redis(_)
+        ));
+        let args = LeanArgs::new(
+            &Rule::TokenBucket {
+                capacity: 5.0,
+                refill_per_sec: 10.0,
+            },
+            1.0,
+        )
+        .unwrap();
+        assert!(matches!(
+            args.parse(
+                &Value::from("ERR value is not an integer or out of range"),
+                5.0,
+                false
+            ),
+            Err(StoreError::Script(_))
+        ));
+        assert!(matches!(
+            args.parse(&Value::Null, 5.0, false),
+            Err(StoreError::Protocol(_))
+        ));
     }
 }
