@@ -239,3 +239,42 @@ async fn check_config_inspect_and_reset() {
     assert_eq!(code, 2);
     assert!(err.contains("usage"), "{err}");
 }
+
+/// A Redis URL fleetlimit cannot use is a usage error (exit 2) with where
+/// it came from, whether in the file, `--redis` or `REDIS_URL`; a password
+/// in it is not echoed.
+#[test]
+fn bad_redis_urls_are_usage_errors() {
+    let bad = config_file("notaurl.toml", "notaurl://x", "p");
+    let bad = bad.to_str().unwrap();
+    let (code, out, err) = run(&["check-config", bad]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("notaurl.toml:2:7: unsupported Redis URL scheme \"notaurl://\" in \"notaurl://x\"; accepted: redis://, rediss://"),
+        "{err}"
+    );
+
+    let good = config_file("good-url.toml", "redis://127.0.0.1:1", "p");
+    let good = good.to_str().unwrap();
+    let (code, out, err) = run(&[
+        "inspect",
+        "alice",
+        "--config",
+        good,
+        "--redis",
+        "notaurl://u:s3cret@x",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("unsupported Redis URL scheme"), "{err}");
+    assert!(err.contains("notaurl://u:***@x"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    let out = Command::new(BIN)
+        .args(["sweep", "--config", good, "--dry-run"])
+        .env("REDIS_URL", "redis-cluster://127.0.0.1:notaport")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot read the Redis URL"), "{err}");
+}

@@ -11,7 +11,8 @@
 //! `KEY` is the caller's key value: an API key, an account, an IP, or
 //! `ip|account`. The Redis URL comes from `--redis`, else `REDIS_URL`, else
 //! the configuration; it may be `redis://`, `redis-sentinel://` or
-//! `redis-cluster://`. Exit status: 0 done, 1 failed, 2 bad usage or config.
+//! `redis-cluster://`, each also as `rediss…` (TLS). Exit status: 0 done,
+//! 1 failed, 2 bad usage or config (a bad URL included).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -85,7 +86,7 @@ fn load(a: &Args) -> Result<Config, String> {
     let path = a.config.as_deref().ok_or("--config FILE is required")?;
     let mut cfg = Config::from_toml_file(path).map_err(|e| e.to_string())?;
     if let Some(url) = a.redis.clone().or_else(|| std::env::var("REDIS_URL").ok()) {
-        cfg = cfg.with_redis_url(url);
+        cfg = cfg.try_with_redis_url(url).map_err(|e| e.to_string())?;
     }
     Ok(cfg)
 }

@@ -192,6 +192,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// Trust the CA certificate(s) in this PEM file, besides the system's
+    /// roots, for a `rediss://` URL.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.redis
+            .get_or_insert_with(RedisSettings::default)
+            .tls_ca_file = Some(path.into());
+        self
+    }
+
     /// Connections in the fred pool (default 4).
     pub fn pool_size(mut self, n: usize) -> Self {
         self.redis
@@ -280,6 +289,9 @@ impl ConfigBuilder {
     /// Validates and builds.
     pub fn build(self) -> Result<Config, ConfigError> {
         let mut v = Validator::new("");
+        if let Some(r) = &self.redis {
+            super::validate::check_redis("", &r.url, None, r.tls_ca_file.as_deref(), None)?;
+        }
         let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
         v.check_name("key prefix", &prefix, None)?;
         for (name, l) in &self.limits {

@@ -47,7 +47,8 @@ pub(super) struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRedis {
-    url: Option<String>,
+    url: Option<Spanned<String>>,
+    tls_ca_file: Option<Spanned<String>>,
     pool_size: Option<Spanned<usize>>,
     deadline: Option<Spanned<String>>,
     connect_timeout: Option<Spanned<String>>,
@@ -311,9 +312,19 @@ impl RawConfig {
             None => None,
             Some(r) => {
                 let mut s = RedisSettings::default();
-                if let Some(url) = r.url {
-                    s.url = url;
+                if let Some(url) = &r.url {
+                    s.url.clone_from(url.get_ref());
                 }
+                if let Some(f) = &r.tls_ca_file {
+                    s.tls_ca_file = Some(f.get_ref().into());
+                }
+                super::validate::check_redis(
+                    src,
+                    &s.url,
+                    span(&r.url),
+                    s.tls_ca_file.as_deref(),
+                    span(&r.tls_ca_file),
+                )?;
                 if let Some(n) = r.pool_size {
                     s.pool_size = v.at_least_one("pool_size", *n.get_ref(), Some(n.span()))?;
                 }

@@ -317,3 +317,33 @@ impl<'s> Validator<'s> {
         }))
     }
 }
+
+/// A Redis URL (see `redis_url::check`) and its TLS settings: a CA file
+/// only with a `rediss` URL, readable and holding certificates.
+pub(super) fn check_redis(
+    src: &str,
+    url: &str,
+    url_span: Span,
+    ca_file: Option<&std::path::Path>,
+    ca_span: Span,
+) -> Result<(), ConfigError> {
+    let target = super::redis_url::check(url, cfg!(feature = "tls"))
+        .map_err(|e| ConfigError::at(src, url_span, e))?;
+    if let Some(file) = ca_file {
+        if !target.tls {
+            return Err(ConfigError::at(
+                src,
+                ca_span,
+                format!(
+                    "tls_ca_file is set, but the url {:?} does not use TLS (rediss://)",
+                    super::redact_url(url)
+                ),
+            ));
+        }
+        #[cfg(feature = "tls")]
+        crate::store::tls::read_ca_file(file).map_err(|e| ConfigError::at(src, ca_span, e))?;
+        #[cfg(not(feature = "tls"))]
+        let _ = file;
+    }
+    Ok(())
+}

@@ -168,10 +168,9 @@ impl RateLimitLayerBuilder {
             match (self.store, &cfg.redis) {
                 (Some(s), _) => (s, None),
                 (None, Some(r)) => {
-                    let s =
-                        RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
-                            .await?
-                            .with_coalescing(r.coalesce);
+                    let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
+                        .await?
+                        .with_coalescing(r.coalesce);
                     redis = Some(s.clone());
                     (Arc::new(s), None)
                 }
