@@ -195,5 +195,26 @@ fn a_tls_ca_file_needs_a_rediss_url_and_a_readable_file() {
         );
         assert!(e.starts_with("ca-not-pem.toml:3:15: tls_ca_file"), "{e}");
         assert!(e.contains("holds no certificate"), "{e}");
+        let e = error_for(
+            "cert-alone.toml",
+            "url = \"redis://127.0.0.1:6379\"",
+            "url = \"rediss://127.0.0.1:6379\"\ntls_client_cert = \"/nonexistent/c.pem\"",
+        );
+        assert_eq!(
+            e,
+            "cert-alone.toml:3:19: tls_client_cert needs tls_client_key (the certificate's private key)"
+        );
+        let e = error_for(
+            "key-not-pem.toml",
+            "url = \"redis://127.0.0.1:6379\"",
+            &format!(
+                "url = \"rediss://127.0.0.1:6379\"\ntls_client_cert = \"{0}\"\ntls_client_key = \"{0}\"",
+                not_pem.display()
+            ),
+        );
+        assert!(
+            e.starts_with("key-not-pem.toml:3:19: tls_client_cert"),
+            "{e}"
+        );
     }
 }

@@ -43,17 +43,35 @@ impl Ca {
         Self { cert, key }
     }
 
-    /// Writes `ca.pem` into `dir`.
+    /// Writes the CA's certificate to `dir/name`.
     fn write(&self, dir: &Path, name: &str) -> PathBuf {
         let path = dir.join(name);
         std::fs::write(&path, self.cert.pem()).unwrap();
         path
     }
+
+    /// A certificate for `names` signed by this CA: `dir/stem.pem` and its
+    /// key `dir/stem.key`.
+    fn issue(&self, names: &[&str], dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.distinguished_name.push(DnType::CommonName, stem);
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (cert_path, key_path) = (
+            dir.join(format!("{stem}.pem")),
+            dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
 }
 
 /// A Redis serving TLS on `tls_port` (and plaintext on `server.port`, which
 /// the test's own `redis-cli` uses), its certificate for 127.0.0.1 signed by
-/// `ca`; the CA file is `ca.pem` in `dir`.
+/// `ca`; the CA file is `ca.pem` in `dir`. `auth_clients`: Redis'
+/// `tls-auth-clients` (`no`, or `yes` to require a client certificate).
 struct TlsRedis {
     server: RedisServer,
     tls_port: u16,
@@ -61,16 +79,12 @@ struct TlsRedis {
 }
 
 impl TlsRedis {
-    fn start(ca: &Ca) -> Self {
+    fn start(ca: &Ca, auth_clients: &str) -> Self {
         let tls_port = free_port();
         let dir =
             std::env::temp_dir().join(format!("fleetlimit-tls-{tls_port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
-        let cert = params.signed_by(&key, &ca.cert, &ca.key).unwrap();
-        std::fs::write(dir.join("server.pem"), cert.pem()).unwrap();
-        std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+        ca.issue(&["127.0.0.1"], &dir, "server");
         let ca_file = ca.write(&dir, "ca.pem");
         let file = |n: &str| dir.join(n).to_str().unwrap().to_owned();
         let server = RedisServer::start_with(
@@ -84,7 +98,7 @@ impl TlsRedis {
                 "--tls-ca-cert-file",
                 ca_file.to_str().unwrap(),
                 "--tls-auth-clients",
-                "no",
+                auth_clients,
             ],
             &[],
         );
@@ -108,12 +122,17 @@ impl Drop for TlsRedis {
 
 /// A configuration on `url` trusting `ca_file` (none: the system's roots
 /// only), written to a file for the CLI too.
-fn config(url: &str, ca_file: Option<&Path>, prefix: &str) -> (fleetlimit::Config, PathBuf) {
+fn config(
+    url: &str,
+    ca_file: Option<&Path>,
+    prefix: &str,
+    more: &str,
+) -> (fleetlimit::Config, PathBuf) {
     let ca = ca_file.map_or_else(String::new, |f| {
         format!("tls_ca_file = \"{}\"\n", f.display())
     });
     let src = format!(
-        "[redis]\nurl = \"{url}\"\n{ca}key_prefix = \"{prefix}\"\ndeadline = \"500ms\"\nconnect_timeout = \"1s\"\n\n{LIMITS}"
+        "[redis]\nurl = \"{url}\"\n{ca}{more}key_prefix = \"{prefix}\"\ndeadline = \"500ms\"\nconnect_timeout = \"1s\"\n\n{LIMITS}"
     );
     let dir = std::env::temp_dir().join(format!("fleetlimit-tls-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -161,10 +180,10 @@ fn req() -> http::Request<axum::body::Body> {
 #[tokio::test(flavor = "current_thread")]
 async fn rediss_with_the_ca_file_is_decided_by_redis() {
     let ca = Ca::new("fleetlimit test CA");
-    let redis = TlsRedis::start(&ca);
+    let redis = TlsRedis::start(&ca, "no");
     let prefix = prefix("tls-ok");
     let ca_file = redis.dir.join("ca.pem");
-    let (cfg, path) = config(&redis.url(), Some(&ca_file), &prefix);
+    let (cfg, path) = config(&redis.url(), Some(&ca_file), &prefix, "");
     assert!(cfg.describe().contains("TLS CA file"), "{}", cfg.describe());
     let (app, logs) = logged(ok_app(cfg)).await;
     assert!(!logs.contains("WARN"), "{logs}");
@@ -186,10 +205,10 @@ async fn rediss_with_the_ca_file_is_decided_by_redis() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_certificate_of_another_ca_is_refused() {
     let ca = Ca::new("fleetlimit test CA");
-    let redis = TlsRedis::start(&ca);
+    let redis = TlsRedis::start(&ca, "no");
     let prefix = prefix("tls-wrong-ca");
     let other = Ca::new("some other CA").write(&redis.dir, "other.pem");
-    let (cfg, path) = config(&redis.url(), Some(&other), &prefix);
+    let (cfg, path) = config(&redis.url(), Some(&other), &prefix, "");
     let (app, logs) = logged(ok_app(cfg)).await;
     assert!(logs.contains("Redis not reachable at start"), "{logs}");
     assert!(logs.contains("certificate"), "{logs}");
@@ -202,6 +221,45 @@ async fn a_certificate_of_another_ca_is_refused() {
     let (code, out) = cli(&["inspect", "caller", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("certificate"), "{out}");
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_client_certificate_when_redis_asks_for_one() {
+    let ca = Ca::new("fleetlimit test CA");
+    let redis = TlsRedis::start(&ca, "yes");
+    let ca_file = redis.dir.join("ca.pem");
+
+    // Without one, Redis ends the handshake: the route's policy answers.
+    let refused = prefix("tls-no-client-cert");
+    let (cfg, _) = config(&redis.url(), Some(&ca_file), &refused, "");
+    let (app, logs) = logged(ok_app(cfg)).await;
+    assert_eq!(send(&app, req()).await.status(), 503);
+    assert_eq!(redis.server.keys_with_pttl(&refused), vec![]);
+    assert!(logs.contains("Redis not reachable at start"), "{logs}");
+
+    let (cert, key) = ca.issue(&[], &redis.dir, "client");
+    let prefix = prefix("tls-client-cert");
+    let client = format!(
+        "tls_client_cert = \"{}\"\ntls_client_key = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let (cfg, _) = config(&redis.url(), Some(&ca_file), &prefix, &client);
+    assert!(
+        cfg.describe().contains("TLS client certificate"),
+        "{}",
+        cfg.describe()
+    );
+    let (app, logs) = logged(ok_app(cfg)).await;
+    assert!(!logs.contains("WARN"), "{logs}");
+    for left in (0..3).rev() {
+        let res = send(&app, req()).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(header_u64(&res, "x-ratelimit-remaining"), left);
+    }
+    assert_eq!(send(&app, req()).await.status(), 429);
+    redis.server.assert_every_key_expires(&prefix);
 }
 
 /// The bug this guards against: `rediss://` used to connect in plaintext

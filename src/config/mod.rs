@@ -109,6 +109,10 @@ pub struct RedisSettings {
     /// PEM file of the CA(s) a `rediss://` server's certificate is checked
     /// against, besides the system's roots.
     pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM certificate chain and private key this client presents, for a
+    /// server with `tls-auth-clients yes`.
+    pub(crate) tls_client_cert: Option<std::path::PathBuf>,
+    pub(crate) tls_client_key: Option<std::path::PathBuf>,
 }
 
 // By hand: the URL may carry a password, and `{:?}` ends up in logs.
@@ -120,6 +124,8 @@ impl std::fmt::Debug for RedisSettings {
             .field("connect_timeout", &self.connect_timeout)
             .field("coalesce", &self.coalesce)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client_cert", &self.tls_client_cert)
+            .field("tls_client_key", &self.tls_client_key)
             .finish()
     }
 }
@@ -132,6 +138,8 @@ impl Default for RedisSettings {
             connect_timeout: Duration::from_secs(2),
             coalesce: true,
             tls_ca_file: None,
+            tls_client_cert: None,
+            tls_client_key: None,
         }
     }
 }
@@ -235,7 +243,7 @@ impl Config {
     pub fn try_with_redis_url(self, url: impl Into<String>) -> Result<Self, ConfigError> {
         let cfg = self.with_redis_url(url);
         if let Some(r) = &cfg.redis {
-            validate::check_redis("", &r.url, None, r.tls_ca_file.as_deref(), None)?;
+            validate::check_redis("", r, &validate::RedisSpans::default())?;
         }
         Ok(cfg)
     }
@@ -273,10 +281,13 @@ impl Config {
         let mut out = String::new();
         let store = match &self.redis {
             Some(r) => {
-                let tls = match &r.tls_ca_file {
-                    Some(f) => format!("; TLS CA file {}", f.display()),
-                    None => String::new(),
-                };
+                let mut tls = String::new();
+                if let Some(f) = &r.tls_ca_file {
+                    tls.push_str(&format!("; TLS CA file {}", f.display()));
+                }
+                if let Some(f) = &r.tls_client_cert {
+                    tls.push_str(&format!("; TLS client certificate {}", f.display()));
+                }
                 format!(
                     "redis {} (pool {}, deadline {}{tls})",
                     redact_url(&r.url),

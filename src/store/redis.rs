@@ -144,8 +144,7 @@ impl RedisStore {
         })?;
         #[cfg(feature = "tls")]
         if target.tls {
-            let connector = super::tls::connector(settings.tls_ca_file.as_deref())
-                .map_err(StoreError::Unavailable)?;
+            let connector = super::tls::connector(settings).map_err(StoreError::Unavailable)?;
             config.tls = Some(connector.into());
         }
         // A Redis that is down at start-up is retried by the reconnect
