@@ -265,7 +265,10 @@ fn bad_redis_urls_are_usage_errors() {
         "notaurl://u:s3cret@x",
     ]);
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("unsupported Redis URL scheme"), "{err}");
+    assert!(
+        err.contains("--redis: unsupported Redis URL scheme \"notaurl://\""),
+        "{err}"
+    );
     assert!(err.contains("notaurl://u:***@x"), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
 
@@ -276,5 +279,8 @@ fn bad_redis_urls_are_usage_errors() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("cannot read the Redis URL"), "{err}");
+    assert!(
+        err.contains("REDIS_URL: cannot read the Redis URL"),
+        "{err}"
+    );
 }

@@ -85,8 +85,16 @@ fn parse_secs(v: &str) -> Option<Duration> {
 fn load(a: &Args) -> Result<Config, String> {
     let path = a.config.as_deref().ok_or("--config FILE is required")?;
     let mut cfg = Config::from_toml_file(path).map_err(|e| e.to_string())?;
-    if let Some(url) = a.redis.clone().or_else(|| std::env::var("REDIS_URL").ok()) {
-        cfg = cfg.try_with_redis_url(url).map_err(|e| e.to_string())?;
+    let url = match &a.redis {
+        Some(url) => Some(("--redis", url.clone())),
+        None => std::env::var("REDIS_URL")
+            .ok()
+            .map(|url| ("REDIS_URL", url)),
+    };
+    if let Some((source, url)) = url {
+        cfg = cfg
+            .try_with_redis_url(url)
+            .map_err(|e| format!("{source}: {e}"))?;
     }
     Ok(cfg)
 }

@@ -536,8 +536,28 @@ impl From<Startup> for StoreError {
     }
 }
 
+/// A connection error that retrying will not fix: refused credentials, an
+/// untrusted certificate.
+fn final_error(e: &FredError) -> Option<Startup> {
+    if *e.kind() == ErrorKind::Auth {
+        return Some(Startup::Auth(format!(
+            "authentication failed: {} (check the user and password of the Redis URL)",
+            e.details()
+        )));
+    }
+    // rustls' verdict, as fred passes it on inside an IO error.
+    if e.details().contains("InvalidCertificate") {
+        return Some(Startup::Unreachable(format!(
+            "TLS: the Redis server's certificate is not trusted ({}); check tls_ca_file \
+             and the host of the URL",
+            e.details()
+        )));
+    }
+    None
+}
+
 /// Waits for the pool's first connection, at most `timeout`; stops early on
-/// an authentication error, which retrying will not fix.
+/// an error retrying will not fix (see `final_error`).
 async fn wait_connected(
     pool: &Pool,
     mut errors: BroadcastReceiver<(FredError, Option<Server>)>,
@@ -560,7 +580,9 @@ async fn wait_connected(
         };
         tokio::select! {
             r = &mut connected => {
-                return r.map_err(|e| Startup::Unreachable(e.to_string()));
+                return r.map_err(|e| {
+                    final_error(&e).unwrap_or_else(|| Startup::Unreachable(e.to_string()))
+                });
             }
             () = &mut timer => {
                 let why = match (last, tls) {
@@ -573,21 +595,10 @@ async fn wait_connected(
                 )));
             }
             e = next_error => match e {
-                Ok((e, _)) if *e.kind() == ErrorKind::Auth => {
-                    return Err(Startup::Auth(format!(
-                        "authentication failed: {} (check the user and password of the Redis URL)",
-                        e.details()
-                    )));
-                }
-                // Retrying will not make the certificate trusted either.
-                Ok((e, _)) if e.details().contains("InvalidCertificate") => {
-                    return Err(Startup::Unreachable(format!(
-                        "TLS: the Redis server's certificate is not trusted ({}); check \
-                         tls_ca_file and the host of the URL",
-                        e.details()
-                    )));
-                }
-                Ok((e, _)) => last = Some(e),
+                Ok((e, _)) => match final_error(&e) {
+                    Some(stop) => return Err(stop),
+                    None => last = Some(e),
+                },
                 Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => listening = false,
             }
@@ -786,6 +797,25 @@ mod tests {
             1.0
         )
         .is_none());
+    }
+
+    #[test]
+    fn start_up_stops_at_errors_retrying_cannot_fix() {
+        let e = FredError::new(ErrorKind::Auth, "WRONGPASS invalid username-password pair");
+        let Some(Startup::Auth(why)) = final_error(&e) else {
+            panic!("not an authentication failure");
+        };
+        assert!(why.starts_with("authentication failed: WRONGPASS"), "{why}");
+        let e = FredError::new(
+            ErrorKind::IO,
+            "Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }",
+        );
+        assert!(matches!(final_error(&e), Some(Startup::Unreachable(w)) if w.starts_with("TLS: ")));
+        let e = FredError::new(ErrorKind::IO, "Connection refused");
+        assert!(
+            final_error(&e).is_none(),
+            "refused: keep waiting, Redis may come up"
+        );
     }
 
     #[test]
