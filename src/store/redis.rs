@@ -585,11 +585,12 @@ async fn wait_connected(
                 });
             }
             () = &mut timer => {
-                let why = match (last, tls) {
-                    (Some(e), _) => e.to_string(),
-                    (None, true) => "no answer (does the port of the rediss:// URL serve TLS?)".into(),
-                    (None, false) => "no answer".into(),
-                };
+                let mut why = last.map_or_else(|| "no answer".to_owned(), |e| e.to_string());
+                // A plaintext port never answers a TLS handshake; whether
+                // fred's own connect timeout fired first is a race.
+                if tls {
+                    why.push_str(" (does the port of the rediss:// URL serve TLS?)");
+                }
                 return Err(Startup::Unreachable(format!(
                     "no connection within {timeout:?}: {why}"
                 )));
