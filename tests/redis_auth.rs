@@ -187,3 +187,44 @@ async fn the_right_password_works() {
         assert!(!format!("{out}{err}").contains(SECRET), "{out}{err}");
     }
 }
+
+/// `redis+unix://` (a Unix socket), with a password: decided by Redis, and
+/// the password hidden as everywhere else.
+#[tokio::test(flavor = "current_thread")]
+async fn a_unix_socket_url_with_a_password() {
+    let dir = std::env::temp_dir().join(format!("fleetlimit-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("redis.sock");
+    let server = RedisServer::start_with(
+        &[
+            "--requirepass",
+            SECRET,
+            "--unixsocket",
+            socket.to_str().unwrap(),
+            "--unixsocketperm",
+            "700",
+        ],
+        &["-a", SECRET, "--no-auth-warning"],
+    );
+    let prefix = prefix("auth-unix");
+    // fred wants a host name next to credentials; it is not used.
+    let url = format!("redis+unix://:{SECRET}@localhost{}", socket.display());
+    let cfg = config_at(&url, &prefix, "500ms", LIMITS);
+    assert!(
+        cfg.describe().contains("redis+unix://:***@localhost/"),
+        "{}",
+        cfg.describe()
+    );
+    let (app, logs) = logged(ok_app(cfg)).await;
+    assert!(!logs.contains("WARN"), "{logs}");
+    let req = || request("GET", "/", "127.0.0.1:1", &[("x-api-key", "caller")]);
+    for left in (0..5).rev() {
+        let res = send(&app, req()).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(header_u64(&res, "x-ratelimit-remaining"), left);
+    }
+    assert_eq!(send(&app, req()).await.status(), 429);
+    server.assert_every_key_expires(&prefix);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,7 +11,8 @@
 //! `KEY` is the caller's key value: an API key, an account, an IP, or
 //! `ip|account`. The Redis URL comes from `--redis`, else `REDIS_URL`, else
 //! the configuration; it may be `redis://`, `redis-sentinel://` or
-//! `redis-cluster://`, each also as `rediss…` (TLS). Exit status: 0 done,
+//! `redis-cluster://`, each also as `rediss…` (TLS), or `redis+unix://`
+//! (a Unix socket). Exit status: 0 done,
 //! 1 failed, 2 bad usage or config (a bad URL included).
 
 use std::process::ExitCode;

@@ -5,13 +5,14 @@
 use url::Url;
 
 /// The schemes fleetlimit connects with. A `rediss` scheme is TLS.
-pub(crate) const SCHEMES: [&str; 6] = [
+pub(crate) const SCHEMES: [&str; 7] = [
     "redis",
     "rediss",
     "redis-cluster",
     "rediss-cluster",
     "redis-sentinel",
     "rediss-sentinel",
+    "redis+unix",
 ];
 
 /// What replaces a secret in a shown URL.
@@ -154,6 +155,11 @@ mod tests {
             ("redis://u:s3cret@h:notaport", "redis://***@h:notaport"),
             ("u:s3cret@h", "***@h"),
             ("x://h?token=s3cret", "x://h?token=***"),
+            ("redis+unix:///run/redis.sock", "redis+unix:///run/redis.sock"),
+            (
+                "redis+unix://u:s3cret@localhost/run/redis.sock",
+                "redis+unix://u:***@localhost/run/redis.sock",
+            ),
         ];
         for (url, shown) in cases {
             assert_eq!(redact_url(url), shown, "{url}");
@@ -166,6 +172,8 @@ mod tests {
         for s in SCHEMES {
             let url = if s.ends_with("sentinel") {
                 format!("{s}://h:26379?sentinelServiceName=m")
+            } else if s.ends_with("unix") {
+                format!("{s}:///run/redis.sock")
             } else {
                 format!("{s}://h:6379")
             };
