@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg = cfg.with_redis_url(url);
     }
     let store = match cfg.redis_url() {
-        Some(url) => format!("Redis at {url}"),
+        Some(url) => format!("Redis at {}", fleetlimit::redact_url(url)),
         None => "the in-process store (set REDIS_URL to use Redis)".to_owned(),
     };
 

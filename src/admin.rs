@@ -104,11 +104,9 @@ pub async fn connect(config: &Config) -> Result<RedisStore, StoreError> {
             "the configuration has no [redis] section and no --redis URL".into(),
         )
     })?;
-    let store = RedisStore::connect(&r.url, 1, Duration::from_secs(2), r.connect_timeout).await?;
-    tokio::time::timeout(r.connect_timeout, store.pool().wait_for_connect())
-        .await
-        .map_err(|_| StoreError::Timeout)?
-        .map_err(map_err)?;
+    // A refused password is reported as such, not as a timeout.
+    let (store, started) = RedisStore::open(r, 1, Duration::from_secs(2)).await?;
+    started?;
     Ok(store)
 }
 

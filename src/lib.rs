@@ -88,6 +88,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
+pub use config::redact_url;
 pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
 pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};

@@ -27,11 +27,12 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::config::{Config as FredConfig, ReconnectPolicy};
+use fred::types::config::ReconnectPolicy;
 use fred::types::{Builder, Message};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{oneshot, watch};
 
+use crate::config::RedisSettings;
 use crate::limiter::Limiter;
 use crate::store::StoreError;
 
@@ -94,13 +95,13 @@ pub(crate) fn parse<'a>(prefix: &str, message: &'a [u8]) -> Option<Vec<&'a str>>
     Some(keys)
 }
 
-/// A client for listening, built from the same URL as the store's pool: it
-/// reconnects forever (the same policy as the pool's) and waits for Redis
-/// if it is down.
-fn listener_client(url: &str, connect_timeout: Duration) -> Result<Client, StoreError> {
-    let mut config = FredConfig::from_url(url)
-        .map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+/// A client for listening, built like the store's pool (the same URL,
+/// TLS and credentials): it reconnects forever (the same policy as the
+/// pool's) and waits for Redis if it is down.
+fn listener_client(settings: &RedisSettings) -> Result<Client, StoreError> {
+    let (mut config, _tls) = crate::store::redis::fred_config(settings)?;
     config.fail_fast = false;
+    let connect_timeout = settings.connect_timeout;
     Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = connect_timeout;
@@ -116,13 +117,12 @@ fn listener_client(url: &str, connect_timeout: Duration) -> Result<Client, Store
 /// fires once the first subscription is in place and the caches were
 /// cleared after it.
 pub(crate) fn start(
-    url: &str,
-    connect_timeout: Duration,
+    settings: &RedisSettings,
     prefix: &str,
     limiter: Weak<Limiter>,
     stop: watch::Receiver<()>,
 ) -> Result<oneshot::Receiver<()>, StoreError> {
-    let client = listener_client(url, connect_timeout)?;
+    let client = listener_client(settings)?;
     let (ready_tx, ready_rx) = oneshot::channel();
     let listener = Listener {
         client,

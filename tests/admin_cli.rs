@@ -565,3 +565,48 @@ async fn inspect_reset_and_sweep_through_sentinel() {
     assert!(out.contains("2 key(s) deleted"), "{out}");
     assert_eq!(primary.cli(&["EXISTS", &key]).unwrap().trim(), "0");
 }
+
+/// A Redis URL fleetlimit cannot use is a usage error (exit 2) with where
+/// it came from, whether in the file, `--redis` or `REDIS_URL`; a password
+/// in it is not echoed.
+#[test]
+fn bad_redis_urls_are_usage_errors() {
+    let bad = config_file("notaurl.toml", "notaurl://x", "p");
+    let bad = bad.to_str().unwrap();
+    let (code, out, err) = run(&["check-config", bad]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("notaurl.toml:2:7: unsupported Redis URL scheme \"notaurl://\" in \"notaurl://x\"; accepted: redis://, rediss://"),
+        "{err}"
+    );
+
+    let good = config_file("good-url.toml", "redis://127.0.0.1:1", "p");
+    let good = good.to_str().unwrap();
+    let (code, out, err) = run(&[
+        "inspect",
+        "alice",
+        "--config",
+        good,
+        "--redis",
+        "notaurl://u:s3cret@x",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("--redis: unsupported Redis URL scheme \"notaurl://\""),
+        "{err}"
+    );
+    assert!(err.contains("notaurl://u:***@x"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    let out = Command::new(BIN)
+        .args(["sweep", "--config", good, "--dry-run"])
+        .env("REDIS_URL", "redis-cluster://127.0.0.1:notaport")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("REDIS_URL: cannot read the Redis URL"),
+        "{err}"
+    );
+}

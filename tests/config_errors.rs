@@ -315,3 +315,93 @@ fn the_builder_applies_the_same_bounds() {
     ))
     .is_ok());
 }
+
+#[test]
+fn a_redis_url_of_an_unknown_scheme() {
+    let e = error_for(
+        "scheme.toml",
+        "\"redis://127.0.0.1:6379\"",
+        "\"notaurl://x\"",
+    );
+    assert!(
+        e.starts_with("scheme.toml:2:7: unsupported Redis URL scheme \"notaurl://\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("accepted: redis://, rediss://, redis-cluster://, rediss-cluster://, redis-sentinel://, rediss-sentinel://"),
+        "{e}"
+    );
+    // Also what fred cannot use: no port, no sentinel service name.
+    let e = error_for(
+        "port.toml",
+        "\"redis://127.0.0.1:6379\"",
+        "\"redis://127.0.0.1:port\"",
+    );
+    assert!(
+        e.starts_with("port.toml:2:7: cannot read the Redis URL"),
+        "{e}"
+    );
+    let e = error_for(
+        "sentinel.toml",
+        "\"redis://127.0.0.1:6379\"",
+        "\"redis-sentinel://127.0.0.1:26379\"",
+    );
+    assert!(e.starts_with("sentinel.toml:2:7: bad Redis URL"), "{e}");
+}
+
+#[test]
+fn a_tls_ca_file_needs_a_rediss_url_and_a_readable_file() {
+    let e = error_for(
+        "ca-plain.toml",
+        "url = \"redis://127.0.0.1:6379\"",
+        "url = \"redis://127.0.0.1:6379\"\ntls_ca_file = \"/nonexistent/ca.pem\"",
+    );
+    assert!(
+        e.starts_with("ca-plain.toml:3:15: tls_ca_file is set, but the url \"redis://127.0.0.1:6379\" does not use TLS"),
+        "{e}"
+    );
+    #[cfg(feature = "tls")]
+    {
+        let e = error_for(
+            "ca-missing.toml",
+            "url = \"redis://127.0.0.1:6379\"",
+            "url = \"rediss://127.0.0.1:6379\"\ntls_ca_file = \"/nonexistent/ca.pem\"",
+        );
+        assert!(
+            e.starts_with("ca-missing.toml:3:15: cannot read tls_ca_file /nonexistent/ca.pem"),
+            "{e}"
+        );
+        let not_pem = file_with("not-pem.txt", "hello\n");
+        let e = error_for(
+            "ca-not-pem.toml",
+            "url = \"redis://127.0.0.1:6379\"",
+            &format!(
+                "url = \"rediss://127.0.0.1:6379\"\ntls_ca_file = \"{}\"",
+                not_pem.display()
+            ),
+        );
+        assert!(e.starts_with("ca-not-pem.toml:3:15: tls_ca_file"), "{e}");
+        assert!(e.contains("holds no certificate"), "{e}");
+        let e = error_for(
+            "cert-alone.toml",
+            "url = \"redis://127.0.0.1:6379\"",
+            "url = \"rediss://127.0.0.1:6379\"\ntls_client_cert = \"/nonexistent/c.pem\"",
+        );
+        assert_eq!(
+            e,
+            "cert-alone.toml:3:19: tls_client_cert needs tls_client_key (the certificate's private key)"
+        );
+        let e = error_for(
+            "key-not-pem.toml",
+            "url = \"redis://127.0.0.1:6379\"",
+            &format!(
+                "url = \"rediss://127.0.0.1:6379\"\ntls_client_cert = \"{0}\"\ntls_client_key = \"{0}\"",
+                not_pem.display()
+            ),
+        );
+        assert!(
+            e.starts_with("key-not-pem.toml:3:19: tls_client_cert"),
+            "{e}"
+        );
+    }
+}

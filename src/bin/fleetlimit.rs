@@ -18,9 +18,10 @@
 //! docs/operations.md, "Resetting a caller: reach"). The Redis URL comes
 //! from `--redis`, else `REDIS_URL`, else
 //! the configuration; it may be `redis://`, `redis-sentinel://` or
-//! `redis-cluster://`. The sweep touches only fleetlimit's own keys (by name
+//! `redis-cluster://`, each also as `rediss…` (TLS), or `redis+unix://`
+//! (a Unix socket). The sweep touches only fleetlimit's own keys (by name
 //! and type) and lists the others under the prefix as skipped.
-//! Exit status: 0 done, 1 failed, 2 bad usage or config.
+//! Exit status: 0 done, 1 failed, 2 bad usage or config (a bad URL included).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -104,8 +105,16 @@ fn parse_secs(v: &str) -> Option<Duration> {
 fn load(a: &Args) -> Result<Config, String> {
     let path = a.config.as_deref().ok_or("--config FILE is required")?;
     let mut cfg = Config::from_toml_file(path).map_err(|e| e.to_string())?;
-    if let Some(url) = a.redis.clone().or_else(|| std::env::var("REDIS_URL").ok()) {
-        cfg = cfg.with_redis_url(url);
+    let url = match &a.redis {
+        Some(url) => Some(("--redis", url.clone())),
+        None => std::env::var("REDIS_URL")
+            .ok()
+            .map(|url| ("REDIS_URL", url)),
+    };
+    if let Some((source, url)) = url {
+        cfg = cfg
+            .try_with_redis_url(url)
+            .map_err(|e| format!("{source}: {e}"))?;
     }
     Ok(cfg)
 }

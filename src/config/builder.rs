@@ -193,6 +193,28 @@ impl ConfigBuilder {
         self
     }
 
+    /// Trust the CA certificate(s) in this PEM file, besides the system's
+    /// roots, for a `rediss://` URL.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.redis
+            .get_or_insert_with(RedisSettings::default)
+            .tls_ca_file = Some(path.into());
+        self
+    }
+
+    /// Present this certificate chain and key (PEM files) to a `rediss://`
+    /// server that asks for client certificates (`tls-auth-clients yes`).
+    pub fn tls_client_cert(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        let r = self.redis.get_or_insert_with(RedisSettings::default);
+        r.tls_client_cert = Some(cert.into());
+        r.tls_client_key = Some(key.into());
+        self
+    }
+
     /// Connections in the fred pool (default 4).
     pub fn pool_size(mut self, n: usize) -> Self {
         self.redis
@@ -291,6 +313,9 @@ impl ConfigBuilder {
     /// Validates and builds.
     pub fn build(self) -> Result<Config, ConfigError> {
         let mut v = Validator::new("");
+        if let Some(r) = &self.redis {
+            super::validate::check_redis("", r, &super::validate::RedisSpans::default())?;
+        }
         let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
         v.check_name("key prefix", &prefix, None)?;
         let key_secret = match &self.key_secret {

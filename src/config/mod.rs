@@ -55,6 +55,7 @@
 
 mod builder;
 mod error;
+pub(crate) mod redis_url;
 mod schema;
 mod units;
 mod validate;
@@ -70,6 +71,7 @@ use serde::Deserialize;
 
 pub use builder::{ConfigBuilder, LimitConfig, RouteConfig};
 pub use error::ConfigError;
+pub use redis_url::redact_url;
 pub use units::{ParseUnitError, Rate};
 
 use crate::key::{ClientIpRules, SecretOrigin, MIN_SECRET_BYTES};
@@ -102,12 +104,34 @@ pub enum OnMissing {
 }
 
 /// Settings of the Redis store.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RedisSettings {
     pub(crate) url: String,
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) coalesce: bool,
+    /// PEM file of the CA(s) a `rediss://` server's certificate is checked
+    /// against, besides the system's roots.
+    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM certificate chain and private key this client presents, for a
+    /// server with `tls-auth-clients yes`.
+    pub(crate) tls_client_cert: Option<std::path::PathBuf>,
+    pub(crate) tls_client_key: Option<std::path::PathBuf>,
+}
+
+// By hand: the URL may carry a password, and `{:?}` ends up in logs.
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact_url(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("coalesce", &self.coalesce)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client_cert", &self.tls_client_cert)
+            .field("tls_client_key", &self.tls_client_key)
+            .finish()
+    }
 }
 
 impl Default for RedisSettings {
@@ -117,6 +141,9 @@ impl Default for RedisSettings {
             pool_size: 4,
             connect_timeout: Duration::from_secs(2),
             coalesce: true,
+            tls_ca_file: None,
+            tls_client_cert: None,
+            tls_client_key: None,
         }
     }
 }
@@ -198,7 +225,9 @@ impl Config {
     }
 
     /// The same configuration on Redis at `url` (for example from
-    /// `REDIS_URL`), keeping the other Redis settings.
+    /// `REDIS_URL`), keeping the other Redis settings. The URL is checked
+    /// when the layer connects; [`try_with_redis_url`](Self::try_with_redis_url)
+    /// checks it now.
     #[must_use]
     pub fn with_redis_url(mut self, url: impl Into<String>) -> Self {
         let url = url.into();
@@ -214,6 +243,17 @@ impl Config {
         self
     }
 
+    /// [`with_redis_url`](Self::with_redis_url), checked as the
+    /// configuration file's `url` is (scheme, TLS support, host and port),
+    /// for URLs from the command line or the environment.
+    pub fn try_with_redis_url(self, url: impl Into<String>) -> Result<Self, ConfigError> {
+        let cfg = self.with_redis_url(url);
+        if let Some(r) = &cfg.redis {
+            validate::check_redis("", r, &validate::RedisSpans::default())?;
+        }
+        Ok(cfg)
+    }
+
     /// The same configuration on the in-process store.
     #[must_use]
     pub fn without_redis(mut self) -> Self {
@@ -221,7 +261,8 @@ impl Config {
         self
     }
 
-    /// The Redis URL, if the configuration uses Redis.
+    /// The Redis URL, if the configuration uses Redis. It may carry a
+    /// password: show [`redact_url`] of it instead.
     #[must_use]
     pub fn redis_url(&self) -> Option<&str> {
         self.redis.as_ref().map(|r| r.url.as_str())
@@ -245,12 +286,21 @@ impl Config {
         use std::fmt::Write;
         let mut out = String::new();
         let store = match &self.redis {
-            Some(r) => format!(
-                "redis {} (pool {}, deadline {})",
-                r.url,
-                r.pool_size,
-                fmt_duration(self.deadline)
-            ),
+            Some(r) => {
+                let mut tls = String::new();
+                if let Some(f) = &r.tls_ca_file {
+                    tls.push_str(&format!("; TLS CA file {}", f.display()));
+                }
+                if let Some(f) = &r.tls_client_cert {
+                    tls.push_str(&format!("; TLS client certificate {}", f.display()));
+                }
+                format!(
+                    "redis {} (pool {}, deadline {}{tls})",
+                    redact_url(&r.url),
+                    r.pool_size,
+                    fmt_duration(self.deadline)
+                )
+            }
             None => "in-process memory".to_owned(),
         };
         let _ = writeln!(

@@ -49,7 +49,10 @@ pub(super) struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRedis {
-    url: Option<String>,
+    url: Option<Spanned<String>>,
+    tls_ca_file: Option<Spanned<String>>,
+    tls_client_cert: Option<Spanned<String>>,
+    tls_client_key: Option<Spanned<String>>,
     pool_size: Option<Spanned<usize>>,
     deadline: Option<Spanned<String>>,
     connect_timeout: Option<Spanned<String>>,
@@ -322,9 +325,20 @@ impl RawConfig {
             None => None,
             Some(r) => {
                 let mut s = RedisSettings::default();
-                if let Some(url) = r.url {
-                    s.url = url;
+                if let Some(url) = &r.url {
+                    s.url.clone_from(url.get_ref());
                 }
+                let path = |f: &Option<Spanned<String>>| f.as_ref().map(|f| f.get_ref().into());
+                s.tls_ca_file = path(&r.tls_ca_file);
+                s.tls_client_cert = path(&r.tls_client_cert);
+                s.tls_client_key = path(&r.tls_client_key);
+                let spans = super::validate::RedisSpans {
+                    url: span(&r.url),
+                    ca_file: span(&r.tls_ca_file),
+                    client_cert: span(&r.tls_client_cert),
+                    client_key: span(&r.tls_client_key),
+                };
+                super::validate::check_redis(src, &s, &spans)?;
                 if let Some(n) = r.pool_size {
                     s.pool_size = v.at_least_one("pool_size", *n.get_ref(), Some(n.span()))?;
                 }

@@ -174,10 +174,9 @@ impl RateLimitLayerBuilder {
             match (self.store, &cfg.redis) {
                 (Some(s), _) => (s, None),
                 (None, Some(r)) => {
-                    let s =
-                        RedisStore::connect(&r.url, r.pool_size, cfg.deadline, r.connect_timeout)
-                            .await?
-                            .with_coalescing(r.coalesce);
+                    let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
+                        .await?
+                        .with_coalescing(r.coalesce);
                     redis = Some(s.clone());
                     (Arc::new(s), None)
                 }
@@ -189,8 +188,7 @@ impl RateLimitLayerBuilder {
         let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
         if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
             let ready = crate::reset::start(
-                &r.url,
-                r.connect_timeout,
+                r,
                 &cfg.key_prefix,
                 Arc::downgrade(&limiter),
                 limiter.stop_signal(),

@@ -8,6 +8,8 @@
 mod batch;
 mod memory;
 pub(crate) mod redis;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 
 use std::fmt;
 use std::future::Future;

@@ -17,14 +17,17 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::EventInterface;
 use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::config::{Config as FredConfig, Options, ReconnectPolicy};
+use fred::types::config::{Config as FredConfig, Options, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use tokio::sync::broadcast::{error::RecvError, Receiver as BroadcastReceiver};
 use tokio::time::Instant;
 
 use super::batch::Batcher;
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::Rule;
+use crate::config::{redact_url, redis_url, RedisSettings};
 use crate::outcome::{LimitState, Outcome};
 
 /// The lean script: single-token-bucket checks (most requests), one or
@@ -83,17 +86,54 @@ impl std::fmt::Debug for RedisStore {
 impl RedisStore {
     /// Builds a pool for `url` and starts connecting. Waits up to
     /// `connect_timeout` for the first connection and loads the script; if
-    /// Redis is not there yet, that is logged, not an error: the pool keeps
-    /// reconnecting in the background and routes use their failure policy
-    /// meanwhile. Errors only for a malformed URL or pool size.
+    /// Redis is not there yet, or refuses the credentials, that is logged,
+    /// not an error: the pool keeps reconnecting in the background and
+    /// routes use their failure policy meanwhile. Errors only for a
+    /// malformed URL or pool size (and `rediss://` in a build without TLS).
     pub async fn connect(
         url: &str,
         pool_size: usize,
         deadline: Duration,
         connect_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let mut config = FredConfig::from_url(url)
-            .map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+        let settings = RedisSettings {
+            url: url.to_owned(),
+            connect_timeout,
+            ..RedisSettings::default()
+        };
+        Self::connect_with(&settings, pool_size, deadline).await
+    }
+
+    /// [`connect`](Self::connect) with every Redis setting (TLS CA file).
+    pub(crate) async fn connect_with(
+        settings: &RedisSettings,
+        pool_size: usize,
+        deadline: Duration,
+    ) -> Result<Self, StoreError> {
+        let (store, started) = Self::open(settings, pool_size, deadline).await?;
+        let url = redact_url(&settings.url);
+        match started {
+            Ok(()) => {}
+            Err(Startup::Auth(e)) => {
+                tracing::warn!(target: "fleetlimit", %url, error = %e, "Redis refused the credentials at start (authentication failed); routes use their failure policy until it accepts them")
+            }
+            Err(Startup::Unreachable(e)) => {
+                tracing::warn!(target: "fleetlimit", %url, error = %e, "Redis not reachable at start; routes use their failure policy until it is")
+            }
+        }
+        Ok(store)
+    }
+
+    /// Builds the pool and waits up to the connect timeout for it; the
+    /// second result says how that went (the store is usable either way:
+    /// it keeps reconnecting).
+    pub(crate) async fn open(
+        settings: &RedisSettings,
+        pool_size: usize,
+        deadline: Duration,
+    ) -> Result<(Self, Result<(), Startup>), StoreError> {
+        let connect_timeout = settings.connect_timeout;
+        let (mut config, tls) = fred_config(settings)?;
         // A Redis that is down at start-up is retried by the reconnect
         // policy, like one that goes down later (fred gives up otherwise).
         config.fail_fast = false;
@@ -111,6 +151,9 @@ impl RedisStore {
             .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
             .build_pool(pool_size.max(1))
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        // Subscribed before connecting: a refused AUTH or a failed TLS
+        // handshake shows only there (the pool just keeps reconnecting).
+        let errors = pool.next().error_rx();
         let _connection_tasks = pool.connect_pool();
         let store = Self {
             pool,
@@ -128,20 +171,13 @@ impl RedisStore {
             }),
             batcher: None,
         };
-        match tokio::time::timeout(connect_timeout, store.pool.wait_for_connect()).await {
-            Ok(Ok(())) => {
-                if let Err(e) = store.load_script().await {
-                    tracing::warn!(target: "fleetlimit", error = %e, "could not load the script; EVAL will load it on first use");
-                }
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(target: "fleetlimit", url, error = %e, "Redis not reachable at start; routes use their failure policy until it is")
-            }
-            Err(_) => {
-                tracing::warn!(target: "fleetlimit", url, "Redis not reachable at start; routes use their failure policy until it is")
+        let started = wait_connected(&store.pool, errors, connect_timeout, tls).await;
+        if started.is_ok() {
+            if let Err(e) = store.load_script().await {
+                tracing::warn!(target: "fleetlimit", error = %e, "could not load the script; EVAL will load it on first use");
             }
         }
-        Ok(store)
+        Ok((store, started))
     }
 
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
@@ -267,6 +303,29 @@ impl Store for RedisStore {
             }
         })
     }
+}
+
+/// fred's configuration for `settings`: the URL checked and its TLS set up
+/// by fleetlimit (fred only sees the plain URL), so every connection to
+/// Redis — the pool, the reset listener — is made the same way. The flag
+/// says whether TLS is on.
+pub(crate) fn fred_config(settings: &RedisSettings) -> Result<(FredConfig, bool), StoreError> {
+    let target = redis_url::check(&settings.url, cfg!(feature = "tls"))
+        .map_err(StoreError::Unavailable)?;
+    #[allow(unused_mut)]
+    let mut config = FredConfig::from_url(&target.plain_url).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "bad Redis URL {:?}: {}",
+            redact_url(&settings.url),
+            e.details()
+        ))
+    })?;
+    #[cfg(feature = "tls")]
+    if target.tls {
+        let connector = super::tls::connector(settings).map_err(StoreError::Unavailable)?;
+        config.tls = Some(connector.into());
+    }
+    Ok((config, target.tls))
 }
 
 /// Indexes of the check's buckets, grouped by cluster slot in the route's
@@ -467,6 +526,94 @@ impl Inner {
             })
             .collect();
         Ok(Outcome { allowed, limits })
+    }
+}
+
+/// Why the pool was not connected when start-up stopped waiting.
+#[derive(Debug)]
+pub(crate) enum Startup {
+    /// Redis answered `WRONGPASS` or `NOAUTH`: the URL's credentials.
+    Auth(String),
+    /// Nothing usable within the connect timeout (refused, TLS, silence).
+    Unreachable(String),
+}
+
+impl From<Startup> for StoreError {
+    fn from(s: Startup) -> Self {
+        match s {
+            Startup::Auth(e) | Startup::Unreachable(e) => StoreError::Unavailable(e),
+        }
+    }
+}
+
+/// A connection error that retrying will not fix: refused credentials, an
+/// untrusted certificate.
+fn final_error(e: &FredError) -> Option<Startup> {
+    if *e.kind() == ErrorKind::Auth {
+        return Some(Startup::Auth(format!(
+            "authentication failed: {} (check the user and password of the Redis URL)",
+            e.details()
+        )));
+    }
+    // rustls' verdict, as fred passes it on inside an IO error.
+    if e.details().contains("InvalidCertificate") {
+        return Some(Startup::Unreachable(format!(
+            "TLS: the Redis server's certificate is not trusted ({}); check tls_ca_file \
+             and the host of the URL",
+            e.details()
+        )));
+    }
+    None
+}
+
+/// Waits for the pool's first connection, at most `timeout`; stops early on
+/// an error retrying will not fix (see `final_error`).
+async fn wait_connected(
+    pool: &Pool,
+    mut errors: BroadcastReceiver<(FredError, Option<Server>)>,
+    timeout: Duration,
+    tls: bool,
+) -> Result<(), Startup> {
+    let connected = pool.wait_for_connect();
+    tokio::pin!(connected);
+    let timer = tokio::time::sleep(timeout);
+    tokio::pin!(timer);
+    let mut last: Option<FredError> = None;
+    let mut listening = true;
+    loop {
+        let next_error = async {
+            if listening {
+                errors.recv().await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            r = &mut connected => {
+                return r.map_err(|e| {
+                    final_error(&e).unwrap_or_else(|| Startup::Unreachable(e.to_string()))
+                });
+            }
+            () = &mut timer => {
+                let mut why = last.map_or_else(|| "no answer".to_owned(), |e| e.to_string());
+                // A plaintext port never answers a TLS handshake; whether
+                // fred's own connect timeout fired first is a race.
+                if tls {
+                    why.push_str(" (does the port of the rediss:// URL serve TLS?)");
+                }
+                return Err(Startup::Unreachable(format!(
+                    "no connection within {timeout:?}: {why}"
+                )));
+            }
+            e = next_error => match e {
+                Ok((e, _)) => match final_error(&e) {
+                    Some(stop) => return Err(stop),
+                    None => last = Some(e),
+                },
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => listening = false,
+            }
+        }
     }
 }
 
@@ -694,6 +841,25 @@ mod tests {
             1.0
         )
         .is_none());
+    }
+
+    #[test]
+    fn start_up_stops_at_errors_retrying_cannot_fix() {
+        let e = FredError::new(ErrorKind::Auth, "WRONGPASS invalid username-password pair");
+        let Some(Startup::Auth(why)) = final_error(&e) else {
+            panic!("not an authentication failure");
+        };
+        assert!(why.starts_with("authentication failed: WRONGPASS"), "{why}");
+        let e = FredError::new(
+            ErrorKind::IO,
+            "Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }",
+        );
+        assert!(matches!(final_error(&e), Some(Startup::Unreachable(w)) if w.starts_with("TLS: ")));
+        let e = FredError::new(ErrorKind::IO, "Connection refused");
+        assert!(
+            final_error(&e).is_none(),
+            "refused: keep waiting, Redis may come up"
+        );
     }
 
     #[test]

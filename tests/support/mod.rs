@@ -23,6 +23,8 @@ pub struct RedisServer {
     child: std::sync::Mutex<Option<Child>>,
     /// More `redis-server` arguments (cluster mode...).
     extra: Vec<String>,
+    /// `redis-cli` arguments before the command (credentials).
+    cli_auth: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -35,6 +37,13 @@ pub fn free_port() -> u16 {
 
 impl RedisServer {
     pub fn start() -> Self {
+        Self::start_with(&[], &[])
+    }
+
+    /// A server with more `redis-server` arguments (`--requirepass`,
+    /// `--tls-port`...); `redis-cli` (readiness, inspection) runs with
+    /// `cli_auth` (e.g. `-a PASSWORD`) on the plaintext port.
+    pub fn start_with(extra: &[&str], cli_auth: &[&str]) -> Self {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("fleetlimit-redis-{port}-{}", std::process::id()));
@@ -43,10 +52,16 @@ impl RedisServer {
             port,
             dir,
             child: std::sync::Mutex::new(None),
-            extra: Vec::new(),
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+            cli_auth: cli_auth.iter().map(|a| (*a).to_owned()).collect(),
         };
         s.spawn();
         s
+    }
+
+    /// The directory the server runs in (removed when it is dropped).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     fn spawn(&self) {
@@ -95,6 +110,7 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> Option<String> {
         let out = Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(&self.cli_auth)
             .args(args)
             .stderr(Stdio::null())
             .output()
@@ -283,6 +299,7 @@ impl RedisCluster {
                     "--cluster-node-timeout".into(),
                     "2000".into(),
                 ],
+                cli_auth: Vec::new(),
             };
             s.spawn();
             nodes.push(s);
