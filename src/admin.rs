@@ -18,7 +18,9 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, LuaInterface, PubsubInterface};
+use fred::interfaces::{
+    ClientLike, ClusterInterface, KeysInterface, LuaInterface, PubsubInterface,
+};
 use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 

@@ -45,16 +45,7 @@ limits = ["per-key", "daily"]
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_cli(args, &[])
 }
 
 fn line_value(out: &str, label: &str) -> u64 {
@@ -239,20 +230,6 @@ async fn check_config_inspect_and_reset() {
     let (code, _, err) = run(&["frobnicate"]);
     assert_eq!(code, 2);
     assert!(err.contains("usage"), "{err}");
-}
-
-fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The tokens `inspect` shows for the token bucket (`4.50 of 10 tokens`).
@@ -456,10 +433,10 @@ async fn the_key_secret_comes_from_the_named_environment_variable() {
         "{err}"
     );
     assert!(err.contains("is not set"), "{err}");
-    let (code, _, err) = run_env(&["check-config", cfg], &[(var, "short")]);
+    let (code, _, err) = run_cli(&["check-config", cfg], &[(var, "short")]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("at least 16"), "{err}");
-    let (code, out, err) = run_env(&["check-config", cfg], &[(var, "0123456789abcdef0123")]);
+    let (code, out, err) = run_cli(&["check-config", cfg], &[(var, "0123456789abcdef0123")]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("the secret in $FLEETLIMIT_TEST_KEY_SECRET"),
@@ -468,7 +445,7 @@ async fn the_key_secret_comes_from_the_named_environment_variable() {
 
     // Each secret its own key for one API key; neither the built-in one.
     let shown_key = |secret: &str| {
-        let (code, out, err) = run_env(
+        let (code, out, err) = run_cli(
             &[
                 "inspect",
                 "sk_live_X",

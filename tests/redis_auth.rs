@@ -5,11 +5,9 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fleetlimit");
 const SECRET: &str = "s3cret";
 
 const LIMITS: &str = r#"[limits.per-key]
@@ -51,30 +49,7 @@ fn config_file(name: &str, url: &str, prefix: &str) -> PathBuf {
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Runs `f` with the `fleetlimit` events it logs (INFO and up) captured.
-async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let out = f.await;
-    (out, captured.take())
+    run_cli(args, &[])
 }
 
 #[test]

@@ -9,12 +9,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use support::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_fleetlimit");
 
 const LIMITS: &str = r#"[limits.per-key]
 key = "header:x-api-key"
@@ -142,34 +139,10 @@ fn config(
     (cfg, path)
 }
 
-/// Runs `f` with the `fleetlimit` events it logs captured.
-async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let out = f.await;
-    (out, captured.take())
-}
-
+/// The command's exit code and everything it printed.
 fn cli(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let (code, out, err) = run_cli(args, &[]);
+    (code, out + &err)
 }
 
 fn req() -> http::Request<axum::body::Body> {

@@ -310,8 +310,8 @@ impl Store for RedisStore {
 /// Redis — the pool, the reset listener — is made the same way. The flag
 /// says whether TLS is on.
 pub(crate) fn fred_config(settings: &RedisSettings) -> Result<(FredConfig, bool), StoreError> {
-    let target = redis_url::check(&settings.url, cfg!(feature = "tls"))
-        .map_err(StoreError::Unavailable)?;
+    let target =
+        redis_url::check(&settings.url, cfg!(feature = "tls")).map_err(StoreError::Unavailable)?;
     #[allow(unused_mut)]
     let mut config = FredConfig::from_url(&target.plain_url).map_err(|e| {
         StoreError::Unavailable(format!(

@@ -559,6 +559,36 @@ impl Captured {
     }
 }
 
+/// Runs `f` with the `fleetlimit` events it logs (INFO and up) captured.
+pub async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let out = f.await;
+    (out, captured.take())
+}
+
+/// Runs the `fleetlimit` command with `args` and `env` (and no inherited
+/// `REDIS_URL`): its exit code, stdout and stderr.
+pub fn run_cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetlimit"))
+        .args(args)
+        .env_remove("REDIS_URL")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The invariant: every key the limiter wrote under `prefix` has an expiry
 /// (-2: it expired between the SCAN and the PTTL, which is fine).
 fn assert_expiring(prefix: &str, keys: &[(String, i64)]) {
