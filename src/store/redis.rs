@@ -4,7 +4,8 @@
 //! together share one, see `batch.rs`; a cluster runs one per hash slot the
 //! request's keys touch), with a hard deadline, `fail_fast` (a
 //! disconnected pool answers at once instead of queueing) and a single
-//! attempt. It is sent as a custom command because fred 10.1's
+//! attempt. The deadline runs from when the call is handed to fred, not
+//! from when the check was queued in this process (see [`within`]). It is sent as a custom command because fred 10.1's
 //! `with_options(..).evalsha(..)` drops the timeout and fail-fast options.
 //! `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) is answered by `EVAL`, which
 //! also caches the script again, inside the same deadline.
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::error::{Error as FredError, ErrorKind};
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
 use fred::types::config::{Config as FredConfig, Options, ReconnectPolicy};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
@@ -44,6 +45,8 @@ pub(crate) const SCRIPT: &str = concat!(
 #[derive(Clone)]
 pub struct RedisStore {
     pool: Pool,
+    /// Where fred's connection tasks run (see [`IoThread`]).
+    _io: Arc<IoThread>,
     inner: Arc<Inner>,
     /// Coalesces single-bucket checks (standalone and Sentinel only).
     batcher: Option<Batcher>,
@@ -65,6 +68,8 @@ impl Script {
 }
 
 pub(crate) struct Inner {
+    /// fred's runtime (see [`IoThread`]).
+    pub(crate) io: tokio::runtime::Handle,
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
@@ -111,15 +116,25 @@ impl RedisStore {
             .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
             .build_pool(pool_size.max(1))
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let _connection_tasks = pool.connect_pool();
+        let io = IoThread::start()?;
+        {
+            // fred spawns its connection tasks (and, from them, every
+            // reconnection) on the runtime it is called from.
+            let _on_io = io.handle.enter();
+            let _connection_tasks = pool.connect_pool();
+        }
+        let handle = io.handle.clone();
         let store = Self {
             pool,
+            _io: Arc::new(io),
             inner: Arc::new(Inner {
+                io: handle,
                 lean: Script::new(LEAN),
                 decide: Script::new(SCRIPT),
                 deadline,
                 options: Options {
-                    timeout: Some(deadline),
+                    // A backstop only: `within` enforces the deadline.
+                    timeout: Some(backstop(deadline)),
                     fail_fast: true,
                     max_attempts: Some(1),
                     max_redirections: Some(3),
@@ -236,7 +251,7 @@ impl Store for RedisStore {
         if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
             if let Some(args) = LeanArgs::new(&bucket.rule, check.cost) {
                 // No timer per check: the batch's call carries the deadline,
-                // counted from when its oldest check was queued.
+                // counted from when it is handed to fred.
                 return Box::pin(batcher.check(bucket, args));
             }
         }
@@ -250,23 +265,192 @@ impl Store for RedisStore {
         };
         let check = check.clone();
         Box::pin(async move {
-            let started = Instant::now();
             // One call for the whole request, unless a cluster spreads its
             // keys over several slots (see `slot_groups`).
             let run = async {
                 if groups.len() <= 1 {
-                    return inner.run(&pool, &check, started).await;
+                    return inner.run(&pool, &check).await;
                 }
-                inner.run_in_order(&pool, &check, &groups, started).await
+                inner.run_in_order(&pool, &check, &groups).await
             };
-            // fred enforces the deadline per command; this guard bounds the
-            // whole check, NOSCRIPT recovery included.
-            match tokio::time::timeout(inner.deadline, run).await {
-                Ok(r) => r,
-                Err(_) => Err(StoreError::Timeout),
-            }
+            // One deadline for the whole check, NOSCRIPT recovery included.
+            within(run, inner.deadline, &inner.io)
+                .await
+                .unwrap_or(Err(StoreError::Timeout))
         })
     }
+
+    fn nodes(&self, check: &Check) -> Vec<String> {
+        if !self.pool.is_clustered() {
+            return Vec::new();
+        }
+        // The slot owners in fred's cached cluster state (none yet: the
+        // store as a whole).
+        let Some(state) = self.pool.next().cached_cluster_state() else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<String> = Vec::with_capacity(1);
+        for b in &check.buckets {
+            let slot = fred::util::redis_keyslot(b.key.as_bytes());
+            if let Some(server) = state.get_server(slot) {
+                let name = server.to_string();
+                if !nodes.contains(&name) {
+                    nodes.push(name);
+                }
+            }
+        }
+        nodes
+    }
+}
+
+/// A thread of its own running fred's connection tasks (writing commands,
+/// reading answers, reconnecting) on a single-threaded runtime. On the
+/// application's runtime those tasks wait behind every ready request task:
+/// with hundreds of requests in flight an answer Redis sent in 100 µs was
+/// read milliseconds later, and checks missed the deadline against a
+/// healthy Redis. Here they run as soon as the OS runs the thread. Stopped
+/// when the last clone of the store is dropped.
+struct IoThread {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl IoThread {
+    fn start() -> Result<Self, StoreError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot start fred's runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("fleetlimit-redis".into())
+            .spawn(move || {
+                // Ends when the store is dropped (the sender with it).
+                let _ = rt.block_on(stopped);
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start fred's thread: {e}")))?;
+        Ok(Self {
+            handle,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// fred's own timeout per call: only a backstop, well past the deadline.
+fn backstop(deadline: Duration) -> Duration {
+    hard_bound(deadline) + Duration::from_millis(100)
+}
+
+/// `call`'s output if Redis answers within `deadline`; `None` if not.
+///
+/// The deadline bounds what Redis costs, not this process's own delays:
+///
+/// - it starts when fred's thread (see [`IoThread`]) has taken the command
+///   and written it to the socket, not when the call was made: a marker
+///   task queued on fred's runtime behind the command says when that was;
+/// - when its timer fires late (by half the deadline or more), this process
+///   was not running — a busy or throttled host, which usually stalls Redis
+///   too — and Redis gets one more deadline, counted from then;
+/// - Redis's answer may wait in the socket until fred's thread runs again,
+///   and the timer may be seen first (fred's own timeout, a plain
+///   `tokio::time::timeout`, calls that a miss). So once the timer fires
+///   the check waits until fred's runtime has run once more — anything
+///   Redis sent by then has been read — and takes the answer if it came.
+///
+/// Against a Redis that does not answer this costs microseconds, and
+/// whatever happens a call ends within [`hard_bound`]`(deadline)`.
+pub(crate) async fn within<F: std::future::Future>(
+    call: F,
+    deadline: Duration,
+    io: &tokio::runtime::Handle,
+) -> Option<F::Output> {
+    use std::future::{poll_fn, Future as _};
+    use std::task::Poll;
+
+    let mut call = std::pin::pin!(call);
+    let give_up = Instant::now() + hard_bound(deadline);
+    let mut hard = std::pin::pin!(tokio::time::sleep_until(give_up));
+    // Hands the command to fred (its first poll sends it).
+    let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    if let Poll::Ready(out) = first {
+        return Some(out);
+    }
+    let mut taken = std::pin::pin!(marker(io));
+    let sent = poll_fn(|cx| {
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            return Poll::Ready(Err(Some(out)));
+        }
+        if let Poll::Ready(at) = taken.as_mut().poll(cx) {
+            return Poll::Ready(Ok(at));
+        }
+        hard.as_mut().poll(cx).map(|()| Err(None))
+    })
+    .await;
+    let mut until = match sent {
+        Ok(at) => at + deadline,
+        Err(out) => return out,
+    };
+    let stalled = (deadline / 2).max(Duration::from_millis(1));
+    let mut stall_allowed = true;
+    loop {
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
+        let ready = poll_fn(|cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            timer.as_mut().poll(cx).map(|()| None)
+        })
+        .await;
+        if ready.is_some() {
+            return ready;
+        }
+        let now = Instant::now();
+        if !(stall_allowed && now.saturating_duration_since(until) >= stalled) || now >= give_up {
+            break;
+        }
+        stall_allowed = false;
+        until = now + deadline;
+    }
+    let mut caught_up = std::pin::pin!(marker(io));
+    poll_fn(|cx| {
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        if caught_up.as_mut().poll(cx).is_ready() || hard.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The longest a Redis call can take, whatever the host does: the deadline
+/// for fred's thread to take the command, one for Redis, one more after a
+/// stall of this process, one for fred's thread to read the answer.
+pub(crate) fn hard_bound(deadline: Duration) -> Duration {
+    deadline.saturating_mul(4)
+}
+
+/// When fred's runtime has run everything queued before this call: a task
+/// spawned there, which lets the tasks woken with it (the router writing
+/// a command, the reader reading an answer) go first.
+async fn marker(io: &tokio::runtime::Handle) -> Instant {
+    let (ran, seen) = tokio::sync::oneshot::channel::<Instant>();
+    io.spawn(async move {
+        tokio::task::yield_now().await;
+        let _ = ran.send(Instant::now());
+    });
+    // The runtime is gone only when the store is: "now" then.
+    seen.await.unwrap_or_else(|_| Instant::now())
 }
 
 /// Indexes of the check's buckets, grouped by cluster slot in the route's
@@ -286,12 +470,7 @@ fn slot_groups(check: &Check) -> Vec<Vec<usize>> {
 impl Inner {
     /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
     /// A single token bucket (the common case) runs the lean script.
-    async fn run(
-        &self,
-        pool: &Pool,
-        check: &Check,
-        started: Instant,
-    ) -> Result<Outcome, StoreError> {
+    async fn run(&self, pool: &Pool, check: &Check) -> Result<Outcome, StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
             [b] => LeanArgs::new(&b.rule, check.cost),
@@ -340,7 +519,7 @@ impl Inner {
         } else {
             ClusterHash::FirstKey
         };
-        let reply = self.eval(pool, script, slot, started, args).await;
+        let reply = self.eval(pool, script, slot, args).await;
         let reply = reply.map_err(map_err)?;
         if let Some(lean) = &lean {
             match reply {
@@ -358,43 +537,37 @@ impl Inner {
         }
     }
 
-    /// `EVALSHA` within what is left of the deadline counted from `started`,
-    /// and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) `EVAL` of the same
-    /// arguments within what is left then; `EVAL` also caches the script
-    /// again. `args` builds the arguments after the
-    /// script's SHA or text, so nothing is copied for the rare second call.
+    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`)
+    /// `EVAL` of the same arguments; `EVAL` also caches the script again.
+    /// The caller bounds both by the deadline (see [`within`]). `args`
+    /// builds the arguments after the script's SHA or text, so nothing is
+    /// copied for the rare second call.
     pub(crate) async fn eval(
         &self,
         pool: &Pool,
         script: &Script,
         slot: ClusterHash,
-        started: Instant,
         args: impl Fn(&Value) -> Vec<Value>,
     ) -> Result<Value, FredError> {
-        let left = || {
-            let mut opts = self.options.clone();
-            opts.timeout = Some(
-                self.deadline
-                    .saturating_sub(started.elapsed())
-                    .max(Duration::from_millis(1)),
-            );
-            opts
-        };
         let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
         match pool
-            .with_options(&left())
+            .with_options(&self.options)
             .custom::<Value, Value>(evalsha, args(&script.sha))
             .await
         {
             Err(e) if is_noscript(&e) => {
-                let opts = left();
                 let eval = CustomCommand::new_static("EVAL", slot, false);
-                pool.with_options(&opts)
+                pool.with_options(&self.options)
                     .custom::<Value, Value>(eval, args(&script.text))
                     .await
             }
             other => other,
         }
+    }
+
+    /// The per-check deadline.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// A cluster cannot run one script over several slots, so the groups are
@@ -406,7 +579,6 @@ impl Inner {
         pool: &Pool,
         check: &Check,
         groups: &[Vec<usize>],
-        started: Instant,
     ) -> Result<Outcome, StoreError> {
         let subset = |g: &[usize], cost: f64| Check {
             cost,
@@ -416,7 +588,7 @@ impl Inner {
         let mut charged: Vec<usize> = Vec::new();
         let mut allowed = true;
         for g in groups {
-            let o = self.run(pool, &subset(g, check.cost), started).await?;
+            let o = self.run(pool, &subset(g, check.cost)).await?;
             for (k, &i) in g.iter().enumerate() {
                 limits[i] = Some(o.limits[k]);
             }
@@ -440,7 +612,7 @@ impl Inner {
                 if back.is_empty() {
                     continue;
                 }
-                if let Err(e) = self.run(pool, &subset(&back, -check.cost), started).await {
+                if let Err(e) = self.run(pool, &subset(&back, -check.cost)).await {
                     tracing::warn!(
                         target: "fleetlimit",
                         error = %e,
