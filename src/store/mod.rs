@@ -7,6 +7,7 @@
 
 mod batch;
 mod memory;
+mod nodes;
 pub(crate) mod redis;
 
 use std::fmt;

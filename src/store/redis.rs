@@ -24,6 +24,7 @@ use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
 use super::batch::Batcher;
+use super::nodes::{moved_to, NodePools};
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::Rule;
 use crate::outcome::{LimitState, Outcome};
@@ -70,6 +71,8 @@ impl Script {
 pub(crate) struct Inner {
     /// fred's runtime (see [`IoThread`]).
     pub(crate) io: tokio::runtime::Handle,
+    /// On a cluster: a pool per primary, which checks go through.
+    nodes: Option<NodePools>,
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
@@ -102,20 +105,8 @@ impl RedisStore {
         // A Redis that is down at start-up is retried by the reconnect
         // policy, like one that goes down later (fred gives up otherwise).
         config.fail_fast = false;
-        let pool = Builder::from_config(config)
-            .with_performance_config(|p| {
-                // Safety net for anything sent without per-call options.
-                p.default_command_timeout = deadline.max(Duration::from_millis(1));
-            })
-            .with_connection_config(|c| {
-                c.connection_timeout = connect_timeout;
-                c.max_command_attempts = 1;
-                c.internal_command_timeout = connect_timeout;
-            })
-            // Without a policy a pool never reconnects after Redis restarts.
-            .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
-            .build_pool(pool_size.max(1))
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let template = config.clone();
+        let pool = build_pool(config, pool_size, deadline, connect_timeout)?;
         let io = IoThread::start()?;
         {
             // fred spawns its connection tasks (and, from them, every
@@ -124,11 +115,22 @@ impl RedisStore {
             let _connection_tasks = pool.connect_pool();
         }
         let handle = io.handle.clone();
+        let nodes = pool.is_clustered().then(|| {
+            NodePools::new(
+                pool.clone(),
+                template,
+                pool_size,
+                deadline,
+                connect_timeout,
+                handle.clone(),
+            )
+        });
         let store = Self {
             pool,
             _io: Arc::new(io),
             inner: Arc::new(Inner {
                 io: handle,
+                nodes,
                 lean: Script::new(LEAN),
                 decide: Script::new(SCRIPT),
                 deadline,
@@ -145,6 +147,9 @@ impl RedisStore {
         };
         match tokio::time::timeout(connect_timeout, store.pool.wait_for_connect()).await {
             Ok(Ok(())) => {
+                if let Some(nodes) = &store.inner.nodes {
+                    nodes.connect_all(connect_timeout).await;
+                }
                 if let Err(e) = store.load_script().await {
                     tracing::warn!(target: "fleetlimit", error = %e, "could not load the script; EVAL will load it on first use");
                 }
@@ -301,6 +306,29 @@ impl Store for RedisStore {
         }
         nodes
     }
+}
+
+/// A pool with the store's settings, not connected yet.
+pub(crate) fn build_pool(
+    config: FredConfig,
+    pool_size: usize,
+    deadline: Duration,
+    connect_timeout: Duration,
+) -> Result<Pool, StoreError> {
+    Builder::from_config(config)
+        .with_performance_config(|p| {
+            // Safety net for anything sent without per-call options.
+            p.default_command_timeout = deadline.max(Duration::from_millis(1));
+        })
+        .with_connection_config(|c| {
+            c.connection_timeout = connect_timeout;
+            c.max_command_attempts = 1;
+            c.internal_command_timeout = connect_timeout;
+        })
+        // Without a policy a pool never reconnects after Redis restarts.
+        .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
+        .build_pool(pool_size.max(1))
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
 }
 
 /// A thread of its own running fred's connection tasks (writing commands,
@@ -504,22 +532,31 @@ impl Inner {
             }
             args
         };
-        // Route by the slot of the first key, computed here: measured with fred
-        // 10.1 on a 3-primary cluster, `ClusterHash::Offset(2)` on a custom
-        // EVALSHA is sent to the wrong node and, with one attempt allowed,
-        // fails with "Too many failed write attempts" instead of following
-        // the MOVED.
-        let slot = if pool.is_clustered() {
-            ClusterHash::Custom(
-                check
+        // On a cluster, the pool of the primary owning the slot (all the
+        // check's keys share it, see `slot_groups`).
+        let node_pool;
+        let pool = match &self.nodes {
+            Some(nodes) => {
+                let slot = check
                     .buckets
                     .first()
-                    .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes())),
-            )
-        } else {
-            ClusterHash::FirstKey
+                    .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes()));
+                node_pool = nodes.for_slot(slot)?;
+                &node_pool
+            }
+            None => pool,
         };
-        let reply = self.eval(pool, script, slot, args).await;
+        let reply = match self.eval(pool, script, ClusterHash::FirstKey, &args).await {
+            // The slot moved since fred's table was read: follow it once.
+            Err(e) => match (&self.nodes, moved_to(&e)) {
+                (Some(nodes), Some((host, port))) => {
+                    let pool = nodes.pool(&host, port)?;
+                    self.eval(&pool, script, ClusterHash::FirstKey, &args).await
+                }
+                _ => Err(e),
+            },
+            ok => ok,
+        };
         let reply = reply.map_err(map_err)?;
         if let Some(lean) = &lean {
             match reply {
