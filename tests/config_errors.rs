@@ -128,3 +128,18 @@ fn a_missing_file_names_the_file() {
         "{err}"
     );
 }
+
+#[test]
+fn a_breaker_window_not_above_the_deadline() {
+    let e = error_for(
+        "window.toml",
+        "url = \"redis://127.0.0.1:6379\"",
+        "url = \"redis://127.0.0.1:6379\"\ndeadline = \"50ms\"\n\n[breaker]\nwindow = \"50ms\"\n",
+    );
+    assert!(
+        e.starts_with(
+            "window.toml:6:10: [breaker] window (50ms) must be longer than the deadline (50ms)"
+        ),
+        "{e}"
+    );
+}
