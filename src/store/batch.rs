@@ -139,6 +139,7 @@ async fn run(pool: &Pool, scripts: &Inner, jobs: Vec<Job>) {
         scripts.eval(pool, &scripts.lean, ClusterHash::FirstKey, args),
         scripts.deadline(),
         &scripts.io,
+        &scripts.stalls,
     )
     .await
     {

@@ -71,6 +71,7 @@ impl Script {
 pub(crate) struct Inner {
     /// fred's runtime (see [`IoThread`]).
     pub(crate) io: tokio::runtime::Handle,
+    pub(crate) stalls: Stalls,
     /// On a cluster: a pool per primary, which checks go through.
     nodes: Option<NodePools>,
     pub(crate) lean: Script,
@@ -130,6 +131,7 @@ impl RedisStore {
             _io: Arc::new(io),
             inner: Arc::new(Inner {
                 io: handle,
+                stalls: Stalls::new(),
                 nodes,
                 lean: Script::new(LEAN),
                 decide: Script::new(SCRIPT),
@@ -279,7 +281,7 @@ impl Store for RedisStore {
                 inner.run_in_order(&pool, &check, &groups).await
             };
             // One deadline for the whole check, NOSCRIPT recovery included.
-            within(run, inner.deadline, &inner.io)
+            within(run, inner.deadline, &inner.io, &inner.stalls)
                 .await
                 .unwrap_or(Err(StoreError::Timeout))
         })
@@ -375,7 +377,7 @@ impl Drop for IoThread {
 
 /// fred's own timeout per call: only a backstop, well past the deadline.
 fn backstop(deadline: Duration) -> Duration {
-    hard_bound(deadline) + Duration::from_millis(100)
+    hard_bound(deadline) + HOST_STALLS
 }
 
 /// `call`'s output if Redis answers within `deadline`; `None` if not.
@@ -385,9 +387,11 @@ fn backstop(deadline: Duration) -> Duration {
 /// - it starts when fred's thread (see [`IoThread`]) has taken the command
 ///   and written it to the socket, not when the call was made: a marker
 ///   task queued on fred's runtime behind the command says when that was;
-/// - when its timer fires late (by half the deadline or more), this process
-///   was not running — a busy or throttled host, which usually stalls Redis
-///   too — and Redis gets one more deadline, counted from then;
+/// - when its timer fires late (by half the deadline or more), or fred's
+///   thread then takes that long to run, this process was not running — a
+///   busy or throttled host, which stalls Redis too — and Redis gets one
+///   more deadline, counted from then; so it does when another check saw
+///   such a stall within the last ten deadlines;
 /// - Redis's answer may wait in the socket until fred's thread runs again,
 ///   and the timer may be seen first (fred's own timeout, a plain
 ///   `tokio::time::timeout`, calls that a miss). So once the timer fires
@@ -400,12 +404,14 @@ pub(crate) async fn within<F: std::future::Future>(
     call: F,
     deadline: Duration,
     io: &tokio::runtime::Handle,
+    stalls: &Stalls,
 ) -> Option<F::Output> {
     use std::future::{poll_fn, Future as _};
     use std::task::Poll;
 
     let mut call = std::pin::pin!(call);
-    let give_up = Instant::now() + hard_bound(deadline);
+    let handed = Instant::now();
+    let give_up = handed + hard_bound(deadline);
     let mut hard = std::pin::pin!(tokio::time::sleep_until(give_up));
     // Hands the command to fred (its first poll sends it).
     let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
@@ -423,12 +429,16 @@ pub(crate) async fn within<F: std::future::Future>(
         hard.as_mut().poll(cx).map(|()| Err(None))
     })
     .await;
+    let stalled = (deadline / 2).max(Duration::from_millis(1));
     let mut until = match sent {
-        Ok(at) => at + deadline,
+        Ok(at) => {
+            if at.saturating_duration_since(handed) >= stalled {
+                stalls.seen(at);
+            }
+            at + deadline
+        }
         Err(out) => return out,
     };
-    let stalled = (deadline / 2).max(Duration::from_millis(1));
-    let mut stall_allowed = true;
     loop {
         let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
         let ready = poll_fn(|cx| {
@@ -442,31 +452,80 @@ pub(crate) async fn within<F: std::future::Future>(
             return ready;
         }
         let now = Instant::now();
-        if !(stall_allowed && now.saturating_duration_since(until) >= stalled) || now >= give_up {
-            break;
+        if now.saturating_duration_since(until) >= stalled && now < give_up {
+            // This task was not running: the host stalled.
+            stalls.seen(now);
+            until = now + deadline;
+            continue;
         }
-        stall_allowed = false;
-        until = now + deadline;
+        let mut caught_up = std::pin::pin!(marker(io));
+        let ran = poll_fn(|cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Err(Some(out)));
+            }
+            if let Poll::Ready(at) = caught_up.as_mut().poll(cx) {
+                return Poll::Ready(Ok(at));
+            }
+            hard.as_mut().poll(cx).map(|()| Err(None))
+        })
+        .await;
+        match ran {
+            Err(out) => return out,
+            // fred's thread was not running either: the host stalled.
+            Ok(at) if at.saturating_duration_since(now) >= stalled && at < give_up => {
+                stalls.seen(at);
+                until = at + deadline;
+            }
+            // Another check saw the host stall a moment ago: Redis, on the
+            // same host, was likely held up too.
+            Ok(at) if stalls.lately(at, deadline.saturating_mul(10)) && at < give_up => {
+                until = at + deadline;
+            }
+            Ok(_) => return None,
+        }
     }
-    let mut caught_up = std::pin::pin!(marker(io));
-    poll_fn(|cx| {
-        if let Poll::Ready(out) = call.as_mut().poll(cx) {
-            return Poll::Ready(Some(out));
-        }
-        if caught_up.as_mut().poll(cx).is_ready() || hard.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        Poll::Pending
-    })
-    .await
 }
 
-/// The longest a Redis call can take, whatever the host does: the deadline
-/// for fred's thread to take the command, one for Redis, one more after a
-/// stall of this process, one for fred's thread to read the answer.
-pub(crate) fn hard_bound(deadline: Duration) -> Duration {
-    deadline.saturating_mul(4)
+/// When checks last saw this host stall (a task or fred's thread not
+/// running for half a deadline or more), shared by a store's checks.
+pub(crate) struct Stalls {
+    born: Instant,
+    /// µs since `born`, plus one; 0: never.
+    last: std::sync::atomic::AtomicU64,
 }
+
+impl Stalls {
+    fn new() -> Self {
+        Self {
+            born: Instant::now(),
+            last: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn seen(&self, at: Instant) {
+        let us = at.saturating_duration_since(self.born).as_micros() as u64 + 1;
+        self.last
+            .fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a stall was seen within `recent` before `now`.
+    fn lately(&self, now: Instant, recent: Duration) -> bool {
+        let last = self.last.load(std::sync::atomic::Ordering::Relaxed);
+        let now = now.saturating_duration_since(self.born).as_micros() as u64 + 1;
+        last != 0 && now.saturating_sub(last) <= recent.as_micros() as u64
+    }
+}
+
+/// The longest a Redis call can take, whatever the host does: room for
+/// fred's thread to take the command, for Redis, for the host's stalls and
+/// for fred's thread to read the answer.
+pub(crate) fn hard_bound(deadline: Duration) -> Duration {
+    deadline.saturating_mul(4) + HOST_STALLS
+}
+
+/// What [`hard_bound`] allows for the host's stalls: a starved 2-core
+/// machine left fred's thread unscheduled for 20–45 ms.
+const HOST_STALLS: Duration = Duration::from_millis(100);
 
 /// When fred's runtime has run everything queued before this call: a task
 /// spawned there, which lets the tasks woken with it (the router writing
