@@ -390,8 +390,8 @@ fn backstop(deadline: Duration) -> Duration {
 /// - when its timer fires late (by half the deadline or more), or fred's
 ///   thread then takes that long to run, this process was not running — a
 ///   busy or throttled host, which stalls Redis too — and Redis gets one
-///   more deadline, counted from then; so it does when another check saw
-///   such a stall within the last ten deadlines;
+///   more deadline, counted from then; so it does, once, when another
+///   check saw such a stall within the last ten deadlines;
 /// - Redis's answer may wait in the socket until fred's thread runs again,
 ///   and the timer may be seen first (fred's own timeout, a plain
 ///   `tokio::time::timeout`, calls that a miss). So once the timer fires
@@ -439,6 +439,7 @@ pub(crate) async fn within<F: std::future::Future>(
         }
         Err(out) => return out,
     };
+    let mut lent = false;
     loop {
         let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
         let ready = poll_fn(|cx| {
@@ -477,8 +478,9 @@ pub(crate) async fn within<F: std::future::Future>(
                 until = at + deadline;
             }
             // Another check saw the host stall a moment ago: Redis, on the
-            // same host, was likely held up too.
-            Ok(at) if stalls.lately(at, deadline.saturating_mul(10)) && at < give_up => {
+            // same host, was likely held up too (once per call).
+            Ok(at) if !lent && stalls.lately(at, deadline.saturating_mul(10)) && at < give_up => {
+                lent = true;
                 until = at + deadline;
             }
             Ok(_) => return None,
