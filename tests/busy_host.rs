@@ -203,5 +203,4 @@ async fn many_concurrent_clients_do_not_make_a_healthy_redis_refuse() {
         unavailable * 1_000 <= total,
         "{unavailable} of {total} answers were 503 with Redis healthy (at most 0.1 %)"
     );
-    server.assert_every_key_expires(&prefix);
 }

@@ -377,7 +377,7 @@ impl Drop for IoThread {
 
 /// fred's own timeout per call: only a backstop, well past the deadline.
 fn backstop(deadline: Duration) -> Duration {
-    hard_bound(deadline) + HOST_STALLS
+    hard_bound(deadline) + Duration::from_millis(100)
 }
 
 /// `call`'s output if Redis answers within `deadline`; `None` if not.
@@ -388,10 +388,10 @@ fn backstop(deadline: Duration) -> Duration {
 ///   and written it to the socket, not when the call was made: a marker
 ///   task queued on fred's runtime behind the command says when that was;
 /// - when its timer fires late (by half the deadline or more), or fred's
-///   thread then takes that long to run, this process was not running — a
-///   busy or throttled host, which stalls Redis too — and Redis gets one
-///   more deadline, counted from then; so it does, once, when another
-///   check saw such a stall within the last ten deadlines;
+///   thread takes a tenth of it to run a task, this process was not
+///   running — a busy or throttled host, which stalls Redis too — and
+///   Redis gets one more deadline, counted from then; so it does while checks keep seeing
+///   such stalls (one within the last twenty deadlines);
 /// - Redis's answer may wait in the socket until fred's thread runs again,
 ///   and the timer may be seen first (fred's own timeout, a plain
 ///   `tokio::time::timeout`, calls that a miss). So once the timer fires
@@ -430,16 +430,18 @@ pub(crate) async fn within<F: std::future::Future>(
     })
     .await;
     let stalled = (deadline / 2).max(Duration::from_millis(1));
+    // fred's thread runs a task within tens of microseconds on a host with
+    // a free CPU: a tenth of the deadline says the host is contended.
+    let contended = (deadline / 10).max(Duration::from_micros(200));
     let mut until = match sent {
         Ok(at) => {
-            if at.saturating_duration_since(handed) >= stalled {
+            if at.saturating_duration_since(handed) >= contended {
                 stalls.seen(at);
             }
             at + deadline
         }
         Err(out) => return out,
     };
-    let mut lent = false;
     loop {
         let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
         let ready = poll_fn(|cx| {
@@ -473,14 +475,13 @@ pub(crate) async fn within<F: std::future::Future>(
         match ran {
             Err(out) => return out,
             // fred's thread was not running either: the host stalled.
-            Ok(at) if at.saturating_duration_since(now) >= stalled && at < give_up => {
+            Ok(at) if at.saturating_duration_since(now) >= contended && at < give_up => {
                 stalls.seen(at);
                 until = at + deadline;
             }
             // Another check saw the host stall a moment ago: Redis, on the
-            // same host, was likely held up too (once per call).
-            Ok(at) if !lent && stalls.lately(at, deadline.saturating_mul(10)) && at < give_up => {
-                lent = true;
+            // same host, was likely held up too.
+            Ok(at) if stalls.lately(at, deadline.saturating_mul(20)) && at < give_up => {
                 until = at + deadline;
             }
             Ok(_) => return None,
@@ -488,8 +489,8 @@ pub(crate) async fn within<F: std::future::Future>(
     }
 }
 
-/// When checks last saw this host stall (a task or fred's thread not
-/// running for half a deadline or more), shared by a store's checks.
+/// When checks last saw this host stall (a task late by half a deadline,
+/// or fred's thread by a tenth), shared by a store's checks.
 pub(crate) struct Stalls {
     born: Instant,
     /// µs since `born`, plus one; 0: never.
@@ -518,16 +519,15 @@ impl Stalls {
     }
 }
 
-/// The longest a Redis call can take, whatever the host does: room for
-/// fred's thread to take the command, for Redis, for the host's stalls and
-/// for fred's thread to read the answer.
+/// The longest a Redis call can take, whatever the host does: the
+/// deadline, and room for the host's own stalls.
 pub(crate) fn hard_bound(deadline: Duration) -> Duration {
-    deadline.saturating_mul(4) + HOST_STALLS
+    deadline + HOST_STALLS
 }
 
 /// What [`hard_bound`] allows for the host's stalls: a starved 2-core
 /// machine left fred's thread unscheduled for 20–45 ms.
-const HOST_STALLS: Duration = Duration::from_millis(100);
+const HOST_STALLS: Duration = Duration::from_millis(50);
 
 /// When fred's runtime has run everything queued before this call: a task
 /// spawned there, which lets the tasks woken with it (the router writing
