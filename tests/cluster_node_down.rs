@@ -13,16 +13,18 @@ use axum::Router;
 use fleetlimit::{BreakerState, RateLimitLayer};
 use support::*;
 
+/// Slow refills: a key lives an hour after its first request (so it can
+/// be found on its primary), and no client comes near the capacity.
 const LIMITS: &str = r#"
 [limits.closed]
 key = "account:x-account"
 capacity = 1000000
-refill = "1000/s"
+refill = "1/h"
 
 [limits.open]
 key = "account:x-account"
 capacity = 1000000
-refill = "1000/s"
+refill = "1/h"
 
 [[routes]]
 path = "/sign-in"

@@ -102,17 +102,18 @@ impl NodePools {
         let Some(state) = self.cluster.next().cached_cluster_state() else {
             return;
         };
-        let mut waits = Vec::new();
-        for server in state.unique_primary_nodes() {
-            if let Ok(pool) = self.pool(&server.host, server.port) {
-                waits.push(async move {
-                    let _ = tokio::time::timeout(within, pool.wait_for_connect()).await;
-                });
+        let pools: Vec<Pool> = state
+            .unique_primary_nodes()
+            .iter()
+            .filter_map(|server| self.pool(&server.host, server.port).ok())
+            .collect();
+        // One wait for all: a primary that is down costs `within` once.
+        let _ = tokio::time::timeout(within, async {
+            for pool in &pools {
+                let _ = pool.wait_for_connect().await;
             }
-        }
-        for w in waits {
-            w.await;
-        }
+        })
+        .await;
     }
 }
 
