@@ -20,7 +20,7 @@ use http::{Request, StatusCode};
 use smallvec::SmallVec;
 
 use crate::algorithm::Rule;
-use crate::breaker::{Breaker, BreakerStats, Permit};
+use crate::breaker::{BreakerStats, Breakers};
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
 use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial, KeySecret};
@@ -48,8 +48,9 @@ pub(crate) struct Limiter {
     closed_retry_after: u64,
     plans: Plans,
     cost_fns: HashMap<String, CostFn>,
-    /// In front of a store that can fail (not the in-process one).
-    breaker: Option<Breaker>,
+    /// In front of a store that can fail (not the in-process one); one per
+    /// cluster node.
+    breaker: Option<Breakers>,
     /// N for the `local` fallback: configured, or kept up to date by the
     /// heartbeat (and kept at its last value while Redis is down).
     fleet: Arc<AtomicU32>,
@@ -187,7 +188,7 @@ impl Limiter {
             store,
             fallback: MemoryStore::new(cfg.memory_max_keys),
             fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
-            breaker: (!store_is_local).then(|| Breaker::new(cfg.breaker)),
+            breaker: (!store_is_local).then(|| Breakers::new(cfg.breaker)),
             refused: RefusedCache::new(if store_is_local {
                 0
             } else {
@@ -213,7 +214,14 @@ impl Limiter {
     }
 
     pub(crate) fn breaker_stats(&self) -> Option<BreakerStats> {
-        self.breaker.as_ref().map(Breaker::stats)
+        self.breaker.as_ref().map(Breakers::stats)
+    }
+
+    pub(crate) fn node_breaker_stats(&self) -> Vec<(String, BreakerStats)> {
+        self.breaker
+            .as_ref()
+            .map(Breakers::node_stats)
+            .unwrap_or_default()
     }
 
     pub(crate) fn fleet_size(&self) -> u32 {
@@ -410,20 +418,16 @@ impl Limiter {
 
     /// The store, behind the circuit breaker.
     async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
-        let permit = self.breaker.as_ref().map_or(Permit::Call, Breaker::permit);
-        if permit == Permit::Refuse {
-            return Err(StoreError::CircuitOpen);
-        }
-        let guard = self.breaker.as_ref().map(|b| b.guard(permit));
+        // Per cluster node: the nodes this check goes to.
+        let guard = match &self.breaker {
+            Some(b) => Some(b.enter(&self.store.nodes(check))?),
+            None => None,
+        };
         let answer = self.store.check(check).await;
         if let Some(g) = guard {
             // A script error on one key's data is an answer from a serving
             // Redis, not a failure of the store.
-            g.record(
-                answer
-                    .as_ref()
-                    .map_or_else(|e| !e.is_availability(), |_| true),
-            );
+            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
         }
         answer
     }

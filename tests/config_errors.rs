@@ -405,3 +405,18 @@ fn a_tls_ca_file_needs_a_rediss_url_and_a_readable_file() {
         );
     }
 }
+
+#[test]
+fn a_breaker_window_not_above_the_deadline() {
+    let e = error_for(
+        "window.toml",
+        "url = \"redis://127.0.0.1:6379\"",
+        "url = \"redis://127.0.0.1:6379\"\ndeadline = \"50ms\"\n\n[breaker]\nwindow = \"50ms\"\n",
+    );
+    assert!(
+        e.starts_with(
+            "window.toml:6:10: [breaker] window (50ms) must be longer than the deadline (50ms)"
+        ),
+        "{e}"
+    );
+}

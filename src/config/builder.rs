@@ -397,9 +397,12 @@ impl ConfigBuilder {
             v.longer_than_zero("heartbeat", h.every, None)?;
             v.heartbeat(h.every, h.dead_after, None)?;
         }
+        let deadline = self.deadline.unwrap_or(DEFAULT_DEADLINE);
+        let mut breaker = self.breaker.unwrap_or_default();
+        breaker.window = v.breaker_window(self.breaker.map(|b| b.window), deadline, None)?;
         Ok(Config {
             redis: self.redis,
-            deadline: self.deadline.unwrap_or(DEFAULT_DEADLINE),
+            deadline,
             key_prefix: prefix.into(),
             key_secret,
             closed_retry_after: Duration::from_secs(1),
@@ -412,7 +415,7 @@ impl ConfigBuilder {
             plan_assignments,
             plan_cache_ttl: self.plan_cache_ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL),
             plan_cache_keys: DEFAULT_PLAN_CACHE_KEYS,
-            breaker: self.breaker.unwrap_or_default(),
+            breaker,
             heartbeat: self.heartbeat,
             refused_cache_keys: DEFAULT_REFUSED_CACHE_KEYS,
         })

@@ -76,6 +76,7 @@ struct RawFleet {
 #[serde(deny_unknown_fields)]
 struct RawBreaker {
     failures: Option<Spanned<u32>>,
+    window: Option<Spanned<String>>,
     cool_off: Option<Spanned<String>>,
     probes: Option<Spanned<u32>>,
 }
@@ -402,6 +403,12 @@ impl RawConfig {
         if let Some(n) = &self.breaker.failures {
             breaker.failures = v.at_least_one("failures", *n.get_ref(), Some(n.span()))?;
         }
+        let window = match &self.breaker.window {
+            Some(d) => Some(duration_at(&v, d, "window")?),
+            None => None,
+        };
+        let span = self.breaker.window.as_ref().map(Spanned::span);
+        breaker.window = v.breaker_window(window, deadline, span)?;
         if let Some(d) = &self.breaker.cool_off {
             breaker.cool_off = duration_at(&v, d, "cool_off")?;
         }

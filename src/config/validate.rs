@@ -160,6 +160,27 @@ impl<'s> Validator<'s> {
         Ok(super::Heartbeat { every, dead_after })
     }
 
+    /// The breaker's `window`: longer than the deadline (one late check is
+    /// not an outage); unset, 100 ms or 4 × the deadline, the longer.
+    pub(super) fn breaker_window(
+        &self,
+        window: Option<Duration>,
+        deadline: Duration,
+        span: Span,
+    ) -> Result<Duration, ConfigError> {
+        match window {
+            Some(w) if w <= deadline => Err(self.err(
+                span,
+                format!(
+                    "[breaker] window ({w:?}) must be longer than the deadline ({deadline:?}): \
+                     the breaker opens only when checks keep failing for longer than one late check"
+                ),
+            )),
+            Some(w) => Ok(w),
+            None => Ok(Duration::from_millis(100).max(deadline.saturating_mul(4))),
+        }
+    }
+
     /// Names end up inside Redis keys, so they may not hold `:`, `{` or `}`.
     pub(super) fn check_name(&self, what: &str, name: &str, span: Span) -> Result<(), ConfigError> {
         let ok = !name.is_empty()

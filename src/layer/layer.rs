@@ -77,10 +77,18 @@ impl RateLimitLayer {
     }
 
     /// The circuit breaker's state and counters (`None` on the in-process
-    /// store, which cannot fail).
+    /// store, which cannot fail). On a Redis Cluster, every node's breaker
+    /// added up, with the worst state (see [`node_breakers`](Self::node_breakers)).
     #[must_use]
     pub fn breaker(&self) -> Option<BreakerStats> {
         self.limiter.breaker_stats()
+    }
+
+    /// On a Redis Cluster, each primary's own breaker by `host:port` (made
+    /// when a check first goes to it); empty otherwise.
+    #[must_use]
+    pub fn node_breakers(&self) -> Vec<(String, BreakerStats)> {
+        self.limiter.node_breaker_stats()
     }
 
     /// N, the fleet size the `local` fallback divides limits by now.

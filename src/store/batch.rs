@@ -2,8 +2,10 @@
 //! one token bucket, are decided in one script call.
 //!
 //! A request hands its check to a queue and waits for its answer; the call
-//! that carries it has the deadline, counted from when the batch's oldest
-//! check was queued (so no timer per check). One task drains the queue: it
+//! that carries it has the deadline (so no timer per check), counted from
+//! when the batch is handed to fred: time spent in this process's own
+//! queue is not Redis's cost, and counting it turned a busy moment of the
+//! host into deadline misses for healthy Redis. One task drains the queue: it
 //! lets the tasks that are ready run for up to two scheduler ticks (no
 //! timer: a lone request on an idle server goes out after one, alone),
 //! takes whatever is waiting, and sends it as one `EVALSHA` of the lean
@@ -18,9 +20,8 @@ use std::sync::Arc;
 use fred::clients::Pool;
 use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 
-use super::redis::{map_err, Inner, LeanArgs};
+use super::redis::{map_err, within, Inner, LeanArgs};
 use super::{Bucket, StoreError};
 use crate::outcome::Outcome;
 
@@ -42,7 +43,6 @@ pub(crate) struct Job {
     capacity: f64,
     shadow: bool,
     args: LeanArgs,
-    queued: Instant,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
@@ -86,7 +86,8 @@ impl Batcher {
     }
 
     /// Queues one single-token-bucket check; the future answers within the
-    /// deadline counted from now (the batch's call carries it).
+    /// deadline counted from when its batch is sent (the batch's call
+    /// carries it).
     pub(crate) fn check(
         &self,
         bucket: &Bucket,
@@ -98,7 +99,6 @@ impl Batcher {
             capacity: bucket.rule.capacity(),
             shadow: bucket.shadow,
             args,
-            queued: Instant::now(),
             reply,
         });
         async move {
@@ -112,15 +112,9 @@ impl Batcher {
 }
 
 async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
-    // The deadline runs from the oldest check's queueing.
-    let started = jobs
-        .iter()
-        .map(|j| j.queued)
-        .min()
-        .unwrap_or_else(Instant::now);
     // Bounded: every round answers at least one job.
     while !jobs.is_empty() {
-        let items = match call(pool, scripts, &jobs, started).await {
+        let items = match call(pool, scripts, &jobs).await {
             // The script stops at a check whose command failed: the reply
             // holds the answers before it, then its error.
             Ok(Value::Array(items)) if !items.is_empty() && items.len() <= jobs.len() => items,
@@ -157,12 +151,7 @@ async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
 }
 
 /// One call of the lean script for `jobs`.
-async fn call(
-    pool: &Pool,
-    scripts: &Inner,
-    jobs: &[Job],
-    started: Instant,
-) -> Result<Value, StoreError> {
+async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, StoreError> {
     // Built again (rarely) for EVAL, rather than cloned on every call.
     let args = |head: &Value| {
         let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * jobs.len());
@@ -186,10 +175,17 @@ async fn call(
         }
         args
     };
-    scripts
-        .eval(pool, &scripts.lean, ClusterHash::FirstKey, started, args)
-        .await
-        .map_err(map_err)
+    match within(
+        scripts.eval(pool, &scripts.lean, ClusterHash::FirstKey, args),
+        scripts.deadline(),
+        &scripts.io,
+        &scripts.stalls,
+    )
+    .await
+    {
+        Some(reply) => reply.map_err(map_err),
+        None => Err(StoreError::Timeout),
+    }
 }
 
 fn fail(jobs: Vec<Job>, e: &StoreError) {

@@ -7,6 +7,7 @@
 
 mod batch;
 mod memory;
+mod nodes;
 pub(crate) mod redis;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
@@ -30,6 +31,13 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// from all; otherwise take none. Must finish within the store's own
     /// deadline.
     fn check(&self, check: &Check) -> StoreFuture;
+
+    /// The failure domains (e.g. Redis Cluster primaries, as `host:port`)
+    /// this check goes to, each with its own circuit breaker. Empty (the
+    /// default): the store is one domain.
+    fn nodes(&self, _check: &Check) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Every limit one request is counted against, decided all or nothing.

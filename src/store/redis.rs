@@ -4,7 +4,8 @@
 //! together share one, see `batch.rs`; a cluster runs one per hash slot the
 //! request's keys touch), with a hard deadline, `fail_fast` (a
 //! disconnected pool answers at once instead of queueing) and a single
-//! attempt. It is sent as a custom command because fred 10.1's
+//! attempt. The deadline runs from when the call is handed to fred, not
+//! from when the check was queued in this process (see [`within`]). It is sent as a custom command because fred 10.1's
 //! `with_options(..).evalsha(..)` drops the timeout and fail-fast options.
 //! `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) is answered by `EVAL`, which
 //! also caches the script again, inside the same deadline.
@@ -17,14 +18,14 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::error::{Error as FredError, ErrorKind};
-use fred::interfaces::EventInterface;
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, LuaInterface};
 use fred::types::config::{Config as FredConfig, Options, ReconnectPolicy, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use tokio::sync::broadcast::{error::RecvError, Receiver as BroadcastReceiver};
 use tokio::time::Instant;
 
 use super::batch::Batcher;
+use super::nodes::{moved_to, NodePools};
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::Rule;
 use crate::config::{redact_url, redis_url, RedisSettings};
@@ -47,6 +48,8 @@ pub(crate) const SCRIPT: &str = concat!(
 #[derive(Clone)]
 pub struct RedisStore {
     pool: Pool,
+    /// Where fred's connection tasks run (see [`IoThread`]).
+    _io: Arc<IoThread>,
     inner: Arc<Inner>,
     /// Coalesces single-bucket checks (standalone and Sentinel only).
     batcher: Option<Batcher>,
@@ -68,6 +71,11 @@ impl Script {
 }
 
 pub(crate) struct Inner {
+    /// fred's runtime (see [`IoThread`]).
+    pub(crate) io: tokio::runtime::Handle,
+    pub(crate) stalls: Stalls,
+    /// On a cluster: a pool per primary, which checks go through.
+    nodes: Option<NodePools>,
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
@@ -137,32 +145,42 @@ impl RedisStore {
         // A Redis that is down at start-up is retried by the reconnect
         // policy, like one that goes down later (fred gives up otherwise).
         config.fail_fast = false;
-        let pool = Builder::from_config(config)
-            .with_performance_config(|p| {
-                // Safety net for anything sent without per-call options.
-                p.default_command_timeout = deadline.max(Duration::from_millis(1));
-            })
-            .with_connection_config(|c| {
-                c.connection_timeout = connect_timeout;
-                c.max_command_attempts = 1;
-                c.internal_command_timeout = connect_timeout;
-            })
-            // Without a policy a pool never reconnects after Redis restarts.
-            .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
-            .build_pool(pool_size.max(1))
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let template = config.clone();
+        let pool = build_pool(config, pool_size, deadline, connect_timeout)?;
         // Subscribed before connecting: a refused AUTH or a failed TLS
         // handshake shows only there (the pool just keeps reconnecting).
         let errors = pool.next().error_rx();
-        let _connection_tasks = pool.connect_pool();
+        let io = IoThread::start()?;
+        {
+            // fred spawns its connection tasks (and, from them, every
+            // reconnection) on the runtime it is called from.
+            let _on_io = io.handle.enter();
+            let _connection_tasks = pool.connect_pool();
+        }
+        let handle = io.handle.clone();
+        let nodes = pool.is_clustered().then(|| {
+            NodePools::new(
+                pool.clone(),
+                template,
+                pool_size,
+                deadline,
+                connect_timeout,
+                handle.clone(),
+            )
+        });
         let store = Self {
             pool,
+            _io: Arc::new(io),
             inner: Arc::new(Inner {
+                io: handle,
+                stalls: Stalls::new(),
+                nodes,
                 lean: Script::new(LEAN),
                 decide: Script::new(SCRIPT),
                 deadline,
                 options: Options {
-                    timeout: Some(deadline),
+                    // A backstop only: `within` enforces the deadline.
+                    timeout: Some(backstop(deadline)),
                     fail_fast: true,
                     max_attempts: Some(1),
                     max_redirections: Some(3),
@@ -173,6 +191,9 @@ impl RedisStore {
         };
         let started = wait_connected(&store.pool, errors, connect_timeout, tls).await;
         if started.is_ok() {
+            if let Some(nodes) = &store.inner.nodes {
+                nodes.connect_all(connect_timeout).await;
+            }
             if let Err(e) = store.load_script().await {
                 tracing::warn!(target: "fleetlimit", error = %e, "could not load the script; EVAL will load it on first use");
             }
@@ -272,7 +293,7 @@ impl Store for RedisStore {
         if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
             if let Some(args) = LeanArgs::new(&bucket.rule, check.cost) {
                 // No timer per check: the batch's call carries the deadline,
-                // counted from when its oldest check was queued.
+                // counted from when it is handed to fred.
                 return Box::pin(batcher.check(bucket, args));
             }
         }
@@ -286,23 +307,274 @@ impl Store for RedisStore {
         };
         let check = check.clone();
         Box::pin(async move {
-            let started = Instant::now();
             // One call for the whole request, unless a cluster spreads its
             // keys over several slots (see `slot_groups`).
             let run = async {
                 if groups.len() <= 1 {
-                    return inner.run(&pool, &check, started).await;
+                    return inner.run(&pool, &check).await;
                 }
-                inner.run_in_order(&pool, &check, &groups, started).await
+                inner.run_in_order(&pool, &check, &groups).await
             };
-            // fred enforces the deadline per command; this guard bounds the
-            // whole check, NOSCRIPT recovery included.
-            match tokio::time::timeout(inner.deadline, run).await {
-                Ok(r) => r,
-                Err(_) => Err(StoreError::Timeout),
-            }
+            // One deadline for the whole check, NOSCRIPT recovery included.
+            within(run, inner.deadline, &inner.io, &inner.stalls)
+                .await
+                .unwrap_or(Err(StoreError::Timeout))
         })
     }
+
+    fn nodes(&self, check: &Check) -> Vec<String> {
+        if !self.pool.is_clustered() {
+            return Vec::new();
+        }
+        // The slot owners in fred's cached cluster state (none yet: the
+        // store as a whole).
+        let Some(state) = self.pool.next().cached_cluster_state() else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<String> = Vec::with_capacity(1);
+        for b in &check.buckets {
+            let slot = fred::util::redis_keyslot(b.key.as_bytes());
+            if let Some(server) = state.get_server(slot) {
+                let name = server.to_string();
+                if !nodes.contains(&name) {
+                    nodes.push(name);
+                }
+            }
+        }
+        nodes
+    }
+}
+
+/// A pool with the store's settings, not connected yet.
+pub(crate) fn build_pool(
+    config: FredConfig,
+    pool_size: usize,
+    deadline: Duration,
+    connect_timeout: Duration,
+) -> Result<Pool, StoreError> {
+    Builder::from_config(config)
+        .with_performance_config(|p| {
+            // Safety net for anything sent without per-call options.
+            p.default_command_timeout = deadline.max(Duration::from_millis(1));
+        })
+        .with_connection_config(|c| {
+            c.connection_timeout = connect_timeout;
+            c.max_command_attempts = 1;
+            c.internal_command_timeout = connect_timeout;
+        })
+        // Without a policy a pool never reconnects after Redis restarts.
+        .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
+        .build_pool(pool_size.max(1))
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+/// A thread of its own running fred's connection tasks (writing commands,
+/// reading answers, reconnecting) on a single-threaded runtime. On the
+/// application's runtime those tasks wait behind every ready request task:
+/// with hundreds of requests in flight an answer Redis sent in 100 µs was
+/// read milliseconds later, and checks missed the deadline against a
+/// healthy Redis. Here they run as soon as the OS runs the thread. Stopped
+/// when the last clone of the store is dropped.
+struct IoThread {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl IoThread {
+    fn start() -> Result<Self, StoreError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot start fred's runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("fleetlimit-redis".into())
+            .spawn(move || {
+                // Ends when the store is dropped (the sender with it).
+                let _ = rt.block_on(stopped);
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start fred's thread: {e}")))?;
+        Ok(Self {
+            handle,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// fred's own timeout per call: only a backstop, well past the deadline.
+fn backstop(deadline: Duration) -> Duration {
+    hard_bound(deadline) + Duration::from_millis(100)
+}
+
+/// `call`'s output if Redis answers within `deadline`; `None` if not.
+///
+/// The deadline bounds what Redis costs, not this process's own delays:
+///
+/// - it starts when fred's thread (see [`IoThread`]) has taken the command
+///   and written it to the socket, not when the call was made: a marker
+///   task queued on fred's runtime behind the command says when that was;
+/// - when its timer fires late (by half the deadline or more), or fred's
+///   thread takes a tenth of it to run a task, this process was not
+///   running — a busy or throttled host, which stalls Redis too — and
+///   Redis gets one more deadline, counted from then; so it does while checks keep seeing
+///   such stalls (one within the last twenty deadlines);
+/// - Redis's answer may wait in the socket until fred's thread runs again,
+///   and the timer may be seen first (fred's own timeout, a plain
+///   `tokio::time::timeout`, calls that a miss). So once the timer fires
+///   the check waits until fred's runtime has run once more — anything
+///   Redis sent by then has been read — and takes the answer if it came.
+///
+/// Against a Redis that does not answer this costs microseconds, and
+/// whatever happens a call ends within [`hard_bound`]`(deadline)`.
+pub(crate) async fn within<F: std::future::Future>(
+    call: F,
+    deadline: Duration,
+    io: &tokio::runtime::Handle,
+    stalls: &Stalls,
+) -> Option<F::Output> {
+    use std::future::{poll_fn, Future as _};
+    use std::task::Poll;
+
+    let mut call = std::pin::pin!(call);
+    let handed = Instant::now();
+    let give_up = handed + hard_bound(deadline);
+    let mut hard = std::pin::pin!(tokio::time::sleep_until(give_up));
+    // Hands the command to fred (its first poll sends it).
+    let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    if let Poll::Ready(out) = first {
+        return Some(out);
+    }
+    let mut taken = std::pin::pin!(marker(io));
+    let sent = poll_fn(|cx| {
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            return Poll::Ready(Err(Some(out)));
+        }
+        if let Poll::Ready(at) = taken.as_mut().poll(cx) {
+            return Poll::Ready(Ok(at));
+        }
+        hard.as_mut().poll(cx).map(|()| Err(None))
+    })
+    .await;
+    let stalled = (deadline / 2).max(Duration::from_millis(1));
+    // fred's thread runs a task within tens of microseconds on a host with
+    // a free CPU: a tenth of the deadline says the host is contended.
+    let contended = (deadline / 10).max(Duration::from_micros(200));
+    let mut until = match sent {
+        Ok(at) => {
+            if at.saturating_duration_since(handed) >= contended {
+                stalls.seen(at);
+            }
+            at + deadline
+        }
+        Err(out) => return out,
+    };
+    loop {
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
+        let ready = poll_fn(|cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            timer.as_mut().poll(cx).map(|()| None)
+        })
+        .await;
+        if ready.is_some() {
+            return ready;
+        }
+        let now = Instant::now();
+        if now.saturating_duration_since(until) >= stalled && now < give_up {
+            // This task was not running: the host stalled.
+            stalls.seen(now);
+            until = now + deadline;
+            continue;
+        }
+        let mut caught_up = std::pin::pin!(marker(io));
+        let ran = poll_fn(|cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Err(Some(out)));
+            }
+            if let Poll::Ready(at) = caught_up.as_mut().poll(cx) {
+                return Poll::Ready(Ok(at));
+            }
+            hard.as_mut().poll(cx).map(|()| Err(None))
+        })
+        .await;
+        match ran {
+            Err(out) => return out,
+            // fred's thread was not running either: the host stalled.
+            Ok(at) if at.saturating_duration_since(now) >= contended && at < give_up => {
+                stalls.seen(at);
+                until = at + deadline;
+            }
+            // Another check saw the host stall a moment ago: Redis, on the
+            // same host, was likely held up too.
+            Ok(at) if stalls.lately(at, deadline.saturating_mul(20)) && at < give_up => {
+                until = at + deadline;
+            }
+            Ok(_) => return None,
+        }
+    }
+}
+
+/// When checks last saw this host stall (a task late by half a deadline,
+/// or fred's thread by a tenth), shared by a store's checks.
+pub(crate) struct Stalls {
+    born: Instant,
+    /// µs since `born`, plus one; 0: never.
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Stalls {
+    fn new() -> Self {
+        Self {
+            born: Instant::now(),
+            last: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn seen(&self, at: Instant) {
+        let us = at.saturating_duration_since(self.born).as_micros() as u64 + 1;
+        self.last
+            .fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a stall was seen within `recent` before `now`.
+    fn lately(&self, now: Instant, recent: Duration) -> bool {
+        let last = self.last.load(std::sync::atomic::Ordering::Relaxed);
+        let now = now.saturating_duration_since(self.born).as_micros() as u64 + 1;
+        last != 0 && now.saturating_sub(last) <= recent.as_micros() as u64
+    }
+}
+
+/// The longest a Redis call can take, whatever the host does: the
+/// deadline, and room for the host's own stalls.
+pub(crate) fn hard_bound(deadline: Duration) -> Duration {
+    deadline + HOST_STALLS
+}
+
+/// What [`hard_bound`] allows for the host's stalls: a starved 2-core
+/// machine left fred's thread unscheduled for 20–45 ms.
+const HOST_STALLS: Duration = Duration::from_millis(50);
+
+/// When fred's runtime has run everything queued before this call: a task
+/// spawned there, which lets the tasks woken with it (the router writing
+/// a command, the reader reading an answer) go first.
+async fn marker(io: &tokio::runtime::Handle) -> Instant {
+    let (ran, seen) = tokio::sync::oneshot::channel::<Instant>();
+    io.spawn(async move {
+        tokio::task::yield_now().await;
+        let _ = ran.send(Instant::now());
+    });
+    // The runtime is gone only when the store is: "now" then.
+    seen.await.unwrap_or_else(|_| Instant::now())
 }
 
 /// fred's configuration for `settings`: the URL checked and its TLS set up
@@ -345,12 +617,7 @@ fn slot_groups(check: &Check) -> Vec<Vec<usize>> {
 impl Inner {
     /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
     /// A single token bucket (the common case) runs the lean script.
-    async fn run(
-        &self,
-        pool: &Pool,
-        check: &Check,
-        started: Instant,
-    ) -> Result<Outcome, StoreError> {
+    async fn run(&self, pool: &Pool, check: &Check) -> Result<Outcome, StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
             [b] => LeanArgs::new(&b.rule, check.cost),
@@ -384,22 +651,31 @@ impl Inner {
             }
             args
         };
-        // Route by the slot of the first key, computed here: measured with fred
-        // 10.1 on a 3-primary cluster, `ClusterHash::Offset(2)` on a custom
-        // EVALSHA is sent to the wrong node and, with one attempt allowed,
-        // fails with "Too many failed write attempts" instead of following
-        // the MOVED.
-        let slot = if pool.is_clustered() {
-            ClusterHash::Custom(
-                check
+        // On a cluster, the pool of the primary owning the slot (all the
+        // check's keys share it, see `slot_groups`).
+        let node_pool;
+        let pool = match &self.nodes {
+            Some(nodes) => {
+                let slot = check
                     .buckets
                     .first()
-                    .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes())),
-            )
-        } else {
-            ClusterHash::FirstKey
+                    .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes()));
+                node_pool = nodes.for_slot(slot)?;
+                &node_pool
+            }
+            None => pool,
         };
-        let reply = self.eval(pool, script, slot, started, args).await;
+        let reply = match self.eval(pool, script, ClusterHash::FirstKey, &args).await {
+            // The slot moved since fred's table was read: follow it once.
+            Err(e) => match (&self.nodes, moved_to(&e)) {
+                (Some(nodes), Some((host, port))) => {
+                    let pool = nodes.pool(&host, port)?;
+                    self.eval(&pool, script, ClusterHash::FirstKey, &args).await
+                }
+                _ => Err(e),
+            },
+            ok => ok,
+        };
         let reply = reply.map_err(map_err)?;
         if let Some(lean) = &lean {
             match reply {
@@ -417,43 +693,37 @@ impl Inner {
         }
     }
 
-    /// `EVALSHA` within what is left of the deadline counted from `started`,
-    /// and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`) `EVAL` of the same
-    /// arguments within what is left then; `EVAL` also caches the script
-    /// again. `args` builds the arguments after the
-    /// script's SHA or text, so nothing is copied for the rare second call.
+    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`)
+    /// `EVAL` of the same arguments; `EVAL` also caches the script again.
+    /// The caller bounds both by the deadline (see [`within`]). `args`
+    /// builds the arguments after the script's SHA or text, so nothing is
+    /// copied for the rare second call.
     pub(crate) async fn eval(
         &self,
         pool: &Pool,
         script: &Script,
         slot: ClusterHash,
-        started: Instant,
         args: impl Fn(&Value) -> Vec<Value>,
     ) -> Result<Value, FredError> {
-        let left = || {
-            let mut opts = self.options.clone();
-            opts.timeout = Some(
-                self.deadline
-                    .saturating_sub(started.elapsed())
-                    .max(Duration::from_millis(1)),
-            );
-            opts
-        };
         let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
         match pool
-            .with_options(&left())
+            .with_options(&self.options)
             .custom::<Value, Value>(evalsha, args(&script.sha))
             .await
         {
             Err(e) if is_noscript(&e) => {
-                let opts = left();
                 let eval = CustomCommand::new_static("EVAL", slot, false);
-                pool.with_options(&opts)
+                pool.with_options(&self.options)
                     .custom::<Value, Value>(eval, args(&script.text))
                     .await
             }
             other => other,
         }
+    }
+
+    /// The per-check deadline.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// A cluster cannot run one script over several slots, so the groups are
@@ -465,7 +735,6 @@ impl Inner {
         pool: &Pool,
         check: &Check,
         groups: &[Vec<usize>],
-        started: Instant,
     ) -> Result<Outcome, StoreError> {
         let subset = |g: &[usize], cost: f64| Check {
             cost,
@@ -475,7 +744,7 @@ impl Inner {
         let mut charged: Vec<usize> = Vec::new();
         let mut allowed = true;
         for g in groups {
-            let o = self.run(pool, &subset(g, check.cost), started).await?;
+            let o = self.run(pool, &subset(g, check.cost)).await?;
             for (k, &i) in g.iter().enumerate() {
                 limits[i] = Some(o.limits[k]);
             }
@@ -499,7 +768,7 @@ impl Inner {
                 if back.is_empty() {
                     continue;
                 }
-                if let Err(e) = self.run(pool, &subset(&back, -check.cost), started).await {
+                if let Err(e) = self.run(pool, &subset(&back, -check.cost)).await {
                     tracing::warn!(
                         target: "fleetlimit",
                         error = %e,

@@ -281,6 +281,11 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With more `redis-server` arguments for every node.
+    pub fn start_with(args: &[&str]) -> Self {
         let mut nodes = Vec::new();
         for _ in 0..3 {
             let port = free_port();
@@ -298,7 +303,10 @@ impl RedisCluster {
                     format!("nodes-{port}.conf"),
                     "--cluster-node-timeout".into(),
                     "2000".into(),
-                ],
+                ]
+                .into_iter()
+                .chain(args.iter().map(|a| (*a).to_owned()))
+                .collect(),
                 cli_auth: Vec::new(),
             };
             s.spawn();

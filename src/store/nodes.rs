@@ -1,0 +1,141 @@
+//! On a Redis Cluster, a pool of connections per primary for the checks.
+//!
+//! fred's cluster client reconnects as a whole: when one primary dies, its
+//! every resync fails on that node, and every slot's commands fail with it
+//! until the node is back. So checks do not go through it: each primary
+//! (by `host:port`) gets a plain pool of its own, made when the store
+//! connects or when a check first goes there, and routed by the slot
+//! table fred's cluster client keeps (its last good one while it cannot
+//! resync). A dead primary's pool fails fast and reconnects by itself; the
+//! others never notice. A `MOVED` answer (a slot moved since the table
+//! was read) is followed once, to the node it names.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::error::Error as FredError;
+use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::config::{Config as FredConfig, ServerConfig};
+
+use super::StoreError;
+
+/// Most primaries with a pool (Redis Cluster's own limit is about a
+/// thousand nodes); beyond it a check is refused as unavailable.
+const MAX_NODES: usize = 1_024;
+
+pub(crate) struct NodePools {
+    /// fred's cluster client: only its slot table is used here.
+    cluster: Pool,
+    /// The cluster's URL settings (credentials, database), for each node.
+    template: FredConfig,
+    pool_size: usize,
+    deadline: Duration,
+    connect_timeout: Duration,
+    io: tokio::runtime::Handle,
+    pools: Mutex<HashMap<String, Pool>>,
+}
+
+impl NodePools {
+    pub(crate) fn new(
+        cluster: Pool,
+        template: FredConfig,
+        pool_size: usize,
+        deadline: Duration,
+        connect_timeout: Duration,
+        io: tokio::runtime::Handle,
+    ) -> Self {
+        Self {
+            cluster,
+            template,
+            pool_size,
+            deadline,
+            connect_timeout,
+            io,
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The primary owning `slot`, as `host:port`, from fred's slot table.
+    pub(crate) fn owner(&self, slot: u16) -> Option<(String, u16)> {
+        let state = self.cluster.next().cached_cluster_state()?;
+        let server = state.get_server(slot)?;
+        Some((server.host.to_string(), server.port))
+    }
+
+    /// The pool of the primary owning `slot`.
+    pub(crate) fn for_slot(&self, slot: u16) -> Result<Pool, StoreError> {
+        let (host, port) = self
+            .owner(slot)
+            .ok_or_else(|| StoreError::Unavailable("cluster slots not known yet".into()))?;
+        self.pool(&host, port)
+    }
+
+    /// The pool of the node at `host:port`, made (and connecting) if new.
+    pub(crate) fn pool(&self, host: &str, port: u16) -> Result<Pool, StoreError> {
+        let name = format!("{host}:{port}");
+        let mut pools = crate::lock(&self.pools);
+        if let Some(p) = pools.get(&name) {
+            return Ok(p.clone());
+        }
+        if pools.len() >= MAX_NODES {
+            return Err(StoreError::Unavailable(format!(
+                "more than {MAX_NODES} cluster nodes"
+            )));
+        }
+        let mut config = self.template.clone();
+        config.server = ServerConfig::new_centralized(host, port);
+        let pool =
+            super::redis::build_pool(config, self.pool_size, self.deadline, self.connect_timeout)?;
+        {
+            let _on_io = self.io.enter();
+            let _connection_tasks = pool.connect_pool();
+        }
+        pools.insert(name, pool.clone());
+        Ok(pool)
+    }
+
+    /// Pools for every primary fred knows now, waiting (at most `within`)
+    /// for them to connect.
+    pub(crate) async fn connect_all(&self, within: Duration) {
+        let Some(state) = self.cluster.next().cached_cluster_state() else {
+            return;
+        };
+        let pools: Vec<Pool> = state
+            .unique_primary_nodes()
+            .iter()
+            .filter_map(|server| self.pool(&server.host, server.port).ok())
+            .collect();
+        // One wait for all: a primary that is down costs `within` once.
+        let _ = tokio::time::timeout(within, async {
+            for pool in &pools {
+                let _ = pool.wait_for_connect().await;
+            }
+        })
+        .await;
+    }
+}
+
+/// The node a `MOVED` error names, as `(host, port)`.
+pub(crate) fn moved_to(e: &FredError) -> Option<(String, u16)> {
+    let rest = e.details().strip_prefix("MOVED ")?;
+    let addr = rest.split_whitespace().nth(1)?;
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use fred::error::ErrorKind;
+
+    use super::*;
+
+    #[test]
+    fn moved_names_its_node() {
+        let e = FredError::new(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381");
+        assert_eq!(moved_to(&e), Some(("127.0.0.1".to_owned(), 6381)));
+        let e = FredError::new(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down");
+        assert_eq!(moved_to(&e), None);
+    }
+}
