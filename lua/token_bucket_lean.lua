@@ -20,7 +20,9 @@
 --
 -- KEYS[i]              the bucket of check i
 -- ARGV[2i-1], ARGV[2i] its cost × emission interval and capacity × emission
---                      interval, in µs (a negative cost is a refund)
+--                      interval, in µs (a negative cost is a refund); the
+--                      latter plus 0.5 µs of slack, so rounding to a quarter
+--                      µs never refuses an exact fit (REDIS_SLACK_US)
 -- Returns one integer per check, in quarter µs: 4 × (TAT − now) after the
 -- charge when admitted (≥ 0), or −1 − 4 × (TAT − now) when refused (nothing
 -- written). TAT and now are whole multiples of 0.25 µs (a double's step at
