@@ -199,7 +199,7 @@ impl Limiter {
             stop: tokio::sync::watch::channel(()).0,
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             plans: Plans::new(
-                cfg.plan_assignments.clone(),
+                cfg.plan_assignments.0.clone(),
                 extras.resolver,
                 cfg.plan_cache_ttl,
                 cfg.plan_cache_keys,
@@ -298,7 +298,9 @@ impl Limiter {
             matched.and_then(|m| self.cost_fns.get(m))
         };
         let cost = match cost_fn {
-            Some(f) => f(&RequestRef::new(req)),
+            // At least one unit, as a fixed cost must be: a computed 0 would
+            // be free and never refused (`?pages=0`).
+            Some(f) => f(&RequestRef::new(req)).max(1),
             None => policy.cost,
         };
         Plan::Ask(Pending {

@@ -420,3 +420,30 @@ fn a_breaker_window_not_above_the_deadline() {
         "{e}"
     );
 }
+
+#[test]
+fn the_builder_bounds_durations_like_the_toml() {
+    use fleetlimit::config::{LimitConfig, RouteConfig};
+    use fleetlimit::{BreakerConfig, KeySource};
+    let limit = || LimitConfig::token_bucket(KeySource::Global, 5, "1/s".parse().unwrap());
+    // Duration::MAX used to build, then panic on the request path when the
+    // breaker first opened (an Instant overflow).
+    let e = Config::builder()
+        .limit("l", limit())
+        .route("/", RouteConfig::new(["l"]))
+        .breaker(BreakerConfig {
+            cool_off: std::time::Duration::MAX,
+            ..BreakerConfig::default()
+        })
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "breaker cool_off is too long: at most 1000000000 s");
+    let e = Config::builder()
+        .limit("l", limit())
+        .deadline(std::time::Duration::MAX)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "deadline is too long: at most 1000000000 s");
+}

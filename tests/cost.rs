@@ -142,6 +142,27 @@ async fn computed_costs_and_a_cost_above_capacity() {
 
     let res = send(&app, req("?pages=4")).await;
     assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 6);
+    // A computed cost of 0 counts as 1: a client cannot make itself free
+    // (another caller, so the rest of this test keeps its numbers).
+    let free = |q: &str| {
+        request(
+            "GET",
+            &format!("/search{q}"),
+            "127.0.0.1:1",
+            &[("x-api-key", "free")],
+        )
+    };
+    let res = send(&app, free("?pages=0")).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 9);
+    let res = send(&app, free("?pages=9")).await;
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 0);
+    let res = send(&app, free("?pages=0")).await;
+    assert_eq!(
+        res.status(),
+        429,
+        "a free request would pass an empty bucket"
+    );
 
     // 20 pages can never fit a bucket of 10: refused with a reason, at once,
     // and without draining anything.

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 use super::validate::{exact_count, RouteSettings, RuleSpans, Validator};
 use super::{
-    Config, ConfigError, FailurePolicy, OnMissing, Rate, RedisSettings, RouteEntry,
+    Config, ConfigError, FailurePolicy, Hidden, OnMissing, Rate, RedisSettings, RouteEntry,
     DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
     DEFAULT_REFUSED_CACHE_KEYS,
 };
@@ -179,11 +179,11 @@ pub struct ConfigBuilder {
     limits: Vec<(String, LimitConfig)>,
     routes: Vec<(String, RouteConfig)>,
     default_route: Option<RouteConfig>,
-    plan_assignments: HashMap<String, String>,
+    plan_assignments: Hidden<HashMap<String, String>>,
     plan_cache_ttl: Option<Duration>,
     breaker: Option<crate::breaker::BreakerConfig>,
     heartbeat: Option<super::Heartbeat>,
-    key_secret: Option<Vec<u8>>,
+    key_secret: Option<Hidden<Vec<u8>>>,
 }
 
 impl ConfigBuilder {
@@ -278,7 +278,7 @@ impl ConfigBuilder {
 
     /// Puts the caller with this key (API key, account) on `plan`.
     pub fn assign_plan(mut self, key: impl Into<String>, plan: impl Into<String>) -> Self {
-        self.plan_assignments.insert(key.into(), plan.into());
+        self.plan_assignments.0.insert(key.into(), plan.into());
         self
     }
 
@@ -300,7 +300,7 @@ impl ConfigBuilder {
     /// set: a built-in secret derived from the key prefix, which keeps raw
     /// API keys out of Redis but is not secret.
     pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
-        self.key_secret = Some(secret.as_ref().to_vec());
+        self.key_secret = Some(Hidden(secret.as_ref().to_vec()));
         self
     }
 
@@ -318,7 +318,7 @@ impl ConfigBuilder {
         }
         let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
         v.check_name("key prefix", &prefix, None)?;
-        let key_secret = match &self.key_secret {
+        let key_secret = match self.key_secret.as_ref().map(|s| &s.0) {
             Some(s) => {
                 super::check_secret_len(s.len()).map_err(ConfigError::new)?;
                 KeySecret::new(s, SecretOrigin::Code)
@@ -350,7 +350,7 @@ impl ConfigBuilder {
             }
         }
         let mut plan_assignments = HashMap::new();
-        for (key, plan) in self.plan_assignments {
+        for (key, plan) in self.plan_assignments.0 {
             if !v.plans.contains(&plan) {
                 return Err(ConfigError::new(format!("unknown plan {plan:?}")));
             }
@@ -386,15 +386,26 @@ impl ConfigBuilder {
         let fleet_size = v.at_least_one("fleet size", self.fleet_size.unwrap_or(1), None)?;
         if let Some(r) = &self.redis {
             v.at_least_one("pool_size", r.pool_size, None)?;
+            v.not_too_long("connect_timeout", r.connect_timeout, None)?;
         }
         if let Some(d) = self.deadline {
             v.longer_than_zero("deadline", d, None)?;
+            v.not_too_long("deadline", d, None)?;
+        }
+        if let Some(b) = &self.breaker {
+            v.not_too_long("breaker cool_off", b.cool_off, None)?;
+            v.not_too_long("breaker window", b.window, None)?;
+        }
+        if let Some(t) = self.plan_cache_ttl {
+            v.not_too_long("plan cache ttl", t, None)?;
         }
         if let Some(n) = self.memory_max_keys {
             v.at_least_one("max_keys", n, None)?;
         }
         if let Some(h) = &self.heartbeat {
             v.longer_than_zero("heartbeat", h.every, None)?;
+            v.not_too_long("heartbeat", h.every, None)?;
+            v.not_too_long("heartbeat dead_after", h.dead_after, None)?;
             v.heartbeat(h.every, h.dead_after, None)?;
         }
         let deadline = self.deadline.unwrap_or(DEFAULT_DEADLINE);
@@ -412,7 +423,7 @@ impl ConfigBuilder {
             limits,
             routes,
             default_route,
-            plan_assignments,
+            plan_assignments: Hidden(plan_assignments),
             plan_cache_ttl: self.plan_cache_ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL),
             plan_cache_keys: DEFAULT_PLAN_CACHE_KEYS,
             breaker,

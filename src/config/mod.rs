@@ -61,6 +61,7 @@ mod units;
 mod validate;
 
 use std::collections::HashMap;
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,6 +149,17 @@ impl Default for RedisSettings {
     }
 }
 
+/// A value kept out of `Debug` output (secrets, callers' API keys): `Debug`
+/// says only that it is there.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Hidden<T>(pub(crate) T);
+
+impl<T> fmt::Debug for Hidden<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
 /// A validated configuration, ready for [`RateLimitLayer`](crate::RateLimitLayer).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -163,7 +175,8 @@ pub struct Config {
     pub(crate) limits: Vec<Arc<Limit>>,
     pub(crate) routes: Vec<RouteEntry>,
     pub(crate) default_route: Option<Arc<Policy>>,
-    pub(crate) plan_assignments: HashMap<String, Arc<str>>,
+    /// Keyed by callers' key values (API keys among them): never printed.
+    pub(crate) plan_assignments: Hidden<HashMap<String, Arc<str>>>,
     pub(crate) plan_cache_ttl: Duration,
     pub(crate) plan_cache_keys: usize,
     pub(crate) breaker: crate::breaker::BreakerConfig,

@@ -576,7 +576,7 @@ impl RawConfig {
             limits,
             routes,
             default_route,
-            plan_assignments,
+            plan_assignments: super::Hidden(plan_assignments),
             plan_cache_ttl,
             plan_cache_keys,
             breaker,

@@ -119,11 +119,16 @@ fn a_key_secret_set_in_code_must_be_long_enough_and_is_never_printed() {
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("at least 16"), "{err}");
-    let cfg = Config::builder()
+    let builder = Config::builder()
         .key_secret("a secret of 16+ bytes")
-        .limit("l", limit())
-        .build()
-        .unwrap();
+        .limit("l", limit());
+    // Not as text, and not as the bytes a derived Debug would list.
+    let shown = format!("{builder:?}");
+    assert!(
+        !shown.contains("a secret of") && !shown.contains("97, 32, 115"),
+        "{shown}"
+    );
+    let cfg = builder.build().unwrap();
     assert!(
         cfg.describe().contains("the secret set in code"),
         "{}",
@@ -136,4 +141,28 @@ fn a_key_secret_set_in_code_must_be_long_enough_and_is_never_printed() {
         "{}",
         default.describe()
     );
+}
+
+#[test]
+fn callers_api_keys_in_plan_assignments_are_never_printed() {
+    let cfg = Config::from_toml_str(
+        r#"
+[limits.api]
+key = "header:x-api-key"
+capacity = 100
+refill = "100/min"
+
+[plans.pro.api]
+capacity = 500
+
+[plan_assignments]
+"sk_live_SECRET123" = "pro"
+"#,
+    )
+    .unwrap();
+    let shown = format!("{cfg:?}");
+    assert!(!shown.contains("sk_live"), "{shown}");
+    let builder = Config::builder().assign_plan("sk_live_SECRET123", "pro");
+    let shown = format!("{builder:?}");
+    assert!(!shown.contains("sk_live"), "{shown}");
 }

@@ -131,11 +131,14 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
         ))
     })?;
     let d = u.as_secs_f64() * num;
-    if !d.is_finite() || d > 1e9 {
+    if !d.is_finite() || d > MAX_DURATION_SECS as f64 {
         return Err(ParseUnitError(format!("invalid duration {s:?}: too long")));
     }
     Ok(Duration::from_secs_f64(d))
 }
+
+/// The longest duration a configuration may give (about 31 years).
+pub(super) const MAX_DURATION_SECS: u64 = 1_000_000_000;
 
 struct DisplayDuration(Duration);
 

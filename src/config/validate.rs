@@ -144,6 +144,27 @@ impl<'s> Validator<'s> {
         Ok(d)
     }
 
+    /// At most what a TOML duration may say (10^9 s, about 31 years): the
+    /// builder takes any `Duration`, and the store adds to these (instants,
+    /// PEXPIRE milliseconds), which must not overflow.
+    pub(super) fn not_too_long(
+        &self,
+        what: &str,
+        d: Duration,
+        span: Span,
+    ) -> Result<Duration, ConfigError> {
+        if d > Duration::from_secs(super::units::MAX_DURATION_SECS) {
+            return Err(self.err(
+                span,
+                format!(
+                    "{what} is too long: at most {} s",
+                    super::units::MAX_DURATION_SECS
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
     /// Heartbeats every `every`, an instance dead after `dead_after` without one.
     pub(super) fn heartbeat(
         &self,

@@ -143,7 +143,8 @@ impl RateLimitLayerBuilder {
     /// Compute the cost of requests to the route `path` (an axum route
     /// template, as in the configuration) instead of its fixed `cost`. A
     /// cost above a limit's capacity is answered `413` without charging
-    /// anything.
+    /// anything; a cost of 0 counts as 1 (a request is never free, or a
+    /// client could pick a cost that is never refused).
     ///
     /// ```
     /// # use fleetlimit::{Config, RateLimitLayer};

@@ -102,8 +102,10 @@ impl Batcher {
             reply,
         });
         async move {
-            queued
-                .map_err(|_| StoreError::Unavailable("too many checks waiting for Redis".into()))?;
+            // This process's own overload: not Redis's fault, so not the
+            // breaker's business (it would turn a busy moment of this host
+            // into an outage of every route).
+            queued.map_err(|_| StoreError::Overloaded)?;
             answer
                 .await
                 .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))

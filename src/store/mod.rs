@@ -78,17 +78,23 @@ pub enum StoreError {
     /// not repair). The check's key alone is concerned: this never counts
     /// against the store in the circuit breaker.
     Script(String),
+    /// Not asked: this process already has as many checks waiting for
+    /// Redis as it queues (its own overload, not Redis's), so this one is
+    /// decided by the failure policy at once. Never counts against the
+    /// store in the circuit breaker.
+    Overloaded,
     /// Not asked: the circuit breaker is open after repeated failures.
     CircuitOpen,
 }
 
 impl StoreError {
     /// Whether the error says the store is not serving (down, slow, not
-    /// understood), as opposed to one check's data ([`Script`](Self::Script)):
-    /// only these count toward opening the circuit breaker.
+    /// understood), as opposed to one check's data ([`Script`](Self::Script))
+    /// or this process's own queue ([`Overloaded`](Self::Overloaded)): only
+    /// these count toward opening the circuit breaker.
     #[must_use]
     pub fn is_availability(&self) -> bool {
-        !matches!(self, Self::Script(_))
+        !matches!(self, Self::Script(_) | Self::Overloaded)
     }
 
     /// A short label for logs and metrics.
@@ -100,6 +106,7 @@ impl StoreError {
             Self::Redis(_) => "redis-error",
             Self::Protocol(_) => "protocol",
             Self::Script(_) => "script-error",
+            Self::Overloaded => "overloaded",
             Self::CircuitOpen => "circuit-open",
         }
     }
@@ -113,6 +120,9 @@ impl fmt::Display for StoreError {
             Self::Redis(e) => write!(f, "redis error: {e}"),
             Self::Protocol(e) => write!(f, "unexpected answer: {e}"),
             Self::Script(e) => write!(f, "script failed on this check's data: {e}"),
+            Self::Overloaded => f.write_str(
+                "too many checks waiting for Redis in this process: the store was not asked",
+            ),
             Self::CircuitOpen => f.write_str("circuit breaker open: the store was not asked"),
         }
     }

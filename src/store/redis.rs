@@ -731,7 +731,7 @@ impl Inner {
     /// their cost back. Between the charge and the refund another request
     /// may see those units spent: the price of limits that share no slot.
     async fn run_in_order(
-        &self,
+        self: &Arc<Self>,
         pool: &Pool,
         check: &Check,
         groups: &[Vec<usize>],
@@ -759,26 +759,44 @@ impl Inner {
             );
         }
         if !allowed && !charged.is_empty() && check.cost > 0.0 {
-            // Give back what the earlier groups took (one call per slot). A
-            // failed refund leaves those units spent until they refill (an
-            // over-count, the safe side); the answer stays the refusal, not
-            // a store failure the route's policy might turn into "admit".
-            for g in groups {
-                let back: Vec<usize> = g.iter().copied().filter(|i| charged.contains(i)).collect();
-                if back.is_empty() {
-                    continue;
+            // Give back what the earlier groups took (one call per slot), in
+            // a task of its own with its own deadline: the refusal is
+            // decided, and a refund that ran past the check's deadline must
+            // not turn it into a timeout the route's policy might answer
+            // with "admit". A failed refund leaves those units spent until
+            // they refill (an over-count, the safe side).
+            let refunds: Vec<Check> = groups
+                .iter()
+                .map(|g| {
+                    let back: Vec<usize> =
+                        g.iter().copied().filter(|i| charged.contains(i)).collect();
+                    subset(&back, -check.cost)
+                })
+                .filter(|c| !c.buckets.is_empty())
+                .collect();
+            let (inner, pool, units) = (Arc::clone(self), pool.clone(), check.cost);
+            tokio::spawn(async move {
+                for refund in refunds {
+                    let done = within(
+                        inner.run(&pool, &refund),
+                        inner.deadline,
+                        &inner.io,
+                        &inner.stalls,
+                    )
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout));
+                    if let Err(e) = done {
+                        tracing::warn!(
+                            target: "fleetlimit",
+                            error = %e,
+                            units,
+                            keys = refund.buckets.len(),
+                            "refused, and the refund of the limits charged before the refusal failed: \
+                             they stay charged until they refill"
+                        );
+                    }
                 }
-                if let Err(e) = self.run(pool, &subset(&back, -check.cost)).await {
-                    tracing::warn!(
-                        target: "fleetlimit",
-                        error = %e,
-                        units = check.cost,
-                        keys = back.len(),
-                        "refused, and the refund of the limits charged before the refusal failed: \
-                         they stay charged until they refill"
-                    );
-                }
-            }
+            });
         }
         let limits = limits
             .into_iter()
