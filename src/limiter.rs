@@ -126,7 +126,7 @@ fn buckets_for(p: &mut Pending) -> Result<Buckets, Decision> {
         let rule = limit.rule_for(k.plan.as_deref());
         let shadow = limit.shadow || p.policy.shadow;
         if f64::from(p.cost) > rule.capacity() && !shadow {
-            return Err(too_costly(&limit.name, p.cost, rule.capacity()));
+            return Err(too_costly(limit, p.cost, rule.capacity()));
         }
         buckets.push(Bucket {
             key: k.key,
@@ -280,11 +280,11 @@ impl Limiter {
                 Extracted::Missing => match limit.on_missing {
                     OnMissing::Ip => match client_ip() {
                         Some(ip) => KeyMaterial::ip(ip),
-                        None => return Plan::Now(no_client_ip(&limit.name)),
+                        None => return Plan::Now(no_client_ip(limit)),
                     },
                     OnMissing::Reject => return Plan::Now(missing_key(limit)),
                 },
-                Extracted::NoClientIp => return Plan::Now(no_client_ip(&limit.name)),
+                Extracted::NoClientIp => return Plan::Now(no_client_ip(limit)),
             };
             keys.push(PendingKey {
                 key: material.redis_key(&self.prefix, &limit.name, self.key_secret.as_ref()),
@@ -861,9 +861,29 @@ fn refusal(
     )
 }
 
+/// Which of a limit's `early_log` throttles a line uses.
+const MISSING_KEY: usize = 0;
+const TOO_COSTLY: usize = 1;
+const NO_CLIENT_IP: usize = 2;
+
+/// Writes `$line` at `$level` once a second per limit and kind (with
+/// `suppressed`, the lines held back since), at DEBUG otherwise: a client
+/// that keeps omitting its key, or a server without `ConnectInfo`, must not
+/// flood the logs with one line per request.
+macro_rules! throttled {
+    ($limit:expr, $kind:expr, $level:ident, $($field:tt)*) => {
+        match $limit.early_log[$kind].event() {
+            Some(suppressed) => tracing::$level!(target: "fleetlimit", suppressed, $($field)*),
+            None => tracing::debug!(target: "fleetlimit", $($field)*),
+        }
+    };
+}
+
 fn missing_key(limit: &crate::policy::Limit) -> Decision {
-    tracing::info!(
-        target: "fleetlimit",
+    throttled!(
+        limit,
+        MISSING_KEY,
+        info,
         limit = %limit.name,
         reason = "missing-key",
         "refused: the request does not carry {}",
@@ -882,8 +902,9 @@ fn missing_key(limit: &crate::policy::Limit) -> Decision {
 /// A cost no bucket of this limit can ever hold: refused at once, without
 /// touching the store (so it drains nothing), and not with 429 — waiting
 /// would not help.
-fn too_costly(limit: &str, cost: u32, capacity: f64) -> Decision {
-    tracing::info!(target: "fleetlimit", %limit, cost, capacity, reason = "cost-exceeds-capacity", "refused");
+fn too_costly(l: &crate::policy::Limit, cost: u32, capacity: f64) -> Decision {
+    let limit = &*l.name;
+    throttled!(l, TOO_COSTLY, info, %limit, cost, capacity, reason = "cost-exceeds-capacity", "refused");
     Decision::Reject(Rejection::problem(
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("this request costs {cost}, more than limit {limit:?} can ever allow ({capacity}); it can never be admitted"),
@@ -891,11 +912,14 @@ fn too_costly(limit: &str, cost: u32, capacity: f64) -> Decision {
     ))
 }
 
-fn no_client_ip(limit: &str) -> Decision {
+fn no_client_ip(l: &crate::policy::Limit) -> Decision {
+    let limit = &*l.name;
     // A server setup problem (no ConnectInfo), not the client's doing; never
     // a shared "unknown" bucket.
-    tracing::error!(
-        target: "fleetlimit",
+    throttled!(
+        l,
+        NO_CLIENT_IP,
+        error,
         %limit,
         reason = "no-client-ip",
         "cannot find the client address: serve with `into_make_service_with_connect_info::<SocketAddr>()` \

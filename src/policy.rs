@@ -33,6 +33,9 @@ pub(crate) struct Limit {
     /// The INFO line of its refusals: decided by Redis, then decided
     /// locally (degraded) — one a second each.
     pub(crate) refusal_log: [Throttle; 2],
+    /// The lines of requests answered before the store, one a second each:
+    /// a missing key, a cost above capacity, no client address.
+    pub(crate) early_log: [Throttle; 3],
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per

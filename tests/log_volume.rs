@@ -188,3 +188,57 @@ async fn refusals_decided_by_redis_are_summarised_too() {
     assert!(counted <= refusals, "{logs}");
     server.assert_every_key_expires(&prefix);
 }
+
+const TWO_KEYS: &str = r#"
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 1
+refill = "1/d"
+
+[limits.by-ip]
+key = "ip"
+capacity = 1000
+refill = "1/s"
+
+[[routes]]
+path = "/"
+limits = ["per-key", "by-ip"]
+"#;
+
+/// Requests answered before the store — a missing key header (401), or no
+/// client address on a server without `ConnectInfo` (503) — are logged
+/// like refusals: one line a second per limit, with the count held back.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn requests_answered_before_the_store_are_summarised_too() {
+    let (captured, _guard) = capture(tracing::Level::INFO);
+    let app = ok_app(Config::from_toml_str(TWO_KEYS).unwrap()).await;
+    for _ in 0..50 {
+        let res = send(&app, request("GET", "/", "127.0.0.1:1", &[])).await;
+        assert_eq!(res.status(), 401);
+        // No ConnectInfo at all: the server's setup, not the client's.
+        let bare = http::Request::get("/")
+            .header("x-api-key", "k")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert_eq!(send(&app, bare).await.status(), 503);
+    }
+    let logs = captured.take();
+    let count = |what: &str| logs.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("reason=\"missing-key\""), 1, "{logs}");
+    assert_eq!(count("reason=\"no-client-ip\""), 1, "{logs}");
+    assert_eq!(count(" ERROR "), 1, "{logs}");
+
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        send(&app, request("GET", "/", "127.0.0.1:1", &[]))
+            .await
+            .status(),
+        401
+    );
+    let logs = captured.take();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("reason=\"missing-key\""))
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert_eq!(suppressed(line), 49, "{logs}");
+}

@@ -319,6 +319,7 @@ impl<'s> Validator<'s> {
             plans: HashMap::new(),
             lease: None,
             refusal_log: Default::default(),
+            early_log: Default::default(),
         });
         Ok(())
     }
