@@ -36,7 +36,15 @@ async fn primary_killed_sentinel_fails_over() {
         || {},
     )
     .await;
-    let promoted = setup.primary_port();
+    // The sentinel asked may learn of the failover from the one that ran it
+    // only at its next hello (every 2 s): ask for up to the failover
+    // timeout (5 s) before calling it a failure.
+    let asked = Instant::now();
+    let mut promoted = setup.primary_port();
+    while promoted != Some(setup.replica.port) && asked.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        promoted = setup.primary_port();
+    }
     assert_eq!(
         promoted,
         Some(setup.replica.port),
