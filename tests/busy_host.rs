@@ -46,6 +46,17 @@ async fn app(server: &RedisServer, prefix: &str) -> (Router, RateLimitLayer) {
     (app, layer)
 }
 
+/// One sign-in of `account`: its status.
+async fn sign_in(app: &Router, account: &str) -> u16 {
+    let req = request(
+        "POST",
+        "/sign-in",
+        "127.0.0.1:5000",
+        &[("x-account", account)],
+    );
+    send(app, req).await.status().as_u16()
+}
+
 /// The two tests load the machine: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -133,13 +144,7 @@ async fn cpu_hogs_do_not_make_a_healthy_redis_refuse() {
                 if Instant::now() >= until {
                     break;
                 }
-                let req = request(
-                    "POST",
-                    "/sign-in",
-                    "127.0.0.1:5000",
-                    &[("x-account", &account)],
-                );
-                tally.record(send(&app, req).await.status().as_u16());
+                tally.record(sign_in(&app, &account).await);
             }
         }));
     }
@@ -179,13 +184,7 @@ async fn many_concurrent_clients_do_not_make_a_healthy_redis_refuse() {
             for i in 0..EACH {
                 // Spread over 10,000 accounts.
                 let account = format!("acct-{}", (client * 7_919 + i * 131) % 10_000);
-                let req = request(
-                    "POST",
-                    "/sign-in",
-                    "127.0.0.1:5000",
-                    &[("x-account", &account)],
-                );
-                tally.record(send(&app, req).await.status().as_u16());
+                tally.record(sign_in(&app, &account).await);
             }
         }));
     }

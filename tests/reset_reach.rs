@@ -108,21 +108,24 @@ async fn still_refusing(apps: &[Router], account: &str, deadline: Instant) -> Ve
     waiting
 }
 
-#[tokio::test]
-async fn a_reset_reaches_the_refused_caches_of_three_instances() {
-    init_tracing();
-    let server = RedisServer::start();
-    let prefix = prefix("reset-reach");
-    let file = config_file("standalone.toml", &server.url(), &prefix);
-    let apps = three(&server.url(), &prefix).await;
+/// Three instances on `url` refuse alice from their refused-key caches
+/// (`script_calls` counts Redis's script calls since `reset_stats`); the
+/// CLI's reset reaches all three within `REACH`, and each admission is then
+/// Redis's (one script call each).
+async fn a_reset_reaches_three_instances(
+    url: &str,
+    prefix: &str,
+    reset_stats: impl Fn(),
+    script_calls: impl Fn() -> u64,
+) {
+    let file = config_file(&format!("{prefix}.toml"), url, prefix);
+    let apps = three(url, prefix).await;
     refuse_everywhere(&apps, "alice").await;
-
-    // Every instance now answers alice from its refused-key cache.
-    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    reset_stats();
     for app in &apps {
         assert_eq!(send(app, from("alice")).await.status(), 429);
     }
-    assert_eq!(server.script_calls(), 0, "the refused caches answered");
+    assert_eq!(script_calls(), 0, "the refused caches answered");
 
     cli_reset(&file, "alice");
     let reset_at = Instant::now();
@@ -136,7 +139,23 @@ async fn a_reset_reaches_the_refused_caches_of_three_instances() {
         reset_at.elapsed()
     );
     // Each admission was Redis's: a full bucket again, one token each.
-    assert_eq!(server.script_calls(), 3);
+    assert_eq!(script_calls(), 3);
+}
+
+#[tokio::test]
+async fn a_reset_reaches_the_refused_caches_of_three_instances() {
+    init_tracing();
+    let server = RedisServer::start();
+    let prefix = prefix("reset-reach");
+    a_reset_reaches_three_instances(
+        &server.url(),
+        &prefix,
+        || {
+            server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+        },
+        || server.script_calls(),
+    )
+    .await;
     server.assert_every_key_expires(&prefix);
 }
 
@@ -145,26 +164,17 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
     init_tracing();
     let cluster = RedisCluster::start();
     let prefix = prefix("reset-reach-cluster");
-    let file = config_file("cluster.toml", &cluster.url(), &prefix);
-    let apps = three(&cluster.url(), &prefix).await;
-    refuse_everywhere(&apps, "alice").await;
-    let calls = || cluster.nodes.iter().map(|n| n.script_calls()).sum::<u64>();
-    for n in &cluster.nodes {
-        n.cli(&["CONFIG", "RESETSTAT"]).unwrap();
-    }
-    for app in &apps {
-        assert_eq!(send(app, from("alice")).await.status(), 429);
-    }
-    assert_eq!(calls(), 0, "the refused caches answered");
-
-    cli_reset(&file, "alice");
-    let reset_at = Instant::now();
-    let left = still_refusing(&apps, "alice", reset_at + REACH).await;
-    assert!(
-        left.is_empty(),
-        "instances {left:?} still refuse alice {REACH:?} after the reset"
-    );
-    assert_eq!(calls(), 3);
+    a_reset_reaches_three_instances(
+        &cluster.url(),
+        &prefix,
+        || {
+            for n in &cluster.nodes {
+                n.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+            }
+        },
+        || cluster.nodes.iter().map(|n| n.script_calls()).sum::<u64>(),
+    )
+    .await;
     cluster.assert_every_key_expires(&prefix);
 }
 
@@ -173,27 +183,15 @@ async fn a_reset_reaches_every_instance_on_sentinel() {
     init_tracing();
     let setup = SentinelSetup::start();
     let prefix = prefix("reset-reach-sentinel");
-    let file = config_file("sentinel.toml", &setup.url(), &prefix);
-    let apps = three(&setup.url(), &prefix).await;
-    refuse_everywhere(&apps, "alice").await;
-    setup.primary.cli(&["CONFIG", "RESETSTAT"]).unwrap();
-    for app in &apps {
-        assert_eq!(send(app, from("alice")).await.status(), 429);
-    }
-    assert_eq!(
-        setup.primary.script_calls(),
-        0,
-        "the refused caches answered"
-    );
-
-    cli_reset(&file, "alice");
-    let reset_at = Instant::now();
-    let left = still_refusing(&apps, "alice", reset_at + REACH).await;
-    assert!(
-        left.is_empty(),
-        "instances {left:?} still refuse alice {REACH:?} after the reset"
-    );
-    assert_eq!(setup.primary.script_calls(), 3);
+    a_reset_reaches_three_instances(
+        &setup.url(),
+        &prefix,
+        || {
+            setup.primary.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+        },
+        || setup.primary.script_calls(),
+    )
+    .await;
 }
 
 #[tokio::test]
