@@ -27,7 +27,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use crate::algorithm::Rule;
 use crate::config::Config;
 use crate::key::redis_key_for;
-use crate::policy::Limit;
+use crate::route::Limit;
 use crate::store::redis::map_err;
 use crate::store::{RedisStore, StoreError};
 

@@ -70,7 +70,7 @@ mod limiter;
 mod log_throttle;
 mod outcome;
 pub mod plan;
-mod policy;
+mod route;
 mod refused;
 mod request;
 mod reset;

@@ -27,7 +27,7 @@ use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial, KeySecret};
 use crate::lease::{LeaseUse, Leases};
 use crate::outcome::{reported, retry_after_secs, LimitState, Outcome};
 use crate::plan::{PlanResolver, Plans};
-use crate::policy::{Policy, RouteTable};
+use crate::route::{Policy, RouteTable};
 use crate::refused::{Refused, RefusedCache};
 use crate::store::{Bucket, Check, MemoryStore, Store, StoreError};
 use crate::RequestRef;
@@ -181,7 +181,7 @@ impl Limiter {
     ) -> Self {
         let store_is_local = local.is_some();
         Self {
-            routes: RouteTable::new(cfg),
+            routes: RouteTable::new(&cfg.routes, cfg.default_route.clone()),
             client_ip: cfg.client_ip.clone(),
             prefix: Arc::clone(&cfg.key_prefix),
             key_secret: (!store_is_local).then(|| cfg.key_secret.clone()),
@@ -815,7 +815,7 @@ impl fmt::Debug for Refund {
 
 /// `429` with `Retry-After`, the limit's headers and a problem body.
 fn refusal(
-    limit: &crate::policy::Limit,
+    limit: &crate::route::Limit,
     key: &str,
     headers: RateHeaders,
     retry: u64,
@@ -879,7 +879,7 @@ macro_rules! throttled {
     };
 }
 
-fn missing_key(limit: &crate::policy::Limit) -> Decision {
+fn missing_key(limit: &crate::route::Limit) -> Decision {
     throttled!(
         limit,
         MISSING_KEY,
@@ -902,7 +902,7 @@ fn missing_key(limit: &crate::policy::Limit) -> Decision {
 /// A cost no bucket of this limit can ever hold: refused at once, without
 /// touching the store (so it drains nothing), and not with 429 — waiting
 /// would not help.
-fn too_costly(l: &crate::policy::Limit, cost: u32, capacity: f64) -> Decision {
+fn too_costly(l: &crate::route::Limit, cost: u32, capacity: f64) -> Decision {
     let limit = &*l.name;
     throttled!(l, TOO_COSTLY, info, %limit, cost, capacity, reason = "cost-exceeds-capacity", "refused");
     Decision::Reject(Rejection::problem(
@@ -912,7 +912,7 @@ fn too_costly(l: &crate::policy::Limit, cost: u32, capacity: f64) -> Decision {
     ))
 }
 
-fn no_client_ip(l: &crate::policy::Limit) -> Decision {
+fn no_client_ip(l: &crate::route::Limit) -> Decision {
     let limit = &*l.name;
     // A server setup problem (no ConnectInfo), not the client's doing; never
     // a shared "unknown" bucket.

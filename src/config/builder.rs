@@ -1,204 +1,96 @@
-//! Building a [`Config`] in code, validated exactly as TOML is.
+//! Building a [`Config`](super::Config) in code. The TOML loader lowers a
+//! file into this same builder, so [`build`](ConfigBuilder::build) is the
+//! one place a configuration is checked and assembled.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::Method;
 use ipnet::IpNet;
 
-use super::validate::{exact_count, RouteSettings, RuleSpans, Validator};
-use super::{
-    Config, ConfigError, FailurePolicy, Hidden, OnMissing, Rate, RedisSettings, RouteEntry,
-    DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL,
-    DEFAULT_REFUSED_CACHE_KEYS,
-};
-use crate::algorithm::Rule;
-use crate::key::{ClientIpRules, ForwardedHeader, KeySecret, KeySource, SecretOrigin};
+use super::parts::{LimitConfig, RouteConfig};
+use super::redis::{RedisSettings, RedisSpans};
+use super::validate::Span;
+use super::{Heartbeat, Hidden};
+use crate::breaker::BreakerConfig;
+use crate::key::{ClientIpRules, ForwardedHeader};
 
-/// A limit for [`ConfigBuilder::limit`].
-#[derive(Clone, Debug)]
-#[must_use]
-pub struct LimitConfig {
-    key: KeySource,
-    on_missing: OnMissing,
-    rule: Rule,
-    shadow: bool,
-    plans: Vec<(String, Rule)>,
-}
-
-impl LimitConfig {
-    /// A token bucket of `capacity` (burst) refilled at `refill`.
-    pub fn token_bucket(key: KeySource, capacity: u64, refill: Rate) -> Self {
-        Self::new(
-            key,
-            Rule::TokenBucket {
-                capacity: exact_count(capacity),
-                refill_per_sec: refill.tokens_per_second(),
-            },
-        )
-    }
-
-    /// At most `limit` per `window`, the window opening with a key's first
-    /// request.
-    pub fn fixed_window(key: KeySource, limit: u64, window: Duration) -> Self {
-        Self::new(
-            key,
-            Rule::FixedWindow {
-                limit: exact_count(limit),
-                window,
-            },
-        )
-    }
-
-    /// About `limit` per sliding `window`.
-    pub fn sliding_window(key: KeySource, limit: u64, window: Duration) -> Self {
-        Self::new(
-            key,
-            Rule::SlidingWindow {
-                limit: exact_count(limit),
-                window,
-            },
-        )
-    }
-
-    fn new(key: KeySource, rule: Rule) -> Self {
-        Self {
-            key,
-            on_missing: OnMissing::Reject,
-            rule,
-            shadow: false,
-            plans: Vec::new(),
-        }
-    }
-
-    /// What to do when a request lacks the key.
-    pub fn on_missing(mut self, on_missing: OnMissing) -> Self {
-        self.on_missing = on_missing;
-        self
-    }
-
-    /// Shadow mode: count and log, never refuse.
-    pub fn shadow(mut self) -> Self {
-        self.shadow = true;
-        self
-    }
-
-    /// Other numbers for callers on `plan`, with the same algorithm (the
-    /// capacity of `numbers` and, for windows, its window).
-    pub fn plan(mut self, plan: impl Into<String>, numbers: LimitConfig) -> Self {
-        self.plans.push((plan.into(), numbers.rule));
-        self
-    }
-}
-
-/// A route policy for [`ConfigBuilder::route`].
-#[derive(Clone, Debug)]
-#[must_use]
-pub struct RouteConfig {
-    limits: Vec<String>,
-    methods: Option<Vec<Method>>,
-    cost: u32,
-    on_redis_error: FailurePolicy,
-    shadow: bool,
-    refund: bool,
-}
-
-impl RouteConfig {
-    /// The limits (by name) every request of the route is counted against.
-    pub fn new<I, S>(limits: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self {
-            limits: limits.into_iter().map(Into::into).collect(),
-            methods: None,
-            cost: 1,
-            on_redis_error: FailurePolicy::Open,
-            shadow: false,
-            refund: false,
-        }
-    }
-
-    fn settings(&self) -> RouteSettings {
-        RouteSettings {
-            cost: self.cost,
-            cost_span: None,
-            on_redis_error: self.on_redis_error,
-            shadow: self.shadow,
-            refund: self.refund,
-        }
-    }
-
-    /// Units each request takes (default 1).
-    pub fn cost(mut self, cost: u32) -> Self {
-        self.cost = cost;
-        self
-    }
-
-    /// Only these methods (default: all).
-    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
-        self.methods = Some(methods.into_iter().collect());
-        self
-    }
-
-    /// What to do when Redis fails (default `open`).
-    pub fn on_redis_error(mut self, policy: FailurePolicy) -> Self {
-        self.on_redis_error = policy;
-        self
-    }
-
-    /// Shadow mode for the whole route: count and log, never refuse.
-    pub fn shadow(mut self) -> Self {
-        self.shadow = true;
-        self
-    }
-
-    /// Admitted requests carry a [`Refund`](crate::Refund) handle in their
-    /// extensions, so the handler can give back units it did not need
-    /// (`refund = true` in TOML). Off by default: the handle costs every
-    /// request an allocation and an extension insert.
-    pub fn refund(mut self) -> Self {
-        self.refund = true;
-        self
-    }
-}
-
-/// Builds a [`Config`] in code; [`build`](Self::build) validates it as the
-/// TOML loader does.
+/// Builds a [`Config`](super::Config) in code; [`build`](Self::build)
+/// validates it as the TOML loader does (the loader goes through it).
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct ConfigBuilder {
-    redis: Option<RedisSettings>,
-    deadline: Option<Duration>,
-    key_prefix: Option<String>,
-    fleet_size: Option<u32>,
-    memory_max_keys: Option<usize>,
-    client_ip: ClientIpRules,
-    limits: Vec<(String, LimitConfig)>,
-    routes: Vec<(String, RouteConfig)>,
-    default_route: Option<RouteConfig>,
-    plan_assignments: Hidden<HashMap<String, String>>,
-    plan_cache_ttl: Option<Duration>,
-    breaker: Option<crate::breaker::BreakerConfig>,
-    heartbeat: Option<super::Heartbeat>,
-    key_secret: Option<Hidden<Vec<u8>>>,
+    pub(super) redis: Option<RedisSettings>,
+    pub(super) deadline: Option<Duration>,
+    pub(super) key_prefix: Option<String>,
+    pub(super) closed_retry_after: Option<Duration>,
+    pub(super) refused_cache_keys: Option<usize>,
+    pub(super) fleet_size: Option<u32>,
+    pub(super) memory_max_keys: Option<usize>,
+    pub(super) client_ip: ClientIpRules,
+    pub(super) limits: Vec<(String, LimitConfig)>,
+    pub(super) routes: Vec<(String, RouteConfig)>,
+    pub(super) default_route: Option<RouteConfig>,
+    /// Key (callers' API keys among them), plan, and where it was written.
+    pub(super) plan_assignments: Hidden<Vec<(String, String, Span)>>,
+    pub(super) plan_cache_ttl: Option<Duration>,
+    pub(super) plan_cache_keys: Option<usize>,
+    pub(super) breaker: BreakerConfig,
+    /// Set: checked against the deadline; unset: derived from it.
+    pub(super) breaker_window: Option<Duration>,
+    pub(super) heartbeat: Option<Heartbeat>,
+    pub(super) key_secret: Option<SecretSource>,
+    /// Where the TOML wrote each setting (nothing for code).
+    pub(super) at: Spans,
+}
+
+/// Where the key secret comes from.
+#[derive(Clone, Debug)]
+pub(super) enum SecretSource {
+    /// Given in code.
+    Code(Hidden<Vec<u8>>),
+    /// Read from this environment variable when built.
+    Env(String),
+}
+
+/// The TOML text and where in it the builder's settings were written, so
+/// errors found by `build` point at them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Spans {
+    /// Hidden: it may hold callers' API keys (`[plan_assignments]`).
+    pub(super) src: Hidden<String>,
+    pub(super) redis: RedisSpans,
+    pub(super) pool_size: Span,
+    pub(super) deadline: Span,
+    pub(super) connect_timeout: Span,
+    pub(super) closed_retry_after: Span,
+    pub(super) key_prefix: Span,
+    pub(super) secret_env: Span,
+    pub(super) fleet_size: Span,
+    pub(super) heartbeat: Span,
+    pub(super) dead_after: Span,
+    pub(super) breaker_failures: Span,
+    pub(super) breaker_window: Span,
+    pub(super) breaker_cool_off: Span,
+    pub(super) breaker_probes: Span,
+    pub(super) ipv6_prefix: Span,
+    pub(super) memory_max_keys: Span,
+    pub(super) plan_cache_keys: Span,
 }
 
 impl ConfigBuilder {
+    fn redis(&mut self) -> &mut RedisSettings {
+        self.redis.get_or_insert_with(RedisSettings::default)
+    }
+
     /// Use Redis at `url`.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
-        self.redis.get_or_insert_with(RedisSettings::default).url = url.into();
+        self.redis().url = url.into();
         self
     }
 
     /// Trust the CA certificate(s) in this PEM file, besides the system's
     /// roots, for a `rediss://` URL.
     pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
-        self.redis
-            .get_or_insert_with(RedisSettings::default)
-            .tls_ca_file = Some(path.into());
+        self.redis().tls_ca_file = Some(path.into());
         self
     }
 
@@ -209,7 +101,7 @@ impl ConfigBuilder {
         cert: impl Into<std::path::PathBuf>,
         key: impl Into<std::path::PathBuf>,
     ) -> Self {
-        let r = self.redis.get_or_insert_with(RedisSettings::default);
+        let r = self.redis();
         r.tls_client_cert = Some(cert.into());
         r.tls_client_key = Some(key.into());
         self
@@ -217,9 +109,19 @@ impl ConfigBuilder {
 
     /// Connections in the fred pool (default 4).
     pub fn pool_size(mut self, n: usize) -> Self {
-        self.redis
-            .get_or_insert_with(RedisSettings::default)
-            .pool_size = n;
+        self.redis().pool_size = n;
+        self
+    }
+
+    /// How long connecting to Redis may take (default 2 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.redis().connect_timeout = d;
+        self
+    }
+
+    /// Whether concurrent checks share one Redis round trip (default true).
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.redis().coalesce = on;
         self
     }
 
@@ -232,6 +134,18 @@ impl ConfigBuilder {
     /// The Redis key prefix (default `rl`).
     pub fn key_prefix(mut self, p: impl Into<String>) -> Self {
         self.key_prefix = Some(p.into());
+        self
+    }
+
+    /// The `Retry-After` of a `closed` route's 503 (default 1 s).
+    pub fn closed_retry_after(mut self, d: Duration) -> Self {
+        self.closed_retry_after = Some(d);
+        self
+    }
+
+    /// Most keys the refused-key cache holds (default 10 000; 0: off).
+    pub fn refused_cache_keys(mut self, n: usize) -> Self {
+        self.refused_cache_keys = Some(n);
         self
     }
 
@@ -258,6 +172,12 @@ impl ConfigBuilder {
         self
     }
 
+    /// The prefix length IPv6 clients are grouped by (0 to 128, default 64).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.client_ip.ipv6_prefix = bits;
+        self
+    }
+
     /// Adds a named limit.
     pub fn limit(mut self, name: impl Into<String>, limit: LimitConfig) -> Self {
         self.limits.push((name.into(), limit));
@@ -278,7 +198,9 @@ impl ConfigBuilder {
 
     /// Puts the caller with this key (API key, account) on `plan`.
     pub fn assign_plan(mut self, key: impl Into<String>, plan: impl Into<String>) -> Self {
-        self.plan_assignments.0.insert(key.into(), plan.into());
+        self.plan_assignments
+            .0
+            .push((key.into(), plan.into(), None));
         self
     }
 
@@ -288,9 +210,16 @@ impl ConfigBuilder {
         self
     }
 
+    /// Most keys whose resolved plan is cached (default 10 000).
+    pub fn plan_cache_keys(mut self, n: usize) -> Self {
+        self.plan_cache_keys = Some(n);
+        self
+    }
+
     /// The circuit breaker's settings.
-    pub fn breaker(mut self, b: crate::breaker::BreakerConfig) -> Self {
-        self.breaker = Some(b);
+    pub fn breaker(mut self, b: BreakerConfig) -> Self {
+        self.breaker = b;
+        self.breaker_window = Some(b.window);
         self
     }
 
@@ -300,135 +229,20 @@ impl ConfigBuilder {
     /// set: a built-in secret derived from the key prefix, which keeps raw
     /// API keys out of Redis but is not secret.
     pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
-        self.key_secret = Some(Hidden(secret.as_ref().to_vec()));
+        self.key_secret = Some(SecretSource::Code(Hidden(secret.as_ref().to_vec())));
+        self
+    }
+
+    /// The key secret from environment variable `name`, read by
+    /// [`build`](Self::build) (`[keys] secret_env` in TOML).
+    pub fn key_secret_env(mut self, name: impl Into<String>) -> Self {
+        self.key_secret = Some(SecretSource::Env(name.into()));
         self
     }
 
     /// Discover the fleet size by heartbeats in Redis.
     pub fn heartbeat(mut self, every: Duration, dead_after: Duration) -> Self {
-        self.heartbeat = Some(super::Heartbeat { every, dead_after });
+        self.heartbeat = Some(Heartbeat { every, dead_after });
         self
-    }
-
-    /// Validates and builds.
-    pub fn build(self) -> Result<Config, ConfigError> {
-        let mut v = Validator::new("");
-        if let Some(r) = &self.redis {
-            super::validate::check_redis("", r, &super::validate::RedisSpans::default())?;
-        }
-        let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
-        v.check_name("key prefix", &prefix, None)?;
-        let key_secret = match self.key_secret.as_ref().map(|s| &s.0) {
-            Some(s) => {
-                super::check_secret_len(s.len()).map_err(ConfigError::new)?;
-                KeySecret::new(s, SecretOrigin::Code)
-            }
-            None => KeySecret::default_for(&prefix),
-        };
-        for (name, l) in &self.limits {
-            v.add_limit(
-                name,
-                None,
-                l.key.clone(),
-                l.on_missing,
-                l.rule,
-                &RuleSpans::default(),
-                l.shadow,
-            )?;
-        }
-        for (name, l) in &self.limits {
-            for (plan, rule) in &l.plans {
-                v.add_plan_rule(plan, None, name, None, &RuleSpans::default(), |base| {
-                    if std::mem::discriminant(base) == std::mem::discriminant(rule) {
-                        Ok(*rule)
-                    } else {
-                        Err(format!(
-                            "plan {plan:?} of limit {name:?} must use the limit's algorithm"
-                        ))
-                    }
-                })?;
-            }
-        }
-        let mut plan_assignments = HashMap::new();
-        for (key, plan) in self.plan_assignments.0 {
-            if !v.plans.contains(&plan) {
-                return Err(ConfigError::new(format!("unknown plan {plan:?}")));
-            }
-            plan_assignments.insert(key, Arc::<str>::from(plan));
-        }
-        let limits: Vec<Arc<crate::policy::Limit>> = std::mem::take(&mut v.limits)
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let mut routes = Vec::new();
-        for (path, r) in self.routes {
-            v.check_route(&path, r.methods.as_deref(), None)?;
-            let policy = v.policy(
-                &limits,
-                r.limits.iter().map(|n| (n.as_str(), None)),
-                r.settings(),
-            )?;
-            routes.push(RouteEntry {
-                path,
-                methods: r.methods,
-                policy,
-            });
-        }
-        let default_route = match self.default_route {
-            Some(r) => Some(v.policy(
-                &limits,
-                r.limits.iter().map(|n| (n.as_str(), None)),
-                r.settings(),
-            )?),
-            None => None,
-        };
-        // The numeric rules the TOML loader applies (the same code).
-        let fleet_size = v.at_least_one("fleet size", self.fleet_size.unwrap_or(1), None)?;
-        if let Some(r) = &self.redis {
-            v.at_least_one("pool_size", r.pool_size, None)?;
-            v.not_too_long("connect_timeout", r.connect_timeout, None)?;
-        }
-        if let Some(d) = self.deadline {
-            v.longer_than_zero("deadline", d, None)?;
-            v.not_too_long("deadline", d, None)?;
-        }
-        if let Some(b) = &self.breaker {
-            v.not_too_long("breaker cool_off", b.cool_off, None)?;
-            v.not_too_long("breaker window", b.window, None)?;
-        }
-        if let Some(t) = self.plan_cache_ttl {
-            v.not_too_long("plan cache ttl", t, None)?;
-        }
-        if let Some(n) = self.memory_max_keys {
-            v.at_least_one("max_keys", n, None)?;
-        }
-        if let Some(h) = &self.heartbeat {
-            v.longer_than_zero("heartbeat", h.every, None)?;
-            v.not_too_long("heartbeat", h.every, None)?;
-            v.not_too_long("heartbeat dead_after", h.dead_after, None)?;
-            v.heartbeat(h.every, h.dead_after, None)?;
-        }
-        let deadline = self.deadline.unwrap_or(DEFAULT_DEADLINE);
-        let mut breaker = self.breaker.unwrap_or_default();
-        breaker.window = v.breaker_window(self.breaker.map(|b| b.window), deadline, None)?;
-        Ok(Config {
-            redis: self.redis,
-            deadline,
-            key_prefix: prefix.into(),
-            key_secret,
-            closed_retry_after: Duration::from_secs(1),
-            fleet_size,
-            memory_max_keys: self.memory_max_keys.unwrap_or(DEFAULT_MEMORY_KEYS),
-            client_ip: self.client_ip,
-            limits,
-            routes,
-            default_route,
-            plan_assignments: Hidden(plan_assignments),
-            plan_cache_ttl: self.plan_cache_ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL),
-            plan_cache_keys: DEFAULT_PLAN_CACHE_KEYS,
-            breaker,
-            heartbeat: self.heartbeat,
-            refused_cache_keys: DEFAULT_REFUSED_CACHE_KEYS,
-        })
     }
 }

@@ -1,4 +1,9 @@
-//! Configuration: the TOML schema, its validation, and a builder for code.
+//! Configuration: the TOML schema, a builder for code, and their checks.
+//!
+//! Two front doors, one assembly: a TOML file is parsed (`schema.rs`) and
+//! lowered (`lower.rs`) into a [`ConfigBuilder`], keeping where each setting
+//! was written; [`ConfigBuilder::build`] checks everything and assembles the
+//! [`Config`], its errors placed in the file when there is one.
 //!
 //! ```toml
 //! [redis]                       # no [redis] section: the in-process store
@@ -53,8 +58,14 @@
 //! are not whole milliseconds) are all errors at start-up, reported as
 //! `file:line:column: message`.
 
+mod build;
 mod builder;
 mod error;
+mod lower;
+mod parts;
+#[cfg(feature = "tls")]
+pub(crate) mod pem;
+mod redis;
 pub(crate) mod redis_url;
 mod schema;
 mod units;
@@ -67,87 +78,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
-use ipnet::IpNet;
-use serde::Deserialize;
 
-pub use builder::{ConfigBuilder, LimitConfig, RouteConfig};
+pub use builder::ConfigBuilder;
 pub use error::ConfigError;
+pub use parts::{LimitConfig, RouteConfig};
+pub use redis::RedisSettings;
 pub use redis_url::redact_url;
 pub use units::{ParseUnitError, Rate};
+// Defined with the routes they govern; named here too, where they always were.
+pub use crate::route::{FailurePolicy, OnMissing};
 
-use crate::key::{ClientIpRules, SecretOrigin, MIN_SECRET_BYTES};
-use crate::policy::{Limit, Policy};
-pub(crate) use units::fmt_duration;
-
-/// What a route does when Redis cannot answer within the deadline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FailurePolicy {
-    /// Serve the request unlimited (and log it: one line a second per
-    /// route, counting the others).
-    Open,
-    /// Answer `503 Service Unavailable` with `Retry-After`.
-    Closed,
-    /// Decide from in-process buckets sized limit ÷ fleet size.
-    Local,
-}
-
-/// What a limit does when a request does not carry its key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnMissing {
-    /// Refuse the request with `401 Unauthorized` (the default).
-    #[default]
-    Reject,
-    /// Count the request by its client IP instead, in a bucket apart from
-    /// every header value.
-    Ip,
-}
-
-/// Settings of the Redis store.
-#[derive(Clone)]
-pub struct RedisSettings {
-    pub(crate) url: String,
-    pub(crate) pool_size: usize,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) coalesce: bool,
-    /// PEM file of the CA(s) a `rediss://` server's certificate is checked
-    /// against, besides the system's roots.
-    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
-    /// PEM certificate chain and private key this client presents, for a
-    /// server with `tls-auth-clients yes`.
-    pub(crate) tls_client_cert: Option<std::path::PathBuf>,
-    pub(crate) tls_client_key: Option<std::path::PathBuf>,
-}
-
-// By hand: the URL may carry a password, and `{:?}` ends up in logs.
-impl std::fmt::Debug for RedisSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSettings")
-            .field("url", &redact_url(&self.url))
-            .field("pool_size", &self.pool_size)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("coalesce", &self.coalesce)
-            .field("tls_ca_file", &self.tls_ca_file)
-            .field("tls_client_cert", &self.tls_client_cert)
-            .field("tls_client_key", &self.tls_client_key)
-            .finish()
-    }
-}
-
-impl Default for RedisSettings {
-    fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:6379".into(),
-            pool_size: 4,
-            connect_timeout: Duration::from_secs(2),
-            coalesce: true,
-            tls_ca_file: None,
-            tls_client_cert: None,
-            tls_client_key: None,
-        }
-    }
-}
+use crate::key::{ClientIpRules, SecretOrigin};
+use crate::route::{fmt_duration, Limit, Policy, RouteEntry};
 
 /// A value kept out of `Debug` output (secrets, callers' API keys): `Debug`
 /// says only that it is there.
@@ -194,14 +136,6 @@ pub struct Heartbeat {
     pub dead_after: Duration,
 }
 
-/// One `[[routes]]` entry, resolved.
-#[derive(Clone, Debug)]
-pub(crate) struct RouteEntry {
-    pub(crate) path: String,
-    pub(crate) methods: Option<Vec<Method>>,
-    pub(crate) policy: Arc<Policy>,
-}
-
 const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
 const DEFAULT_MEMORY_KEYS: usize = 100_000;
 const DEFAULT_PLAN_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -213,7 +147,7 @@ impl Config {
     pub fn from_toml_str(source: &str) -> Result<Self, ConfigError> {
         let raw: schema::RawConfig =
             toml::from_str(source).map_err(|e| ConfigError::at(source, e.span(), e.message()))?;
-        raw.validate(source)
+        lower::lower(raw, source)?.build()
     }
 
     /// Reads, parses and validates a TOML configuration file; errors name
@@ -262,7 +196,7 @@ impl Config {
     pub fn try_with_redis_url(self, url: impl Into<String>) -> Result<Self, ConfigError> {
         let cfg = self.with_redis_url(url);
         if let Some(r) = &cfg.redis {
-            validate::check_redis("", r, &validate::RedisSpans::default())?;
+            redis::check_redis("", r, &redis::RedisSpans::default())?;
         }
         Ok(cfg)
     }
@@ -350,49 +284,6 @@ impl Config {
         );
         out
     }
-}
-
-/// The key secret from environment variable `name`, checked.
-pub(crate) fn secret_from_env(name: &str) -> Result<String, String> {
-    if name.is_empty() {
-        return Err("secret_env must name an environment variable".into());
-    }
-    let secret = match std::env::var(name) {
-        Ok(s) if !s.is_empty() => s,
-        Ok(_) | Err(std::env::VarError::NotPresent) => {
-            return Err(format!(
-                "environment variable {name} (keys.secret_env) is not set; it holds the secret \
-                 API keys are hashed with in Redis key names, and every instance and the \
-                 fleetlimit CLI need the same value"
-            ))
-        }
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(format!(
-                "environment variable {name} (keys.secret_env) is not valid UTF-8"
-            ))
-        }
-    };
-    check_secret_len(secret.len()).map_err(|e| format!("environment variable {name}: {e}"))?;
-    Ok(secret)
-}
-
-/// A key secret must be long enough not to be guessed.
-pub(crate) fn check_secret_len(len: usize) -> Result<(), String> {
-    if len < MIN_SECRET_BYTES {
-        return Err(format!(
-            "the key secret is {len} bytes; it must be at least {MIN_SECRET_BYTES} \
-             (for example `openssl rand -hex 32`)"
-        ));
-    }
-    Ok(())
-}
-
-fn parse_net(s: &str) -> Result<IpNet, String> {
-    s.parse::<IpNet>()
-        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| {
-            format!("invalid proxy address {s:?}; expected a CIDR such as \"10.0.0.0/8\" or an IP")
-        })
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::route::fmt_duration;
+
 /// A refill rate: `amount` tokens every `per`.
 ///
 /// Written as `"<amount>/<period>"`, where the period is a unit (`s`, `min`,
@@ -48,7 +50,7 @@ impl Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.amount, DisplayDuration(self.per))
+        write!(f, "{}/{}", self.amount, fmt_duration(self.per))
     }
 }
 
@@ -139,27 +141,6 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
 
 /// The longest duration a configuration may give (about 31 years).
 pub(super) const MAX_DURATION_SECS: u64 = 1_000_000_000;
-
-struct DisplayDuration(Duration);
-
-impl fmt::Display for DisplayDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = self.0;
-        match d.as_millis() {
-            1000 => f.write_str("s"),
-            60_000 => f.write_str("min"),
-            3_600_000 => f.write_str("h"),
-            86_400_000 => f.write_str("d"),
-            ms if ms % 1000 == 0 => write!(f, "{}s", ms / 1000),
-            ms => write!(f, "{ms}ms"),
-        }
-    }
-}
-
-/// A duration in a config file, written `"5ms"`, `"60s"`, `"2min"`.
-pub(crate) fn fmt_duration(d: Duration) -> String {
-    DisplayDuration(d).to_string()
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,16 +1,16 @@
 //! Validation shared by the TOML loader and the builder.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
 
-use super::{ConfigError, OnMissing};
+use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::key::KeySource;
-use crate::policy::{Limit, Policy};
+use crate::route::{FailurePolicy, LeaseConfig, Limit, OnMissing, Policy};
 
 pub(super) struct Validator<'s> {
     src: &'s str,
@@ -63,7 +63,7 @@ fn span_text(secs: f64) -> String {
 
 /// Where a rule's numbers were written, for its errors (all `None` for the
 /// builder). `fallback`: the table, for numbers a plan inherits.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct RuleSpans {
     /// `capacity` or `limit`.
     pub(super) count: Span,
@@ -92,7 +92,7 @@ pub(super) struct RouteSettings {
     pub(super) cost: u32,
     /// Where `cost` was written, for its error.
     pub(super) cost_span: Span,
-    pub(super) on_redis_error: super::FailurePolicy,
+    pub(super) on_redis_error: FailurePolicy,
     pub(super) shadow: bool,
     pub(super) refund: bool,
 }
@@ -105,11 +105,6 @@ impl<'s> Validator<'s> {
             plans: HashSet::new(),
             routes_seen: HashSet::new(),
         }
-    }
-
-    /// The TOML text spans point into (empty for the builder).
-    pub(super) fn src(&self) -> &'s str {
-        self.src
     }
 
     pub(super) fn err(&self, span: Span, msg: impl Into<String>) -> ConfigError {
@@ -171,14 +166,14 @@ impl<'s> Validator<'s> {
         every: Duration,
         dead_after: Duration,
         span: Span,
-    ) -> Result<super::Heartbeat, ConfigError> {
+    ) -> Result<Heartbeat, ConfigError> {
         if dead_after <= every {
             return Err(self.err(
                 span,
                 "dead_after must be longer than heartbeat, or live instances look dead",
             ));
         }
-        Ok(super::Heartbeat { every, dead_after })
+        Ok(Heartbeat { every, dead_after })
     }
 
     /// The breaker's `window`: longer than the deadline (one late check is
@@ -310,17 +305,8 @@ impl<'s> Validator<'s> {
             return Err(self.err(name_span, format!("limit {name:?} is defined twice")));
         }
         self.check_rule(name, &rule, spans)?;
-        self.limits.push(Limit {
-            name: name.into(),
-            key,
-            on_missing,
-            rule,
-            shadow,
-            plans: HashMap::new(),
-            lease: None,
-            refusal_log: Default::default(),
-            early_log: Default::default(),
-        });
+        self.limits
+            .push(Limit::new(name, key, on_missing, rule, shadow));
         Ok(())
     }
 
@@ -350,7 +336,7 @@ impl<'s> Validator<'s> {
                 ),
             ));
         }
-        l.lease = Some(crate::policy::LeaseConfig { batch, above });
+        l.lease = Some(LeaseConfig { batch, above });
         Ok(())
     }
 
@@ -366,31 +352,14 @@ impl<'s> Validator<'s> {
     ) -> Result<(), ConfigError> {
         self.check_name("plan name", plan, plan_span)?;
         let Some(i) = self.limits.iter().position(|l| &*l.name == limit) else {
-            return Err(self.unknown_limit(
-                self.limits.iter().map(|l| &*l.name),
-                limit,
-                limit_span,
-            ));
+            let known = self.limits.iter().map(|l| &*l.name);
+            return Err(unknown_limit(self.src, known, limit, limit_span));
         };
         let r = rule(&self.limits[i].rule).map_err(|e| self.err(limit_span.clone(), e))?;
         self.check_rule(limit, &r, spans)?;
         self.limits[i].plans.insert(plan.into(), r);
         self.plans.insert(plan.to_owned());
         Ok(())
-    }
-
-    /// `known`: the limits defined (before or after they are shared).
-    fn unknown_limit<'a>(
-        &self,
-        known: impl Iterator<Item = &'a str>,
-        name: &str,
-        span: Span,
-    ) -> ConfigError {
-        let known: Vec<&str> = known.collect();
-        self.err(
-            span,
-            format!("unknown limit {name:?} (defined: {})", known.join(", ")),
-        )
     }
 
     pub(super) fn check_route(
@@ -438,7 +407,8 @@ impl<'s> Validator<'s> {
         let mut picked: Vec<Arc<Limit>> = Vec::new();
         for (name, span) in names {
             let Some(l) = limits.iter().find(|l| &*l.name == name) else {
-                return Err(self.unknown_limit(limits.iter().map(|l| &*l.name), name, span));
+                let known = limits.iter().map(|l| &*l.name);
+                return Err(unknown_limit(self.src, known, name, span));
             };
             let smallest = l
                 .plans
@@ -472,69 +442,17 @@ impl<'s> Validator<'s> {
     }
 }
 
-/// Where the `[redis]` fields that [`check_redis`] checks were written.
-#[derive(Default)]
-pub(super) struct RedisSpans {
-    pub(super) url: Span,
-    pub(super) ca_file: Span,
-    pub(super) client_cert: Span,
-    pub(super) client_key: Span,
-}
-
-/// A Redis URL (see `redis_url::check`) and its TLS settings: files only
-/// with a `rediss` URL, a client certificate with its key, each readable
-/// and holding what it should.
-pub(super) fn check_redis(
+/// A limit name that is not among `known` (the limits defined).
+pub(super) fn unknown_limit<'a>(
     src: &str,
-    r: &super::RedisSettings,
-    spans: &RedisSpans,
-) -> Result<(), ConfigError> {
-    let at = |span: &Span, msg: String| ConfigError::at(src, span.clone(), msg);
-    let target =
-        super::redis_url::check(&r.url, cfg!(feature = "tls")).map_err(|e| at(&spans.url, e))?;
-    let files = [
-        ("tls_ca_file", &r.tls_ca_file, &spans.ca_file),
-        ("tls_client_cert", &r.tls_client_cert, &spans.client_cert),
-        ("tls_client_key", &r.tls_client_key, &spans.client_key),
-    ];
-    for (name, file, span) in files {
-        if file.is_some() && !target.tls {
-            return Err(at(
-                span,
-                format!(
-                    "{name} is set, but the url {:?} does not use TLS (rediss://)",
-                    super::redact_url(&r.url)
-                ),
-            ));
-        }
-    }
-    match (&r.tls_client_cert, &r.tls_client_key) {
-        (Some(_), None) => {
-            return Err(at(
-                &spans.client_cert,
-                "tls_client_cert needs tls_client_key (the certificate's private key)".into(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(at(
-                &spans.client_key,
-                "tls_client_key needs tls_client_cert".into(),
-            ))
-        }
-        _ => {}
-    }
-    #[cfg(feature = "tls")]
-    {
-        if let Some(f) = &r.tls_ca_file {
-            crate::store::tls::read_certs("tls_ca_file", f).map_err(|e| at(&spans.ca_file, e))?;
-        }
-        if let Some(f) = &r.tls_client_cert {
-            crate::store::tls::read_certs("tls_client_cert", f)
-                .map_err(|e| at(&spans.client_cert, e))?;
-        }
-        if let Some(f) = &r.tls_client_key {
-            crate::store::tls::read_key(f).map_err(|e| at(&spans.client_key, e))?;
-        }
-    }
-    Ok(())
+    known: impl Iterator<Item = &'a str>,
+    name: &str,
+    span: Span,
+) -> ConfigError {
+    let known: Vec<&str> = known.collect();
+    ConfigError::at(
+        src,
+        span,
+        format!("unknown limit {name:?} (defined: {})", known.join(", ")),
+    )
 }

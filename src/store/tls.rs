@@ -2,39 +2,12 @@
 //! ring, trusting the system's roots plus the CA file of the configuration,
 //! and presenting a client certificate when one is configured.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use fred::types::config::TlsConnector;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::config::pem::{read_certs, read_key};
 use crate::config::RedisSettings;
-
-/// The certificates of a PEM file (one or more `BEGIN CERTIFICATE` blocks);
-/// `field` names the setting in errors.
-pub(crate) fn read_certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let shown = path.display();
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {field} {shown}: {e}"))?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{field} {shown}: not PEM certificates: {e}"))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{field} {shown} holds no certificate (expected PEM \"BEGIN CERTIFICATE\" blocks)"
-        ));
-    }
-    Ok(certs)
-}
-
-/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let shown = path.display();
-    let pem =
-        std::fs::read(path).map_err(|e| format!("cannot read tls_client_key {shown}: {e}"))?;
-    PrivateKeyDer::from_pem_slice(&pem)
-        .map_err(|e| format!("tls_client_key {shown}: no PEM private key: {e}"))
-}
 
 /// The connector fred uses for every connection of a `rediss` pool. The
 /// server's certificate must chain to a system root or to `tls_ca_file`,

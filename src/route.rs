@@ -1,4 +1,6 @@
-//! The route table: which limits a request counts against.
+//! The route table: which limits a request counts against, and the limits
+//! and policies it holds. Built by [`config`](crate::config) from checked
+//! parts; nothing here knows the configuration's shape.
 //!
 //! Routes are found by axum's [`MatchedPath`](axum::extract::MatchedPath) —
 //! the route template such as `/users/{id}`, never the raw path, so
@@ -10,11 +12,36 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::Method;
+use serde::Deserialize;
 
 use crate::algorithm::Rule;
-use crate::config::{fmt_duration, Config, FailurePolicy, OnMissing};
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
+
+/// What a route does when Redis cannot answer within the deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailurePolicy {
+    /// Serve the request unlimited (and log it: one line a second per
+    /// route, counting the others).
+    Open,
+    /// Answer `503 Service Unavailable` with `Retry-After`.
+    Closed,
+    /// Decide from in-process buckets sized limit ÷ fleet size.
+    Local,
+}
+
+/// What a limit does when a request does not carry its key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnMissing {
+    /// Refuse the request with `401 Unauthorized` (the default).
+    #[default]
+    Reject,
+    /// Count the request by its client IP instead, in a bucket apart from
+    /// every header value.
+    Ip,
+}
 
 /// A named limit: its key, its rule, and other numbers per plan.
 #[derive(Debug)]
@@ -47,6 +74,27 @@ pub(crate) struct LeaseConfig {
 }
 
 impl Limit {
+    /// A limit without plans or leases (added by the configuration after).
+    pub(crate) fn new(
+        name: &str,
+        key: KeySource,
+        on_missing: OnMissing,
+        rule: Rule,
+        shadow: bool,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            key,
+            on_missing,
+            rule,
+            shadow,
+            plans: HashMap::new(),
+            lease: None,
+            refusal_log: Default::default(),
+            early_log: Default::default(),
+        }
+    }
+
     /// The rule for a caller on `plan` (the base rule for an unknown plan).
     pub(crate) fn rule_for(&self, plan: Option<&str>) -> Rule {
         plan.and_then(|p| self.plans.get(p))
@@ -89,6 +137,19 @@ fn describe_rule(rule: &Rule) -> String {
     }
 }
 
+/// A duration as a configuration writes it: `"5ms"`, `"60s"`, `"min"`
+/// (a bare unit for exactly one of it, as in a rate's `"10/min"`).
+pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
+    match d.as_millis() {
+        1000 => "s".into(),
+        60_000 => "min".into(),
+        3_600_000 => "h".into(),
+        86_400_000 => "d".into(),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
+}
+
 /// What applies to one route.
 #[derive(Debug)]
 pub(crate) struct Policy {
@@ -122,6 +183,15 @@ impl Policy {
     }
 }
 
+/// One `[[routes]]` entry: a route template, its methods (all when
+/// `None`) and its policy.
+#[derive(Clone, Debug)]
+pub(crate) struct RouteEntry {
+    pub(crate) path: String,
+    pub(crate) methods: Option<Vec<Method>>,
+    pub(crate) policy: Arc<Policy>,
+}
+
 /// The entries of one path: an optional method list and its policy.
 type PathEntries = Vec<(Option<Vec<Method>>, Arc<Policy>)>;
 
@@ -133,9 +203,10 @@ pub(crate) struct RouteTable {
 }
 
 impl RouteTable {
-    pub(crate) fn new(cfg: &Config) -> Self {
+    /// The table of `routes`, with `default` for requests none matches.
+    pub(crate) fn new(routes: &[RouteEntry], default: Option<Arc<Policy>>) -> Self {
         let mut by_path: HashMap<String, PathEntries> = HashMap::new();
-        for r in &cfg.routes {
+        for r in routes {
             by_path
                 .entry(r.path.clone())
                 .or_default()
@@ -145,10 +216,7 @@ impl RouteTable {
         for entries in by_path.values_mut() {
             entries.sort_by_key(|(m, _)| m.is_none());
         }
-        Self {
-            by_path,
-            default: cfg.default_route.clone(),
-        }
+        Self { by_path, default }
     }
 
     /// The policy for a request, or `None` when it is not limited.
@@ -223,31 +291,46 @@ fn template_matches(template: &str, path: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A policy over limits named `names` (their numbers do not matter here).
+    fn policy(names: &[&str]) -> Arc<Policy> {
+        let rule = Rule::TokenBucket {
+            capacity: 1.0,
+            refill_per_sec: 1.0,
+        };
+        let limit = |n: &&str| {
+            Arc::new(Limit::new(
+                n,
+                KeySource::ClientIp,
+                OnMissing::Reject,
+                rule,
+                false,
+            ))
+        };
+        Arc::new(Policy {
+            limits: names.iter().map(limit).collect(),
+            cost: 1,
+            on_redis_error: FailurePolicy::Open,
+            shadow: false,
+            refund: false,
+            degraded_log: Default::default(),
+        })
+    }
+
+    fn entry(path: &str, methods: Option<&[Method]>, names: &[&str]) -> RouteEntry {
+        RouteEntry {
+            path: path.into(),
+            methods: methods.map(<[Method]>::to_vec),
+            policy: policy(names),
+        }
+    }
+
     #[test]
     fn method_specific_entries_win_and_default_catches_the_rest() {
-        let cfg = Config::from_toml_str(
-            r#"
-[limits.a]
-key = "ip"
-capacity = 1
-refill = "1/s"
-[limits.b]
-key = "ip"
-capacity = 2
-refill = "1/s"
-[[routes]]
-path = "/x"
-limits = ["a"]
-[[routes]]
-path = "/x"
-methods = ["POST"]
-limits = ["b"]
-[default]
-limits = ["a", "b"]
-"#,
-        )
-        .unwrap();
-        let t = RouteTable::new(&cfg);
+        let routes = [
+            entry("/x", None, &["a"]),
+            entry("/x", Some(&[Method::POST]), &["b"]),
+        ];
+        let t = RouteTable::new(&routes, Some(policy(&["a", "b"])));
         let name = |p: Option<&Arc<Policy>>| {
             p.map(|p| {
                 p.limits
@@ -274,43 +357,14 @@ limits = ["a", "b"]
 
     #[test]
     fn head_follows_get_unless_listed_itself() {
-        let cfg = Config::from_toml_str(
-            r#"
-[limits.a]
-key = "ip"
-capacity = 1
-refill = "1/s"
-[limits.b]
-key = "ip"
-capacity = 2
-refill = "1/s"
-[limits.c]
-key = "ip"
-capacity = 3
-refill = "1/s"
-[[routes]]
-path = "/x"
-limits = ["a"]
-[[routes]]
-path = "/x"
-methods = ["GET"]
-limits = ["b"]
-[[routes]]
-path = "/y"
-methods = ["GET"]
-limits = ["a"]
-[[routes]]
-path = "/y"
-methods = ["HEAD"]
-limits = ["c"]
-[[routes]]
-path = "/z"
-methods = ["POST"]
-limits = ["a"]
-"#,
-        )
-        .unwrap();
-        let t = RouteTable::new(&cfg);
+        let routes = [
+            entry("/x", None, &["a"]),
+            entry("/x", Some(&[Method::GET]), &["b"]),
+            entry("/y", Some(&[Method::GET]), &["a"]),
+            entry("/y", Some(&[Method::HEAD]), &["c"]),
+            entry("/z", Some(&[Method::POST]), &["a"]),
+        ];
+        let t = RouteTable::new(&routes, None);
         let head = |p| t.lookup(Some(p), &Method::HEAD).map(|p| &*p.limits[0].name);
         assert_eq!(head("/x"), Some("b"), "GET's entry before the catch-all");
         assert_eq!(head("/y"), Some("c"), "an explicit HEAD entry wins");

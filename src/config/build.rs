@@ -1,0 +1,214 @@
+//! [`ConfigBuilder::build`]: every check of a configuration, from code or
+//! from TOML (whose errors point at the file through the builder's spans),
+//! and the one place a [`Config`] is assembled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::builder::{ConfigBuilder, SecretSource};
+use super::redis::check_redis;
+use super::validate::Validator;
+use super::{
+    Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
+    DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
+};
+use crate::key::{KeySecret, SecretOrigin, MIN_SECRET_BYTES};
+use crate::route::{Limit, RouteEntry};
+
+impl ConfigBuilder {
+    /// Validates and builds.
+    pub fn build(mut self) -> Result<Config, ConfigError> {
+        let at = std::mem::take(&mut self.at);
+        let src = at.src.0.as_str();
+        let mut v = Validator::new(src);
+        if let Some(r) = &self.redis {
+            check_redis(src, r, &at.redis)?;
+            v.at_least_one("pool_size", r.pool_size, at.pool_size.clone())?;
+        }
+        let deadline = match self.deadline {
+            Some(d) => {
+                v.longer_than_zero("deadline", d, at.deadline.clone())?;
+                v.not_too_long("deadline", d, at.deadline.clone())?
+            }
+            None => DEFAULT_DEADLINE,
+        };
+        if let Some(r) = &self.redis {
+            let span = at.connect_timeout.clone();
+            v.longer_than_zero("connect_timeout", r.connect_timeout, span.clone())?;
+            v.not_too_long("connect_timeout", r.connect_timeout, span)?;
+        }
+        let closed_retry_after = match self.closed_retry_after {
+            Some(d) => {
+                let span = at.closed_retry_after.clone();
+                v.longer_than_zero("closed_retry_after", d, span.clone())?;
+                v.not_too_long("closed_retry_after", d, span)?
+            }
+            None => Duration::from_secs(1),
+        };
+        let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
+        v.check_name("key_prefix", &prefix, at.key_prefix.clone())?;
+        let key_secret = match &self.key_secret {
+            None => KeySecret::default_for(&prefix),
+            Some(SecretSource::Env(name)) => {
+                let secret = secret_from_env(name).map_err(|e| v.err(at.secret_env.clone(), e))?;
+                KeySecret::new(secret.as_bytes(), SecretOrigin::Env(name.clone()))
+            }
+            Some(SecretSource::Code(Hidden(s))) => {
+                check_secret_len(s.len()).map_err(ConfigError::new)?;
+                KeySecret::new(s, SecretOrigin::Code)
+            }
+        };
+        let fleet_size = self.fleet_size.unwrap_or(1);
+        v.at_least_one("fleet size", fleet_size, at.fleet_size.clone())?;
+        if let Some(h) = &self.heartbeat {
+            v.longer_than_zero("heartbeat", h.every, at.heartbeat.clone())?;
+            v.longer_than_zero("dead_after", h.dead_after, at.dead_after.clone())?;
+            v.not_too_long("heartbeat", h.every, at.heartbeat.clone())?;
+            v.not_too_long("heartbeat dead_after", h.dead_after, at.dead_after.clone())?;
+            let span = at.dead_after.clone().or(at.heartbeat.clone());
+            v.heartbeat(h.every, h.dead_after, span)?;
+        }
+        let mut breaker = self.breaker;
+        v.at_least_one("failures", breaker.failures, at.breaker_failures.clone())?;
+        if let Some(w) = self.breaker_window {
+            v.longer_than_zero("window", w, at.breaker_window.clone())?;
+            v.not_too_long("breaker window", w, at.breaker_window.clone())?;
+        }
+        breaker.window = v.breaker_window(self.breaker_window, deadline, at.breaker_window)?;
+        let cool_off = at.breaker_cool_off;
+        v.longer_than_zero("cool_off", breaker.cool_off, cool_off.clone())?;
+        v.not_too_long("breaker cool_off", breaker.cool_off, cool_off)?;
+        v.at_least_one("probes", breaker.probes, at.breaker_probes)?;
+        if self.client_ip.ipv6_prefix > 128 {
+            return Err(v.err(at.ipv6_prefix, "ipv6_prefix must be between 0 and 128"));
+        }
+
+        for (name, l) in &self.limits {
+            v.add_limit(
+                name,
+                l.at.name.clone(),
+                l.key.clone(),
+                l.on_missing,
+                l.rule,
+                &l.at.rule,
+                l.shadow,
+            )?;
+            if let Some((batch, above)) = l.lease {
+                v.set_lease(batch, above, l.at.lease.clone())?;
+            }
+        }
+        for (name, l) in &self.limits {
+            for p in &l.plans {
+                let (plan, rule) = (&p.plan, p.rule);
+                v.add_plan_rule(
+                    plan,
+                    p.at.plan.clone(),
+                    name,
+                    p.at.limit.clone(),
+                    &p.at.rule,
+                    |base| {
+                        if std::mem::discriminant(base) == std::mem::discriminant(&rule) {
+                            Ok(rule)
+                        } else {
+                            Err(format!(
+                                "plan {plan:?} of limit {name:?} must use the limit's algorithm"
+                            ))
+                        }
+                    },
+                )?;
+            }
+        }
+        let mut plan_assignments = HashMap::new();
+        for (key, plan, span) in self.plan_assignments.0 {
+            if !v.plans.contains(&plan) {
+                let mut known: Vec<&String> = v.plans.iter().collect();
+                known.sort();
+                return Err(v.err(
+                    span,
+                    format!("unknown plan {plan:?} (defined under [plans]: {known:?})"),
+                ));
+            }
+            plan_assignments.insert(key, Arc::<str>::from(plan));
+        }
+
+        let limits: Vec<Arc<Limit>> = std::mem::take(&mut v.limits)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let mut routes = Vec::new();
+        for (path, r) in self.routes {
+            v.check_route(&path, r.methods.as_deref(), r.at.path.clone())?;
+            let policy = v.policy(&limits, r.named_limits(), r.settings())?;
+            routes.push(RouteEntry {
+                path,
+                methods: r.methods,
+                policy,
+            });
+        }
+        let default_route = match &self.default_route {
+            Some(r) => Some(v.policy(&limits, r.named_limits(), r.settings())?),
+            None => None,
+        };
+        let memory_max_keys = self.memory_max_keys.unwrap_or(DEFAULT_MEMORY_KEYS);
+        v.at_least_one("max_keys", memory_max_keys, at.memory_max_keys)?;
+        let plan_cache_ttl = self.plan_cache_ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL);
+        v.not_too_long("plan cache ttl", plan_cache_ttl, None)?;
+        let plan_cache_keys = self.plan_cache_keys.unwrap_or(DEFAULT_PLAN_CACHE_KEYS);
+        v.at_least_one("max_keys", plan_cache_keys, at.plan_cache_keys)?;
+        Ok(Config {
+            redis: self.redis,
+            deadline,
+            key_prefix: prefix.into(),
+            key_secret,
+            closed_retry_after,
+            fleet_size,
+            memory_max_keys,
+            client_ip: self.client_ip,
+            limits,
+            routes,
+            default_route,
+            plan_assignments: Hidden(plan_assignments),
+            plan_cache_ttl,
+            plan_cache_keys,
+            breaker,
+            heartbeat: self.heartbeat,
+            refused_cache_keys: self.refused_cache_keys.unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
+        })
+    }
+}
+
+/// The key secret from environment variable `name`, checked.
+fn secret_from_env(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        return Err("secret_env must name an environment variable".into());
+    }
+    let secret = match std::env::var(name) {
+        Ok(s) if !s.is_empty() => s,
+        Ok(_) | Err(std::env::VarError::NotPresent) => {
+            return Err(format!(
+                "environment variable {name} (keys.secret_env) is not set; it holds the secret \
+                 API keys are hashed with in Redis key names, and every instance and the \
+                 fleetlimit CLI need the same value"
+            ))
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(format!(
+                "environment variable {name} (keys.secret_env) is not valid UTF-8"
+            ))
+        }
+    };
+    check_secret_len(secret.len()).map_err(|e| format!("environment variable {name}: {e}"))?;
+    Ok(secret)
+}
+
+/// A key secret must be long enough not to be guessed.
+fn check_secret_len(len: usize) -> Result<(), String> {
+    if len < MIN_SECRET_BYTES {
+        return Err(format!(
+            "the key secret is {len} bytes; it must be at least {MIN_SECRET_BYTES} \
+             (for example `openssl rand -hex 32`)"
+        ));
+    }
+    Ok(())
+}

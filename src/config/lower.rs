@@ -1,0 +1,376 @@
+//! Lowering: the parsed TOML becomes a [`ConfigBuilder`], each setting
+//! with where it was written. Only what the builder cannot take as a value
+//! is checked here: text to parse (durations, rates, keys, methods,
+//! addresses), fields that do not belong together, and names that must
+//! refer to something in the file. Everything else is checked by
+//! [`ConfigBuilder::build`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use http::Method;
+use ipnet::IpNet;
+use toml::Spanned;
+
+use super::builder::{ConfigBuilder, SecretSource};
+use super::parts::{LimitConfig, LimitSpans, PlanRule, PlanSpans, RouteConfig, RouteSpans};
+use super::redis::{RedisSettings, RedisSpans};
+use super::schema::{AlgorithmName, Mode, RawConfig, RawLimit, RawPlanLimit};
+use super::validate::{exact_count, unknown_limit, RuleSpans, Span};
+use super::{units, ConfigError, Heartbeat, Rate};
+use crate::algorithm::Rule;
+use crate::key::{ForwardedHeader, KeySource};
+use crate::route::FailurePolicy;
+
+fn parse_at<T, E: std::fmt::Display>(
+    source: &str,
+    v: &Spanned<String>,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> Result<T, ConfigError> {
+    parse(v.get_ref()).map_err(|e| ConfigError::at(source, Some(v.span()), e.to_string()))
+}
+
+fn span<T>(v: &Option<Spanned<T>>) -> Span {
+    v.as_ref().map(Spanned::span)
+}
+
+/// The numbers of a limit (or of its plan override), checked against its
+/// algorithm: a token bucket has capacity and refill, a window has limit and
+/// window, and nothing else.
+struct Numbers<'a> {
+    capacity: &'a Option<Spanned<u64>>,
+    refill: &'a Option<Spanned<String>>,
+    limit: &'a Option<Spanned<u64>>,
+    window: &'a Option<Spanned<String>>,
+}
+
+impl Numbers<'_> {
+    fn rule(
+        &self,
+        src: &str,
+        name: &str,
+        alg: AlgorithmName,
+        base: Option<&Rule>,
+        at: Span,
+    ) -> Result<Rule, ConfigError> {
+        let err = |s: Span, m: String| ConfigError::at(src, s, m);
+        let forbid = |field: &str, s: Span, alg_name: &str| {
+            s.map_or(Ok(()), |s| {
+                Err(err(
+                    Some(s),
+                    format!("limit {name:?}: `{field}` does not apply to a {alg_name}"),
+                ))
+            })
+        };
+        let need = |field: &str| err(at.clone(), format!("limit {name:?}: missing `{field}`"));
+        match alg {
+            AlgorithmName::TokenBucket => {
+                forbid("limit", span(self.limit), "token bucket (use `capacity`)")?;
+                forbid("window", span(self.window), "token bucket (use `refill`)")?;
+                let (base_cap, base_rate) = match base {
+                    Some(Rule::TokenBucket {
+                        capacity,
+                        refill_per_sec,
+                    }) => (Some(*capacity), Some(*refill_per_sec)),
+                    _ => (None, None),
+                };
+                let capacity = match self.capacity {
+                    Some(c) => exact_count(*c.get_ref()),
+                    None => base_cap.ok_or_else(|| need("capacity"))?,
+                };
+                let refill_per_sec = match self.refill {
+                    Some(r) => parse_at(src, r, Rate::from_str)?.tokens_per_second(),
+                    None => base_rate.ok_or_else(|| need("refill"))?,
+                };
+                Ok(Rule::TokenBucket {
+                    capacity,
+                    refill_per_sec,
+                })
+            }
+            AlgorithmName::FixedWindow | AlgorithmName::SlidingWindow => {
+                forbid("capacity", span(self.capacity), "window (use `limit`)")?;
+                forbid("refill", span(self.refill), "window (use `window`)")?;
+                let (base_limit, base_window) = match base {
+                    Some(
+                        Rule::FixedWindow { limit, window } | Rule::SlidingWindow { limit, window },
+                    ) => (Some(*limit), Some(*window)),
+                    _ => (None, None),
+                };
+                let limit = match self.limit {
+                    Some(l) => exact_count(*l.get_ref()),
+                    None => base_limit.ok_or_else(|| need("limit"))?,
+                };
+                let window = match self.window {
+                    Some(w) => parse_at(src, w, units::parse_duration)?,
+                    None => base_window.ok_or_else(|| need("window"))?,
+                };
+                Ok(if alg == AlgorithmName::FixedWindow {
+                    Rule::FixedWindow { limit, window }
+                } else {
+                    Rule::SlidingWindow { limit, window }
+                })
+            }
+        }
+    }
+
+    /// Where to point at when the numbers are wrong; `fallback` (the table)
+    /// for numbers not written here.
+    fn spans(&self, fallback: Span) -> RuleSpans {
+        RuleSpans {
+            count: span(self.capacity).or_else(|| span(self.limit)),
+            rate: span(self.refill).or_else(|| span(self.window)),
+            fallback,
+        }
+    }
+}
+
+fn algorithm_of(rule: &Rule) -> AlgorithmName {
+    match rule {
+        Rule::TokenBucket { .. } => AlgorithmName::TokenBucket,
+        Rule::FixedWindow { .. } => AlgorithmName::FixedWindow,
+        Rule::SlidingWindow { .. } => AlgorithmName::SlidingWindow,
+    }
+}
+
+/// The builder a configuration file says.
+pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigError> {
+    let mut b = ConfigBuilder::default();
+    b.at.src.0 = src.to_owned();
+    let duration = |d: &Spanned<String>| parse_at(src, d, units::parse_duration);
+    if let Some(r) = raw.redis {
+        let s = b.redis.get_or_insert_with(RedisSettings::default);
+        if let Some(url) = &r.url {
+            s.url.clone_from(url.get_ref());
+        }
+        let path = |f: &Option<Spanned<String>>| f.as_ref().map(|f| f.get_ref().into());
+        s.tls_ca_file = path(&r.tls_ca_file);
+        s.tls_client_cert = path(&r.tls_client_cert);
+        s.tls_client_key = path(&r.tls_client_key);
+        b.at.redis = RedisSpans {
+            url: span(&r.url),
+            ca_file: span(&r.tls_ca_file),
+            client_cert: span(&r.tls_client_cert),
+            client_key: span(&r.tls_client_key),
+        };
+        if let Some(n) = &r.pool_size {
+            s.pool_size = *n.get_ref();
+        }
+        b.at.pool_size = span(&r.pool_size);
+        if let Some(d) = &r.connect_timeout {
+            s.connect_timeout = duration(d)?;
+        }
+        b.at.connect_timeout = span(&r.connect_timeout);
+        if let Some(c) = r.coalesce {
+            s.coalesce = c;
+        }
+        if let Some(d) = &r.deadline {
+            b.deadline = Some(duration(d)?);
+        }
+        b.at.deadline = span(&r.deadline);
+        if let Some(d) = &r.closed_retry_after {
+            b.closed_retry_after = Some(duration(d)?);
+        }
+        b.at.closed_retry_after = span(&r.closed_retry_after);
+        b.refused_cache_keys = r.refused_cache_keys.map(Spanned::into_inner);
+        b.at.key_prefix = span(&r.key_prefix);
+        b.key_prefix = r.key_prefix.map(Spanned::into_inner);
+    }
+    if let Some(name) = raw.keys.secret_env {
+        b.at.secret_env = Some(name.span());
+        b.key_secret = Some(SecretSource::Env(name.into_inner()));
+    }
+    b.at.fleet_size = span(&raw.fleet.size);
+    b.fleet_size = raw.fleet.size.as_ref().map(|n| *n.get_ref());
+    let fleet = &raw.fleet;
+    if fleet.discover {
+        let every = match &fleet.heartbeat {
+            Some(d) => duration(d)?,
+            None => Duration::from_secs(1),
+        };
+        let dead_after = match &fleet.dead_after {
+            Some(d) => duration(d)?,
+            None => every * 3,
+        };
+        b.heartbeat = Some(Heartbeat { every, dead_after });
+        b.at.heartbeat = span(&fleet.heartbeat);
+        b.at.dead_after = span(&fleet.dead_after);
+    } else if let Some(h) = fleet.heartbeat.as_ref().or(fleet.dead_after.as_ref()) {
+        return Err(ConfigError::at(
+            src,
+            Some(h.span()),
+            "heartbeat settings need `discover = true`",
+        ));
+    }
+    let breaker = &raw.breaker;
+    if let Some(n) = &breaker.failures {
+        b.breaker.failures = *n.get_ref();
+    }
+    if let Some(d) = &breaker.window {
+        b.breaker_window = Some(duration(d)?);
+    }
+    if let Some(d) = &breaker.cool_off {
+        b.breaker.cool_off = duration(d)?;
+    }
+    if let Some(n) = &breaker.probes {
+        b.breaker.probes = *n.get_ref();
+    }
+    b.at.breaker_failures = span(&breaker.failures);
+    b.at.breaker_window = span(&breaker.window);
+    b.at.breaker_cool_off = span(&breaker.cool_off);
+    b.at.breaker_probes = span(&breaker.probes);
+    for p in &raw.client_ip.trusted_proxies {
+        b.client_ip.trusted.push(parse_at(src, p, parse_net)?);
+    }
+    if let Some(h) = &raw.client_ip.forwarded_header {
+        b.client_ip.header = parse_at(src, h, |h| match h.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Ok(ForwardedHeader::XForwardedFor),
+            "forwarded" => Ok(ForwardedHeader::Forwarded),
+            _ => Err(format!(
+                "forwarded_header must be \"x-forwarded-for\" or \"forwarded\", not {h:?}"
+            )),
+        })?;
+    }
+    if let Some(p) = &raw.client_ip.ipv6_prefix {
+        b.client_ip.ipv6_prefix = *p.get_ref();
+    }
+    b.at.ipv6_prefix = span(&raw.client_ip.ipv6_prefix);
+
+    for (name, l) in &raw.limits {
+        b.limits.push((name.get_ref().clone(), limit(src, name, l)?));
+    }
+    for (plan, overrides) in &raw.plans {
+        for (name, o) in overrides {
+            let Some((_, l)) = b.limits.iter_mut().find(|(n, _)| n == name.get_ref()) else {
+                let known = raw.limits.keys().map(|n| n.get_ref().as_str());
+                return Err(unknown_limit(src, known, name.get_ref(), Some(name.span())));
+            };
+            l.plans.push(plan_rule(src, plan, name, o, &l.rule)?);
+        }
+    }
+    for (key, plan) in raw.plan_assignments {
+        let at = Some(plan.span());
+        b.plan_assignments.0.push((key, plan.into_inner(), at));
+    }
+    for r in &raw.routes {
+        let methods = match &r.methods {
+            None => None,
+            Some(ms) => Some(
+                ms.iter()
+                    .map(|m| parse_at(src, m, |s| Method::from_str(&s.to_ascii_uppercase())))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let mut route = route(&r.limits, &r.cost, r.on_redis_error, r.mode, r.refund);
+        route.methods = methods;
+        route.at.path = Some(r.path.span());
+        b.routes.push((r.path.get_ref().clone(), route));
+    }
+    if let Some(d) = &raw.default {
+        b.default_route = Some(route(&d.limits, &d.cost, d.on_redis_error, d.mode, d.refund));
+    }
+    b.at.memory_max_keys = span(&raw.memory.max_keys);
+    b.memory_max_keys = raw.memory.max_keys.map(Spanned::into_inner);
+    if let Some(t) = &raw.plan_cache.ttl {
+        b.plan_cache_ttl = Some(duration(t)?);
+    }
+    b.at.plan_cache_keys = span(&raw.plan_cache.max_keys);
+    b.plan_cache_keys = raw.plan_cache.max_keys.map(Spanned::into_inner);
+    Ok(b)
+}
+
+/// `[limits.<name>]`: its key and numbers parsed, its leases paired.
+fn limit(
+    src: &str,
+    name: &Spanned<String>,
+    l: &Spanned<RawLimit>,
+) -> Result<LimitConfig, ConfigError> {
+    let l_span = Some(l.span());
+    let l = l.get_ref();
+    let key = parse_at(src, &l.key, KeySource::from_str)?;
+    let numbers = Numbers {
+        capacity: &l.capacity,
+        refill: &l.refill,
+        limit: &l.limit,
+        window: &l.window,
+    };
+    let rule = numbers.rule(src, name.get_ref(), l.algorithm, None, l_span.clone())?;
+    let mut out = LimitConfig::new(key, rule).on_missing(l.on_missing);
+    out.shadow = l.mode == Mode::Shadow;
+    out.lease = match (&l.lease_batch, &l.lease_above) {
+        (None, None) => None,
+        (Some(b), above) => Some((*b.get_ref(), above.as_ref().map_or(50, |a| *a.get_ref()))),
+        (None, Some(a)) => {
+            return Err(ConfigError::at(
+                src,
+                Some(a.span()),
+                "lease_above needs lease_batch",
+            ))
+        }
+    };
+    out.at = LimitSpans {
+        name: Some(name.span()),
+        rule: numbers.spans(l_span),
+        lease: span(&l.lease_batch),
+    };
+    Ok(out)
+}
+
+/// `[plans.<plan>.<limit>]`: the numbers it does not give are `base`'s.
+fn plan_rule(
+    src: &str,
+    plan: &Spanned<String>,
+    limit: &Spanned<String>,
+    o: &Spanned<RawPlanLimit>,
+    base: &Rule,
+) -> Result<PlanRule, ConfigError> {
+    let o_span = Some(o.span());
+    let o = o.get_ref();
+    let numbers = Numbers {
+        capacity: &o.capacity,
+        refill: &o.refill,
+        limit: &o.limit,
+        window: &o.window,
+    };
+    let rule = numbers
+        .rule(src, limit.get_ref(), algorithm_of(base), Some(base), o_span)
+        // Placed at the limit's name in the table header, as always.
+        .map_err(|e| ConfigError::at(src, Some(limit.span()), e.message()))?;
+    Ok(PlanRule {
+        plan: plan.get_ref().clone(),
+        rule,
+        at: PlanSpans {
+            plan: Some(plan.span()),
+            limit: Some(limit.span()),
+            rule: numbers.spans(Some(limit.span())),
+        },
+    })
+}
+
+/// A route's (or the default's) policy, defaults filled in.
+fn route(
+    limits: &[Spanned<String>],
+    cost: &Option<Spanned<u32>>,
+    on_redis_error: Option<FailurePolicy>,
+    mode: Mode,
+    refund: bool,
+) -> RouteConfig {
+    let mut r = RouteConfig::new(limits.iter().map(|l| l.get_ref().clone()));
+    r.cost = cost.as_ref().map_or(1, |c| *c.get_ref());
+    r.on_redis_error = on_redis_error.unwrap_or(FailurePolicy::Open);
+    r.shadow = mode == Mode::Shadow;
+    r.refund = refund;
+    r.at = RouteSpans {
+        path: None,
+        limits: limits.iter().map(|l| Some(l.span())).collect(),
+        cost: span(cost),
+    };
+    r
+}
+
+fn parse_net(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| {
+            format!("invalid proxy address {s:?}; expected a CIDR such as \"10.0.0.0/8\" or an IP")
+        })
+}

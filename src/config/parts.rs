@@ -1,0 +1,219 @@
+//! The parts of a [`ConfigBuilder`](super::ConfigBuilder): limits and route
+//! policies, with where the TOML wrote them (nothing for code).
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::validate::{exact_count, RouteSettings, RuleSpans, Span};
+use super::Rate;
+use crate::algorithm::Rule;
+use crate::key::KeySource;
+use crate::route::{FailurePolicy, OnMissing};
+
+/// A limit for [`ConfigBuilder::limit`](super::ConfigBuilder::limit).
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct LimitConfig {
+    pub(super) key: KeySource,
+    pub(super) on_missing: OnMissing,
+    pub(super) rule: Rule,
+    pub(super) shadow: bool,
+    /// `(lease_batch, lease_above)`.
+    pub(super) lease: Option<(u32, u32)>,
+    pub(super) plans: Vec<PlanRule>,
+    pub(super) at: LimitSpans,
+}
+
+/// A limit's numbers for callers on one plan.
+#[derive(Clone, Debug)]
+pub(super) struct PlanRule {
+    pub(super) plan: String,
+    pub(super) rule: Rule,
+    pub(super) at: PlanSpans,
+}
+
+/// Where a limit's settings were written.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LimitSpans {
+    pub(super) name: Span,
+    pub(super) rule: RuleSpans,
+    pub(super) lease: Span,
+}
+
+/// Where a `[plans.<plan>.<limit>]` table was written.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PlanSpans {
+    pub(super) plan: Span,
+    pub(super) limit: Span,
+    pub(super) rule: RuleSpans,
+}
+
+impl LimitConfig {
+    /// A token bucket of `capacity` (burst) refilled at `refill`.
+    pub fn token_bucket(key: KeySource, capacity: u64, refill: Rate) -> Self {
+        Self::new(
+            key,
+            Rule::TokenBucket {
+                capacity: exact_count(capacity),
+                refill_per_sec: refill.tokens_per_second(),
+            },
+        )
+    }
+
+    /// At most `limit` per `window`, the window opening with a key's first
+    /// request.
+    pub fn fixed_window(key: KeySource, limit: u64, window: Duration) -> Self {
+        Self::new(
+            key,
+            Rule::FixedWindow {
+                limit: exact_count(limit),
+                window,
+            },
+        )
+    }
+
+    /// About `limit` per sliding `window`.
+    pub fn sliding_window(key: KeySource, limit: u64, window: Duration) -> Self {
+        Self::new(
+            key,
+            Rule::SlidingWindow {
+                limit: exact_count(limit),
+                window,
+            },
+        )
+    }
+
+    pub(super) fn new(key: KeySource, rule: Rule) -> Self {
+        Self {
+            key,
+            on_missing: OnMissing::Reject,
+            rule,
+            shadow: false,
+            lease: None,
+            plans: Vec::new(),
+            at: LimitSpans::default(),
+        }
+    }
+
+    /// What to do when a request lacks the key.
+    pub fn on_missing(mut self, on_missing: OnMissing) -> Self {
+        self.on_missing = on_missing;
+        self
+    }
+
+    /// Shadow mode: count and log, never refuse.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Hot-key leases (token buckets only): `batch` tokens (2 to the
+    /// capacity) per lease, for keys above `above` requests a second on one
+    /// instance (`lease_batch` and `lease_above` in TOML; 50 there when unset).
+    pub fn lease(mut self, batch: u32, above: u32) -> Self {
+        self.lease = Some((batch, above));
+        self
+    }
+
+    /// Other numbers for callers on `plan`, with the same algorithm (the
+    /// capacity of `numbers` and, for windows, its window).
+    pub fn plan(mut self, plan: impl Into<String>, numbers: LimitConfig) -> Self {
+        self.plans.push(PlanRule {
+            plan: plan.into(),
+            rule: numbers.rule,
+            at: PlanSpans::default(),
+        });
+        self
+    }
+}
+
+/// A route policy for [`ConfigBuilder::route`](super::ConfigBuilder::route).
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RouteConfig {
+    pub(super) limits: Vec<String>,
+    pub(super) methods: Option<Vec<Method>>,
+    pub(super) cost: u32,
+    pub(super) on_redis_error: FailurePolicy,
+    pub(super) shadow: bool,
+    pub(super) refund: bool,
+    pub(super) at: RouteSpans,
+}
+
+/// Where a route's settings were written.
+#[derive(Clone, Debug, Default)]
+pub(super) struct RouteSpans {
+    pub(super) path: Span,
+    /// One per limit name, in order.
+    pub(super) limits: Vec<Span>,
+    pub(super) cost: Span,
+}
+
+impl RouteConfig {
+    /// The limits (by name) every request of the route is counted against.
+    pub fn new<I, S>(limits: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            limits: limits.into_iter().map(Into::into).collect(),
+            methods: None,
+            cost: 1,
+            on_redis_error: FailurePolicy::Open,
+            shadow: false,
+            refund: false,
+            at: RouteSpans::default(),
+        }
+    }
+
+    pub(super) fn settings(&self) -> RouteSettings {
+        RouteSettings {
+            cost: self.cost,
+            cost_span: self.at.cost.clone(),
+            on_redis_error: self.on_redis_error,
+            shadow: self.shadow,
+            refund: self.refund,
+        }
+    }
+
+    /// The limit names, each with where it was written.
+    pub(super) fn named_limits(&self) -> impl Iterator<Item = (&str, Span)> {
+        let spans = self.at.limits.iter().cloned().chain(std::iter::repeat(None));
+        self.limits.iter().map(String::as_str).zip(spans)
+    }
+
+    /// Units each request takes (default 1).
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Only these methods (default: all).
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// What to do when Redis fails (default `open`).
+    pub fn on_redis_error(mut self, policy: FailurePolicy) -> Self {
+        self.on_redis_error = policy;
+        self
+    }
+
+    /// Shadow mode for the whole route: count and log, never refuse.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Admitted requests carry a [`Refund`](crate::Refund) handle in their
+    /// extensions, so the handler can give back units it did not need
+    /// (`refund = true` in TOML). Off by default: the handle costs every
+    /// request an allocation and an extension insert.
+    pub fn refund(mut self) -> Self {
+        self.refund = true;
+        self
+    }
+}
