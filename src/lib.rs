@@ -70,10 +70,10 @@ mod limiter;
 mod log_throttle;
 mod outcome;
 pub mod plan;
-mod route;
 mod refused;
 mod request;
 mod reset;
+mod route;
 pub mod store;
 
 mod algorithm;

@@ -27,8 +27,8 @@ use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial, KeySecret};
 use crate::lease::{LeaseUse, Leases};
 use crate::outcome::{reported, retry_after_secs, LimitState, Outcome};
 use crate::plan::{PlanResolver, Plans};
-use crate::route::{Policy, RouteTable};
 use crate::refused::{Refused, RefusedCache};
+use crate::route::{Policy, RouteTable};
 use crate::store::{Bucket, Check, MemoryStore, Store, StoreError};
 use crate::RequestRef;
 

@@ -173,7 +173,9 @@ impl ConfigBuilder {
             plan_cache_keys,
             breaker,
             heartbeat: self.heartbeat,
-            refused_cache_keys: self.refused_cache_keys.unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
+            refused_cache_keys: self
+                .refused_cache_keys
+                .unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
         })
     }
 }

@@ -236,7 +236,8 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
     b.at.ipv6_prefix = span(&raw.client_ip.ipv6_prefix);
 
     for (name, l) in &raw.limits {
-        b.limits.push((name.get_ref().clone(), limit(src, name, l)?));
+        b.limits
+            .push((name.get_ref().clone(), limit(src, name, l)?));
     }
     for (plan, overrides) in &raw.plans {
         for (name, o) in overrides {
@@ -266,7 +267,13 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
         b.routes.push((r.path.get_ref().clone(), route));
     }
     if let Some(d) = &raw.default {
-        b.default_route = Some(route(&d.limits, &d.cost, d.on_redis_error, d.mode, d.refund));
+        b.default_route = Some(route(
+            &d.limits,
+            &d.cost,
+            d.on_redis_error,
+            d.mode,
+            d.refund,
+        ));
     }
     b.at.memory_max_keys = span(&raw.memory.max_keys);
     b.memory_max_keys = raw.memory.max_keys.map(Spanned::into_inner);

@@ -180,7 +180,12 @@ impl RouteConfig {
 
     /// The limit names, each with where it was written.
     pub(super) fn named_limits(&self) -> impl Iterator<Item = (&str, Span)> {
-        let spans = self.at.limits.iter().cloned().chain(std::iter::repeat(None));
+        let spans = self
+            .at
+            .limits
+            .iter()
+            .cloned()
+            .chain(std::iter::repeat(None));
         self.limits.iter().map(String::as_str).zip(spans)
     }
 

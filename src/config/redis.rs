@@ -70,8 +70,7 @@ pub(super) fn check_redis(
     spans: &RedisSpans,
 ) -> Result<(), ConfigError> {
     let at = |span: &Span, msg: String| ConfigError::at(src, span.clone(), msg);
-    let target =
-        redis_url::check(&r.url, cfg!(feature = "tls")).map_err(|e| at(&spans.url, e))?;
+    let target = redis_url::check(&r.url, cfg!(feature = "tls")).map_err(|e| at(&spans.url, e))?;
     let files = [
         ("tls_ca_file", &r.tls_ca_file, &spans.ca_file),
         ("tls_client_cert", &r.tls_client_cert, &spans.client_cert),
@@ -109,8 +108,7 @@ pub(super) fn check_redis(
             super::pem::read_certs("tls_ca_file", f).map_err(|e| at(&spans.ca_file, e))?;
         }
         if let Some(f) = &r.tls_client_cert {
-            super::pem::read_certs("tls_client_cert", f)
-                .map_err(|e| at(&spans.client_cert, e))?;
+            super::pem::read_certs("tls_client_cert", f).map_err(|e| at(&spans.client_cert, e))?;
         }
         if let Some(f) = &r.tls_client_key {
             super::pem::read_key(f).map_err(|e| at(&spans.client_key, e))?;

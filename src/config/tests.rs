@@ -166,3 +166,181 @@ capacity = 500
     let shown = format!("{builder:?}");
     assert!(!shown.contains("sk_live"), "{shown}");
 }
+
+/// Every option, once in TOML and once through the builder: the two front
+/// doors must give the same configuration (TLS files aside: they must exist).
+#[test]
+fn the_builder_reaches_every_option_the_toml_has() {
+    const SECRET_VAR: &str = "FLEETLIMIT_TEST_EVERY_OPTION_SECRET";
+    std::env::set_var(SECRET_VAR, "a secret of at least 16 bytes");
+    let toml = Config::from_toml_str(&format!(
+        r#"
+[redis]
+url = "redis://127.0.0.1:1"
+pool_size = 3
+deadline = "7ms"
+connect_timeout = "3s"
+key_prefix = "app"
+closed_retry_after = "2s"
+refused_cache_keys = 500
+coalesce = false
+
+[fleet]
+size = 3
+discover = true
+heartbeat = "2s"
+dead_after = "9s"
+
+[client_ip]
+trusted_proxies = ["10.0.0.0/8", "192.168.1.1"]
+forwarded_header = "forwarded"
+ipv6_prefix = 56
+
+[memory]
+max_keys = 1000
+
+[breaker]
+failures = 5
+window = "200ms"
+cool_off = "1s"
+probes = 2
+
+[keys]
+secret_env = "{SECRET_VAR}"
+
+[limits.per-key]
+key = "header:x-api-key"
+on_missing = "ip"
+capacity = 50
+refill = "10/s"
+lease_batch = 10
+lease_above = 20
+
+[limits.api]
+key = "ip"
+algorithm = "sliding-window"
+limit = 100
+window = "60s"
+mode = "shadow"
+
+[plans.pro.api]
+limit = 500
+
+[plan_assignments]
+"k1" = "pro"
+
+[plan_cache]
+ttl = "10s"
+max_keys = 77
+
+[[routes]]
+path = "/search"
+methods = ["GET", "post"]
+limits = ["per-key", "api"]
+cost = 2
+on_redis_error = "local"
+mode = "shadow"
+refund = true
+
+[default]
+limits = ["per-key"]
+on_redis_error = "closed"
+"#
+    ))
+    .unwrap();
+    let ms = Duration::from_millis;
+    let built = Config::builder()
+        .redis_url("redis://127.0.0.1:1")
+        .pool_size(3)
+        .deadline(ms(7))
+        .connect_timeout(ms(3000))
+        .key_prefix("app")
+        .closed_retry_after(ms(2000))
+        .refused_cache_keys(500)
+        .coalesce(false)
+        .fleet_size(3)
+        .heartbeat(ms(2000), ms(9000))
+        .trusted_proxies(
+            [
+                "10.0.0.0/8".parse().unwrap(),
+                "192.168.1.1/32".parse().unwrap(),
+            ],
+            crate::ForwardedHeader::Forwarded,
+        )
+        .ipv6_prefix(56)
+        .memory_max_keys(1000)
+        .breaker(crate::BreakerConfig {
+            failures: 5,
+            window: ms(200),
+            cool_off: ms(1000),
+            probes: 2,
+        })
+        .key_secret_env(SECRET_VAR)
+        .limit(
+            "api",
+            LimitConfig::sliding_window(KeySource::ClientIp, 100, ms(60_000))
+                .shadow()
+                .plan(
+                    "pro",
+                    LimitConfig::sliding_window(KeySource::ClientIp, 500, ms(60_000)),
+                ),
+        )
+        .limit(
+            "per-key",
+            LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10.0))
+                .on_missing(OnMissing::Ip)
+                .lease(10, 20),
+        )
+        .assign_plan("k1", "pro")
+        .plan_cache_ttl(ms(10_000))
+        .plan_cache_keys(77)
+        .route(
+            "/search",
+            RouteConfig::new(["per-key", "api"])
+                .methods([Method::GET, Method::POST])
+                .cost(2)
+                .on_redis_error(FailurePolicy::Local)
+                .shadow()
+                .refund(),
+        )
+        .default_route(RouteConfig::new(["per-key"]).on_redis_error(FailurePolicy::Closed))
+        .build()
+        .unwrap();
+    assert_eq!(toml.describe(), built.describe());
+    // Debug shows every field but the hidden ones, compared after.
+    assert_eq!(format!("{toml:#?}"), format!("{built:#?}"));
+    assert_eq!(toml.plan_assignments, built.plan_assignments);
+    assert!(format!("{toml:?}").contains("coalesce: false"), "{toml:?}");
+    assert!(
+        format!("{toml:?}").contains("batch: 10, above: 20"),
+        "{toml:?}"
+    );
+}
+
+#[test]
+fn the_builders_new_options_are_checked_as_in_toml() {
+    let msg = |b: ConfigBuilder| b.build().unwrap_err().message().to_owned();
+    let zero = Duration::ZERO;
+    let m = msg(Config::builder().closed_retry_after(zero));
+    assert!(
+        m.contains("closed_retry_after must be longer than zero"),
+        "{m}"
+    );
+    let m = msg(Config::builder().connect_timeout(zero));
+    assert!(
+        m.contains("connect_timeout must be longer than zero"),
+        "{m}"
+    );
+    let m = msg(Config::builder().plan_cache_keys(0));
+    assert!(m.contains("max_keys must be at least 1"), "{m}");
+    let m = msg(Config::builder().ipv6_prefix(129));
+    assert!(m.contains("ipv6_prefix must be between 0 and 128"), "{m}");
+    let m = msg(Config::builder().key_secret_env("FLEETLIMIT_TEST_UNSET_SECRET_VAR"));
+    assert!(m.contains("is not set"), "{m}");
+    let bucket = LimitConfig::token_bucket(KeySource::ClientIp, 5, Rate::per_second(1.0));
+    let m = msg(Config::builder().limit("l", bucket.lease(6, 50)));
+    assert!(
+        m.contains("lease_batch must be between 2 and the capacity"),
+        "{m}"
+    );
+}
