@@ -1,5 +1,5 @@
 //! The route table: which limits a request counts against, and the limits
-//! and policies it holds. Built by [`config`](crate::config) from checked
+//! and policies it holds. Built by the configuration from checked
 //! parts; nothing here knows the configuration's shape.
 //!
 //! Routes are found by axum's [`MatchedPath`](axum::extract::MatchedPath) —

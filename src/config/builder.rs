@@ -119,7 +119,8 @@ impl ConfigBuilder {
         self
     }
 
-    /// Whether concurrent checks share one Redis round trip (default true).
+    /// Whether checks in flight together share one script call (default
+    /// true; a cluster never coalesces).
     pub fn coalesce(mut self, on: bool) -> Self {
         self.redis().coalesce = on;
         self
