@@ -251,4 +251,13 @@ mod tests {
         l.clear();
         assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded() {
+        let l = Leases::new(64);
+        for i in 0..10_000 {
+            let _ = l.use_for(&format!("k{i}"), 1.0, 1);
+        }
+        assert!(l.map.len() <= 64, "{}", l.map.len());
+    }
 }

@@ -272,4 +272,31 @@ mod tests {
         assert_eq!(plans.plan_of("c").await.as_deref(), Some("c-plan"));
         assert_eq!(r.0.load(Ordering::SeqCst), 4);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_and_lookups_in_flight_are_bounded() {
+        let r = Arc::new(Slow(AtomicUsize::new(0)));
+        let plans = Arc::new(Plans::new(
+            HashMap::new(),
+            Some(r.clone()),
+            Duration::from_secs(5),
+            8,
+        ));
+        // 200 keys in flight at once, each with a waiter.
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let plans = Arc::clone(&plans);
+            tasks.spawn(async move { (i, plans.plan_of(&format!("k{i}")).await) });
+        }
+        // Every lookup is under way (the resolver answers after 100 ms).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(r.0.load(Ordering::SeqCst), 200);
+        assert!(plans.cache.len() <= 8, "{}", plans.cache.len());
+        while let Some(done) = tasks.join_next().await {
+            let (i, plan) = done.unwrap();
+            assert_eq!(plan.as_deref(), Some(format!("k{i}-plan").as_str()));
+        }
+        assert!(plans.cache.len() <= 8, "{}", plans.cache.len());
+        assert_eq!(r.0.load(Ordering::SeqCst), 200);
+    }
 }
