@@ -156,25 +156,20 @@ impl<V: Evict> Shard<'_, V> {
         let map = self.map;
         match self.table.find_entry(hash, |(k, _)| k == key) {
             Ok(found) => &mut found.into_mut().1,
-            Err(absent) => {
-                let table = absent.into_table();
-                make_room(map, table, now);
-                map.len.fetch_add(1, Ordering::Relaxed);
-                let made = (key.to_owned(), make());
-                let hasher = &map.hasher;
-                &mut table
-                    .insert_unique(hash, made, |(k, _)| hasher.hash_one(k.as_str()))
-                    .into_mut()
-                    .1
-            }
+            Err(absent) => insert_new(map, absent.into_table(), hash, key, make(), now),
         }
     }
 
     /// Sets the key's value (room made first if it is new); the old value.
     pub(crate) fn insert(&mut self, hash: u64, key: &str, value: V, now: V::Time) -> Option<V> {
-        let mut value = Some(value);
-        let slot = self.get_or_insert_with(hash, key, now, || value.take().expect("made once"));
-        value.map(|v| std::mem::replace(slot, v))
+        let map = self.map;
+        match self.table.find_entry(hash, |(k, _)| k == key) {
+            Ok(found) => Some(std::mem::replace(&mut found.into_mut().1, value)),
+            Err(absent) => {
+                insert_new(map, absent.into_table(), hash, key, value, now);
+                None
+            }
+        }
     }
 
     pub(crate) fn remove(&mut self, hash: u64, key: &str) -> Option<V> {
@@ -182,6 +177,26 @@ impl<V: Evict> Shard<'_, V> {
         self.map.len.fetch_sub(1, Ordering::Relaxed);
         Some(found.remove().0 .1)
     }
+}
+
+/// Inserts a key known to be absent, making room first: the only place a
+/// key's `String` is made.
+fn insert_new<'t, V: Evict>(
+    map: &Bounded<V>,
+    table: &'t mut Table<V>,
+    hash: u64,
+    key: &str,
+    value: V,
+    now: V::Time,
+) -> &'t mut V {
+    make_room(map, table, now);
+    map.len.fetch_add(1, Ordering::Relaxed);
+    let hasher = &map.hasher;
+    let entry = (key.to_owned(), value);
+    &mut table
+        .insert_unique(hash, entry, |(k, _)| hasher.hash_one(k.as_str()))
+        .into_mut()
+        .1
 }
 
 /// Drops expired entries, then the lowest-ranked eighth, while the table is
