@@ -6,10 +6,18 @@
 //! at most `capacity / shards` entries (rounded up). When a new key would
 //! overflow its shard, the entries that say they are [expired](Evict::expired)
 //! go first (forgetting them loses nothing); if the shard is still full, the
-//! eighth of it with the lowest [rank](Evict::rank) goes (at least one entry),
-//! so the sweep's cost is shared by many inserts. Clients inventing keys
-//! therefore cost bounded memory, and only the entries each cache values
-//! least are forgotten.
+//! eighth of it with the lowest [rank](Evict::rank) goes (at least one entry;
+//! exactly that many, ties in table order), so the sweep's cost is shared by
+//! many inserts. A map never holds more than `capacity + shards - 1` entries.
+//! Clients inventing keys therefore cost bounded memory, and only the
+//! entries each cache values least are forgotten:
+//!
+//! | cache            | expired                                  | lowest rank           |
+//! |------------------|------------------------------------------|-----------------------|
+//! | memory store     | bucket refilled to full / window over    | least recently seen   |
+//! | refused cache    | the refusal is over                      | ends soonest          |
+//! | leases           | no live lease and no hit in the last 1 s | hit window oldest     |
+//! | plans (+ lookups)| answer stale / lookup nobody waits on    | asked longest ago     |
 //!
 //! A key is hashed once per operation with std's keyed SipHash (clients
 //! cannot aim keys at one shard or slot): the hash picks the shard and the
