@@ -8,7 +8,7 @@
 //! `[plan_cache] ttl` (5 s by default) — so a plan change takes effect within
 //! that time. Requests of one key that arrive while its lookup is in flight
 //! wait for that lookup: a burst from a new key costs the resolver one call.
-//! The cache is a [`Bounded`] map of about `[plan_cache] max_keys` keys
+//! The cache is a bounded map (`bounded.rs`) of about `[plan_cache] max_keys` keys
 //! (stale answers and abandoned lookups go first, then the oldest).
 //! The Redis key does not depend on the plan: an upgrade raises the ceiling
 //! over the usage so far, and a downgrade does not forgive it.
