@@ -8,16 +8,16 @@
 //! other way: at any moment up to `lease_batch` tokens per instance per hot
 //! key may sit unspent on an instance while another is refused ("early"
 //! tokens), and tokens unspent when a lease expires are not given back
-//! (stranded; at most `lease_batch` per instance per `LEASE_TTL`). Bounded:
-//! the map forgets expired leases first, then the oldest.
+//! (stranded; at most `lease_batch` per instance per `LEASE_TTL`). Bounded
+//! (see [`Bounded`]): the map forgets keys with neither a live lease nor a
+//! hit in the last second first, then those whose hit window began longest
+//! ago.
 
-use std::hash::RandomState;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
-use hashbrown::HashMap;
 
 use tokio::time::{Duration, Instant};
+
+use crate::bounded::{Bounded, Evict};
 
 /// A lease lives this long at most.
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(1);
@@ -37,11 +37,19 @@ struct Entry {
     taking: bool,
 }
 
+impl Evict for Entry {
+    type Time = Instant;
+    fn expired(&self, now: Instant) -> bool {
+        self.expires <= now && now.duration_since(self.window) >= Duration::from_secs(1)
+    }
+    fn rank(&self) -> Instant {
+        self.window
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Leases {
-    /// hashbrown for `entry_ref`: one lookup, the key copied only when new.
-    map: Mutex<HashMap<String, Entry, RandomState>>,
-    max_keys: usize,
+    map: Bounded<Entry>,
     /// Resets applied so far (see [`forget`](Leases::forget)).
     resets: AtomicU64,
 }
@@ -60,8 +68,7 @@ pub(crate) enum LeaseUse {
 impl Leases {
     pub(crate) fn new(max_keys: usize) -> Self {
         Self {
-            map: Mutex::new(HashMap::default()),
-            max_keys: max_keys.max(1),
+            map: Bounded::new(max_keys),
             resets: AtomicU64::new(0),
         }
     }
@@ -69,16 +76,8 @@ impl Leases {
     /// Counts the request and spends from a live lease when it can.
     pub(crate) fn use_for(&self, key: &str, cost: f64, above: u32) -> LeaseUse {
         let now = Instant::now();
-        let mut map = crate::lock(&self.map);
-        if map.len() >= self.max_keys && !map.contains_key(key) {
-            map.retain(|_, e| {
-                e.expires > now || now.duration_since(e.window) < Duration::from_secs(1)
-            });
-            if map.len() >= self.max_keys {
-                map.clear();
-            }
-        }
-        let e = map.entry_ref(key).or_insert_with(|| Entry {
+        let mut slot = self.map.slot(key);
+        let e = slot.get_or_insert_with(now, || Entry {
             hits: 0,
             window: now,
             tokens: 0.0,
@@ -116,11 +115,11 @@ impl Leases {
     /// by a call made when [`resets`](Self::resets) was `seen`. Dropped if a
     /// reset came since: the tokens may be the old bucket's.
     pub(crate) fn granted(&self, key: &str, tokens: f64, shared_left: f64, seen: u64) {
-        let mut map = crate::lock(&self.map);
+        let mut slot = self.map.slot(key);
         // Read under the lock `forget` takes after counting: a reset either
         // removes this lease or is seen here (see `refused.rs`).
         let fresh = self.resets.load(Ordering::Acquire) == seen;
-        if let Some(e) = map.get_mut(key).filter(|e| e.taking) {
+        if let Some(e) = slot.get_mut().filter(|e| e.taking) {
             e.taking = false;
             if fresh {
                 e.tokens = tokens;
@@ -132,7 +131,7 @@ impl Leases {
 
     /// No lease this time (refused, or Redis failed).
     pub(crate) fn not_granted(&self, key: &str) {
-        if let Some(e) = crate::lock(&self.map).get_mut(key) {
+        if let Some(e) = self.map.slot(key).get_mut() {
             e.taking = false;
         }
     }
@@ -141,16 +140,15 @@ impl Leases {
     /// for before it are not granted.
     pub(crate) fn forget(&self, keys: &[&str]) {
         self.resets.fetch_add(1, Ordering::AcqRel);
-        let mut map = crate::lock(&self.map);
         for key in keys {
-            map.remove(*key);
+            self.map.remove(key);
         }
     }
 
     /// Forgets every lease (a reset may have been missed).
     pub(crate) fn clear(&self) {
         self.resets.fetch_add(1, Ordering::AcqRel);
-        crate::lock(&self.map).clear();
+        self.map.clear();
     }
 
     /// The key's lease is being taken: [`not_granted`](Self::not_granted)
@@ -252,5 +250,14 @@ mod tests {
         );
         l.clear();
         assert_eq!(l.use_for("k", 1.0, 1), LeaseUse::Normal);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded() {
+        let l = Leases::new(64);
+        for i in 0..10_000 {
+            let _ = l.use_for(&format!("k{i}"), 1.0, 1);
+        }
+        assert!(l.map.len() <= 64, "{}", l.map.len());
     }
 }

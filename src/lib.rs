@@ -77,6 +77,7 @@ mod route;
 pub mod store;
 
 mod algorithm;
+mod bounded;
 pub mod breaker;
 
 /// Locks a mutex of the limiter's own state. None is held across user code

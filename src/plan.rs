@@ -8,6 +8,8 @@
 //! `[plan_cache] ttl` (5 s by default) — so a plan change takes effect within
 //! that time. Requests of one key that arrive while its lookup is in flight
 //! wait for that lookup: a burst from a new key costs the resolver one call.
+//! The cache is a bounded map (`bounded.rs`) of about `[plan_cache] max_keys` keys
+//! (stale answers and abandoned lookups go first, then the oldest).
 //! The Redis key does not depend on the plan: an upgrade raises the ceiling
 //! over the usage so far, and a downgrade does not forgive it.
 
@@ -15,10 +17,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::lock;
+use crate::bounded::{Bounded, Evict};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -50,21 +52,54 @@ pub trait PlanResolver: Send + Sync + 'static {
 /// A resolver that is slower than this is skipped (base numbers, logged).
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Key → (its plan, when it was looked up).
-type Cache = HashMap<String, (Option<Arc<str>>, Instant)>;
+/// A lookup shared by every request of its key that waits meanwhile (one
+/// resolver call, not one per request).
+type Lookup = Arc<OnceCell<Option<Arc<str>>>>;
 
-/// Key → the lookup in flight for it, shared by every request that waits
-/// on that key meanwhile (one resolver call, not one per request).
-type InFlight = HashMap<String, Arc<OnceCell<Option<Arc<str>>>>>;
+/// What the cache knows of a key, and since when.
+#[derive(Debug)]
+struct Cached {
+    plan: Plan,
+    at: Instant,
+}
+
+#[derive(Debug)]
+enum Plan {
+    /// Looked up; fresh until `stale_at` (`None`: a TTL beyond the clock).
+    Known {
+        plan: Option<Arc<str>>,
+        stale_at: Option<Instant>,
+    },
+    InFlight(Lookup),
+}
+
+impl Plan {
+    fn is(&self, lookup: &Lookup) -> bool {
+        matches!(self, Plan::InFlight(l) if Arc::ptr_eq(l, lookup))
+    }
+}
+
+/// Stale answers and lookups nobody waits on any more go first.
+impl Evict for Cached {
+    type Time = Instant;
+    fn expired(&self, now: Instant) -> bool {
+        match &self.plan {
+            Plan::Known { stale_at, .. } => stale_at.is_some_and(|t| now >= t),
+            Plan::InFlight(lookup) => Arc::strong_count(lookup) == 1,
+        }
+    }
+    fn rank(&self) -> Instant {
+        self.at
+    }
+}
 
 /// The static table, then the resolver behind a bounded per-key cache.
 pub(crate) struct Plans {
     assignments: HashMap<String, Arc<str>>,
     resolver: Option<Arc<dyn PlanResolver>>,
     ttl: Duration,
-    max_keys: usize,
-    cache: Mutex<Cache>,
-    in_flight: Mutex<InFlight>,
+    /// Answers, and the lookups in flight.
+    cache: Bounded<Cached>,
 }
 
 impl fmt::Debug for Plans {
@@ -88,9 +123,7 @@ impl Plans {
             assignments,
             resolver,
             ttl,
-            max_keys: max_keys.max(1),
-            cache: Mutex::new(HashMap::new()),
-            in_flight: Mutex::new(HashMap::new()),
+            cache: Bounded::new(max_keys),
         }
     }
 
@@ -101,21 +134,29 @@ impl Plans {
         }
         let resolver = self.resolver.as_ref()?;
         let now = Instant::now();
-        if let Some((plan, at)) = lock(&self.cache).get(key) {
-            if now.duration_since(*at) < self.ttl {
-                return plan.clone();
-            }
-        }
         // Requests of one key that miss the cache together share one call.
         // If the caller running it goes away, a waiting one takes over
         // (`OnceCell::get_or_init` is cancel-safe).
         let cell = {
-            let mut in_flight = lock(&self.in_flight);
-            if in_flight.len() >= self.max_keys && !in_flight.contains_key(key) {
-                // Bounded: drop lookups nobody waits on any more.
-                in_flight.retain(|_, c| Arc::strong_count(c) > 1);
+            let mut slot = self.cache.slot(key);
+            let cached = slot.get_or_insert_with(now, || Cached {
+                plan: Plan::InFlight(Lookup::default()),
+                at: now,
+            });
+            match &cached.plan {
+                Plan::Known { plan, stale_at } if stale_at.is_none_or(|t| now < t) => {
+                    return plan.clone();
+                }
+                Plan::InFlight(cell) => Arc::clone(cell),
+                Plan::Known { .. } => {
+                    let cell = Lookup::default();
+                    *cached = Cached {
+                        plan: Plan::InFlight(Arc::clone(&cell)),
+                        at: now,
+                    };
+                    cell
+                }
             }
-            Arc::clone(in_flight.entry(key.to_owned()).or_default())
         };
         let plan = cell
             .get_or_init(|| async {
@@ -131,21 +172,21 @@ impl Plans {
             })
             .await
             .clone();
+        // Cached for the next requests, unless a newer lookup took the
+        // key's place meanwhile (this one was evicted).
+        let mut slot = self.cache.slot(key);
+        if slot
+            .get_mut()
+            .is_none_or(|c| c.plan.is(&cell) || matches!(c.plan, Plan::Known { .. }))
         {
-            let mut cache = lock(&self.cache);
-            if cache.len() >= self.max_keys {
-                // Bounded: drop what is stale, and if that is not enough, all.
-                cache.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
-                if cache.len() >= self.max_keys {
-                    cache.clear();
-                }
-            }
-            cache.insert(key.to_owned(), (plan.clone(), now));
-        }
-        // Cached first, then retired: a request in between finds one or the other.
-        let mut in_flight = lock(&self.in_flight);
-        if in_flight.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            in_flight.remove(key);
+            let known = Cached {
+                plan: Plan::Known {
+                    plan: plan.clone(),
+                    stale_at: now.checked_add(self.ttl),
+                },
+                at: now,
+            };
+            slot.insert(known, now);
         }
         plan
     }
@@ -216,12 +257,46 @@ mod tests {
             2,
             "one call per key, not per request"
         );
-        assert!(lock(&plans.in_flight).is_empty());
+        for key in ["a", "b"] {
+            let mut slot = plans.cache.slot(key);
+            let cached = slot.get_mut().map(|c| &c.plan);
+            assert!(
+                matches!(cached, Some(Plan::Known { .. })),
+                "{key} still in flight"
+            );
+        }
 
         // A caller that goes away mid-lookup: the next one takes over.
         let gone = tokio::time::timeout(Duration::from_millis(10), plans.plan_of("c")).await;
         assert!(gone.is_err());
         assert_eq!(plans.plan_of("c").await.as_deref(), Some("c-plan"));
         assert_eq!(r.0.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_and_lookups_in_flight_are_bounded() {
+        let r = Arc::new(Slow(AtomicUsize::new(0)));
+        let plans = Arc::new(Plans::new(
+            HashMap::new(),
+            Some(r.clone()),
+            Duration::from_secs(5),
+            8,
+        ));
+        // 200 keys in flight at once, each with a waiter.
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let plans = Arc::clone(&plans);
+            tasks.spawn(async move { (i, plans.plan_of(&format!("k{i}")).await) });
+        }
+        // Every lookup is under way (the resolver answers after 100 ms).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(r.0.load(Ordering::SeqCst), 200);
+        assert!(plans.cache.len() <= 8, "{}", plans.cache.len());
+        while let Some(done) = tasks.join_next().await {
+            let (i, plan) = done.unwrap();
+            assert_eq!(plan.as_deref(), Some(format!("k{i}-plan").as_str()));
+        }
+        assert!(plans.cache.len() <= 8, "{}", plans.cache.len());
+        assert_eq!(r.0.load(Ordering::SeqCst), 200);
     }
 }

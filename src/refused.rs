@@ -6,22 +6,19 @@
 //! It stays honest: the answer carries the same limit, the remaining count
 //! Redis reported (it can only have grown since), and `Retry-After` counted
 //! down to the same moment. An entry only answers requests costing at least
-//! what was refused (a cheaper request might fit sooner). Bounded: expired
-//! entries go first, then those closest to expiring. An entry remembers the
+//! what was refused (a cheaper request might fit sooner). Bounded (see
+//! [`Bounded`]): expired entries go first, then those closest to expiring.
+//! An entry remembers the
 //! numbers it was refused under, so a caller whose plan changed goes to Redis
 //! again at once.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::{Duration, Instant};
 
 use crate::algorithm::Rule;
+use crate::bounded::{Bounded, Evict};
 use crate::headers::RateHeaders;
-
-const SHARDS: usize = 8;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Refused {
@@ -34,13 +31,21 @@ pub(crate) struct Refused {
     pub(crate) full_at: Instant,
 }
 
+/// Expired when the refusal ends; the soonest to end go first.
+impl Evict for Refused {
+    type Time = Instant;
+    fn expired(&self, now: Instant) -> bool {
+        self.until <= now
+    }
+    fn rank(&self) -> Instant {
+        self.until
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct RefusedCache {
-    shards: Box<[Mutex<HashMap<String, Refused>>]>,
-    per_shard: usize,
-    /// Entries held: lets the hot path skip the lookup when there are none.
-    len: AtomicUsize,
-    hasher: RandomState,
+    /// `None`: the cache is off (`refused_cache_keys = 0`).
+    map: Option<Bounded<Refused>>,
     /// Resets applied so far (see [`forget`](Self::forget)).
     resets: AtomicU64,
 }
@@ -48,35 +53,23 @@ pub(crate) struct RefusedCache {
 impl RefusedCache {
     pub(crate) fn new(max_keys: usize) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            per_shard: max_keys.div_ceil(SHARDS),
-            len: AtomicUsize::new(0),
-            hasher: RandomState::new(),
+            map: (max_keys > 0).then(|| Bounded::new(max_keys)),
             resets: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, HashMap<String, Refused>> {
-        let i = (self.hasher.hash_one(key) as usize) % SHARDS;
-        crate::lock(&self.shards[i])
-    }
-
     /// A live refusal of `key` for a request costing `cost`.
     pub(crate) fn get(&self, key: &str, cost: f64) -> Option<Refused> {
-        if self.per_shard == 0 || self.len.load(Ordering::Relaxed) == 0 {
+        // No entry, the common case: no hash, no lock.
+        let map = self.map.as_ref().filter(|m| !m.is_empty())?;
+        let now = Instant::now();
+        let mut slot = map.slot(key);
+        let r = slot.get_mut()?;
+        if r.until <= now {
+            slot.remove();
             return None;
         }
-        let now = Instant::now();
-        let mut shard = self.shard(key);
-        match shard.get(key) {
-            Some(r) if r.until > now && cost >= r.cost => Some(r.clone()),
-            Some(r) if r.until <= now => {
-                shard.remove(key);
-                self.len.fetch_sub(1, Ordering::Relaxed);
-                None
-            }
-            _ => None,
-        }
+        (cost >= r.cost).then(|| r.clone())
     }
 
     /// Resets applied so far: read before asking Redis, and handed to
@@ -95,47 +88,30 @@ impl RefusedCache {
         entry_without_until: Refused,
         seen: u64,
     ) {
-        if self.per_shard == 0 || wait.is_zero() {
+        let Some(map) = self.map.as_ref().filter(|_| !wait.is_zero()) else {
             return;
-        }
+        };
         let now = Instant::now();
         let entry = Refused {
             until: now + wait,
             ..entry_without_until
         };
-        let mut shard = self.shard(key);
+        let mut slot = map.slot(key);
         // Under the shard's lock, which `forget` takes after counting: a
         // reset either sees this entry or this sees the reset.
         if self.resets.load(Ordering::Acquire) != seen {
             return;
         }
-        if !shard.contains_key(key) && shard.len() >= self.per_shard {
-            let before = shard.len();
-            shard.retain(|_, r| r.until > now);
-            if shard.len() >= self.per_shard {
-                // Still full of live refusals: drop the eighth closest to ending.
-                let mut ends: Vec<Instant> = shard.values().map(|r| r.until).collect();
-                let cut = (self.per_shard / 8).clamp(1, ends.len());
-                let (_, &mut t, _) = ends.select_nth_unstable(cut - 1);
-                shard.retain(|_, r| r.until > t);
-            }
-            self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
-        }
-        if shard.insert(key.to_owned(), entry).is_none() {
-            self.len.fetch_add(1, Ordering::Relaxed);
-        }
+        slot.insert(entry, now);
     }
 
     /// A reset of `keys`: forgets them, and keeps refusals of calls made
     /// before it out.
     pub(crate) fn forget(&self, keys: &[&str]) {
         self.resets.fetch_add(1, Ordering::AcqRel);
-        if self.per_shard == 0 {
-            return;
-        }
-        for key in keys {
-            if self.shard(key).remove(*key).is_some() {
-                self.len.fetch_sub(1, Ordering::Relaxed);
+        if let Some(map) = &self.map {
+            for key in keys {
+                map.remove(key);
             }
         }
     }
@@ -143,22 +119,21 @@ impl RefusedCache {
     /// Forgets every refusal (a reset may have been missed).
     pub(crate) fn clear(&self) {
         self.resets.fetch_add(1, Ordering::AcqRel);
-        for shard in self.shards.iter() {
-            let mut shard = crate::lock(shard);
-            self.len.fetch_sub(shard.len(), Ordering::Relaxed);
-            shard.clear();
+        if let Some(map) = &self.map {
+            map.clear();
         }
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.map.as_ref().map_or(0, Bounded::len)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounded::SHARDS;
 
     fn entry(cost: f64) -> Refused {
         let now = Instant::now();

@@ -1,70 +1,28 @@
 //! Bounded in-process buckets (all three algorithms): the embedded default
 //! and the `local` fallback.
 //!
-//! Buckets live in shards (a `std` mutex each, never held across an await).
-//! Each shard holds at most `max_keys / shards` buckets; when a new key
-//! would overflow it, buckets that have refilled to full are dropped first
+//! Buckets live in a [`Bounded`] map (a `std` mutex per shard, never held
+//! across an await) of about `max_keys` buckets. When a new key would
+//! overflow its shard, buckets that have refilled to full are dropped first
 //! (forgetting a full bucket loses nothing), then the least recently used
 //! eighth. Clients inventing keys therefore cost bounded memory, and only
 //! the idlest keys forget their usage.
 //!
-//! A key is hashed once per decision (std's keyed SipHash, so clients
-//! cannot aim keys at one slot): the hash picks the shard and finds the
+//! A key is hashed once per decision: the hash picks the shard and finds the
 //! bucket in that shard's table.
 
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Mutex, MutexGuard};
-
-use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Store, StoreFuture};
 use crate::algorithm::{Level, State};
-use crate::lock;
+use crate::bounded::{Bounded, Evict, Shard};
 use crate::outcome::{LimitState, Outcome};
-
-const SHARDS: usize = 16;
-
-/// The shard of a key's hash: bits the tables do not use to place their
-/// entries (they use the low bits for the slot and the top seven as a tag).
-fn shard_of(hash: u64) -> usize {
-    ((hash >> 32) as usize) % SHARDS
-}
 
 /// In-process buckets with the same semantics as the Redis scripts.
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
-    per_shard: usize,
-    hasher: RandomState,
+    buckets: Bounded<Entry>,
     epoch: Instant,
-}
-
-#[derive(Default)]
-struct Shard {
-    buckets: HashTable<(String, Entry)>,
-}
-
-impl std::fmt::Debug for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shard")
-            .field("buckets", &self.buckets.len())
-            .finish()
-    }
-}
-
-impl Shard {
-    fn get_mut(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
-        self.buckets
-            .find_mut(hash, |(k, _)| k == key)
-            .map(|(_, e)| e)
-    }
-
-    /// Inserts a key known to be absent.
-    fn insert(&mut self, hasher: &RandomState, hash: u64, key: String, entry: Entry) {
-        self.buckets
-            .insert_unique(hash, (key, entry), |(k, _)| hasher.hash_one(k.as_str()));
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -77,15 +35,23 @@ struct Entry {
     seen: f64,
 }
 
+/// Seconds since the store's epoch.
+impl Evict for Entry {
+    type Time = f64;
+    fn expired(&self, now: f64) -> bool {
+        self.idle_at <= now
+    }
+    fn rank(&self) -> f64 {
+        self.seen
+    }
+}
+
 impl MemoryStore {
     /// A store holding at most about `max_keys` buckets.
     #[must_use]
     pub fn new(max_keys: usize) -> Self {
-        let per_shard = max_keys.div_ceil(SHARDS).max(1);
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            per_shard,
-            hasher: RandomState::new(),
+            buckets: Bounded::new(max_keys),
             epoch: Instant::now(),
         }
     }
@@ -93,7 +59,7 @@ impl MemoryStore {
     /// How many buckets the store holds now.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).buckets.len()).sum()
+        self.buckets.len()
     }
 
     /// Whether the store holds no bucket.
@@ -116,16 +82,15 @@ impl MemoryStore {
         let hashes: Vec<u64> = check
             .buckets
             .iter()
-            .map(|b| self.hasher.hash_one(b.key.as_str()))
+            .map(|b| self.buckets.hash(&b.key))
             .collect();
         // Lock every shard involved, in index order, so the decision is
         // atomic across buckets and two requests cannot deadlock.
-        let mut idx: Vec<usize> = hashes.iter().map(|&h| shard_of(h)).collect();
+        let mut idx: Vec<usize> = hashes.iter().map(|&h| self.buckets.shard_of(h)).collect();
         let per_bucket = idx.clone();
         idx.sort_unstable();
         idx.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> =
-            idx.iter().map(|&i| lock(&self.shards[i])).collect();
+        let mut guards: Vec<Shard<'_, Entry>> = idx.iter().map(|&i| self.buckets.lock(i)).collect();
         // Which guard holds each bucket's shard (`idx` is sorted).
         let slots: Vec<usize> = per_bucket
             .iter()
@@ -166,13 +131,7 @@ impl MemoryStore {
                     idle_at,
                     seen: now,
                 };
-                let shard = &mut guards[slots[i]];
-                if let Some(e) = shard.get_mut(hashes[i], &b.key) {
-                    *e = entry;
-                } else {
-                    shard.make_room(self.per_shard, now);
-                    shard.insert(&self.hasher, hashes[i], b.key.clone(), entry);
-                }
+                guards[slots[i]].insert(hashes[i], &b.key, entry, now);
             }
             limits.push(levels[i].report(cost, enough[i]));
         }
@@ -191,14 +150,13 @@ impl MemoryStore {
     }
 
     fn check_one_at(&self, b: &Bucket, cost: f64, now: f64) -> (bool, LimitState) {
-        let hash = self.hasher.hash_one(b.key.as_str());
-        let mut shard = lock(&self.shards[shard_of(hash)]);
+        let mut slot = self.buckets.slot(&b.key);
         let decide = |level: &mut Level| {
             let enough = cost <= 0.0 || level.avail() >= cost;
             let written = enough.then(|| level.write(cost));
             (enough, written)
         };
-        let (level, enough) = if let Some(e) = shard.get_mut(hash, &b.key) {
+        let (level, enough) = if let Some(e) = slot.get_mut() {
             // A refused key is still a busy key (see `check_now`).
             e.seen = now;
             let mut level = Level::read(b.rule, Some(e.state), now);
@@ -212,52 +170,17 @@ impl MemoryStore {
             let mut level = Level::read(b.rule, None, now);
             let (enough, written) = decide(&mut level);
             if let Some((state, idle_at)) = written {
-                shard.make_room(self.per_shard, now);
-                shard.insert(
-                    &self.hasher,
-                    hash,
-                    b.key.clone(),
-                    Entry {
-                        state,
-                        idle_at,
-                        seen: now,
-                    },
-                );
+                let entry = Entry {
+                    state,
+                    idle_at,
+                    seen: now,
+                };
+                slot.insert(entry, now);
             }
             (level, enough)
         };
-        drop(shard);
+        drop(slot);
         (enough || b.shadow, level.report(cost, enough))
-    }
-}
-
-impl Shard {
-    fn make_room(&mut self, cap: usize, now: f64) {
-        if self.buckets.len() < cap {
-            return;
-        }
-        // Full buckets are the same as missing ones: drop them for free.
-        self.buckets.retain(|(_, e)| e.idle_at > now);
-        if self.buckets.len() < cap {
-            return;
-        }
-        // Still full of live buckets: forget the least recently used eighth,
-        // so the sweep's cost is shared by many inserts.
-        let mut ages: Vec<f64> = self.buckets.iter().map(|(_, e)| e.seen).collect();
-        let cut = (cap / 8).max(1).min(ages.len());
-        let (_, &mut threshold, _) = ages.select_nth_unstable_by(cut - 1, f64::total_cmp);
-        // Drop exactly `cut`: everything older than the threshold, then ties.
-        let mut ties = cut - ages.iter().filter(|&&a| a < threshold).count();
-        self.buckets.retain(|(_, e)| {
-            if e.seen < threshold {
-                false
-            } else if e.seen == threshold && ties > 0 {
-                ties -= 1;
-                false
-            } else {
-                true
-            }
-        });
     }
 }
 
@@ -271,6 +194,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounded::SHARDS;
     use crate::store::{Bucket, Rule};
     use std::time::Duration;
 
