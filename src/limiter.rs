@@ -23,7 +23,7 @@ use crate::algorithm::Rule;
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::{Config, FailurePolicy, OnMissing};
 use crate::headers::{json_str, RateHeaders, Rejection};
-use crate::key::{log_id, ClientIpRules, Extracted, KeyMaterial, KeySecret};
+use crate::key::{ClientIpRules, Extracted, KeyMaterial, KeySecret, LogId};
 use crate::lease::{LeaseUse, Leases};
 use crate::outcome::{reported, retry_after_secs, LimitState, Outcome};
 use crate::plan::{PlanResolver, Plans};
@@ -91,6 +91,8 @@ pub(crate) struct Pending {
     policy: Arc<Policy>,
     cost: u32,
     keys: SmallVec<[PendingKey; 1]>,
+    /// Each key's log id, kept after the keys move into the buckets.
+    log_ids: SmallVec<[LogId; 1]>,
     /// The refused cache's resets when Redis was asked (see `reset.rs`).
     resets_seen: u64,
 }
@@ -269,6 +271,7 @@ impl Limiter {
         let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
 
         let mut keys = SmallVec::with_capacity(policy.limits.len());
+        let mut log_ids = SmallVec::with_capacity(policy.limits.len());
         for limit in &policy.limits {
             let peer = if limit.key.needs_ip() {
                 client_ip()
@@ -286,9 +289,12 @@ impl Limiter {
                 },
                 Extracted::NoClientIp => return Plan::Now(no_client_ip(limit)),
             };
+            let plans = !limit.plans.is_empty();
+            let k = material.store_key(&self.prefix, &limit.name, self.key_secret.as_ref(), plans);
+            log_ids.push(k.log_id());
             keys.push(PendingKey {
-                key: material.redis_key(&self.prefix, &limit.name, self.key_secret.as_ref()),
-                plan_key: (!limit.plans.is_empty()).then(|| material.plan_key()),
+                key: k.key,
+                plan_key: k.plan_key,
                 plan: None,
             });
         }
@@ -307,6 +313,7 @@ impl Limiter {
             policy: Arc::clone(policy),
             cost,
             keys,
+            log_ids,
             resets_seen: 0,
         })
     }
@@ -527,7 +534,7 @@ impl Limiter {
                 tracing::info!(
                     target: "fleetlimit",
                     limit = %p.policy.limits[i].name,
-                    key = %log_id(&buckets[i].key),
+                    key = %p.log_ids[i],
                     remaining = s.remaining.floor().max(0.0),
                     reason = "limit-exceeded",
                     degraded = local,
@@ -571,7 +578,14 @@ impl Limiter {
                 p.resets_seen,
             );
         }
-        refusal(limit, key, headers, retry_after_secs(s.wait), local, false)
+        refusal(
+            limit,
+            p.log_ids[i],
+            headers,
+            retry_after_secs(s.wait),
+            local,
+            false,
+        )
     }
 
     /// A refusal remembered from Redis under the same rule, for a limit
@@ -581,7 +595,7 @@ impl Limiter {
         p: &Pending,
         keys: impl Iterator<Item = (&'k str, Rule)>,
     ) -> Option<Decision> {
-        for (limit, (key, rule)) in p.policy.limits.iter().zip(keys) {
+        for ((limit, (key, rule)), &id) in p.policy.limits.iter().zip(keys).zip(&p.log_ids) {
             if limit.shadow || p.policy.shadow {
                 continue;
             }
@@ -598,7 +612,7 @@ impl Limiter {
                 };
                 return Some(refusal(
                     limit,
-                    key,
+                    id,
                     headers,
                     retry_after_secs(left(r.until)),
                     false,
@@ -626,11 +640,11 @@ impl Limiter {
         }
         match p.policy.on_redis_error {
             FailurePolicy::Open => {
-                degraded_event!("served without limiting"; %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open");
+                degraded_event!("served without limiting"; %limit, key = %p.log_ids[0], reason = e.reason(), error = %e, degraded = true, policy = "open");
                 Decision::Admit(None, None)
             }
             FailurePolicy::Closed => {
-                degraded_event!("refused: limiter unavailable"; %limit, key = %log_id(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed");
+                degraded_event!("refused: limiter unavailable"; %limit, key = %p.log_ids[0], reason = e.reason(), error = %e, degraded = true, policy = "closed");
                 Decision::Reject(
                     Rejection::problem(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -662,7 +676,7 @@ impl Limiter {
                 degraded_event!(
                     "decided locally";
                     %limit,
-                    key = %log_id(&local.buckets[0].key),
+                    key = %p.log_ids[0],
                     reason = e.reason(),
                     error = %e,
                     degraded = true,
@@ -816,7 +830,7 @@ impl fmt::Debug for Refund {
 /// `429` with `Retry-After`, the limit's headers and a problem body.
 fn refusal(
     limit: &crate::route::Limit,
-    key: &str,
+    key: LogId,
     headers: RateHeaders,
     retry: u64,
     degraded: bool,
@@ -831,7 +845,7 @@ fn refusal(
             tracing::$level!(
                 target: "fleetlimit",
                 limit = %limit.name,
-                key = %log_id(key),
+                key = %key,
                 remaining = headers.remaining,
                 retry_after = retry,
                 reason = "limit-exceeded",

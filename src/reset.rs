@@ -1,5 +1,5 @@
 //! Resets reach every instance: `fleetlimit reset` (or
-//! [`admin::reset`](crate::admin::reset)) deletes a caller's Redis keys and
+//! [`Admin::reset`](crate::admin::Admin::reset)) deletes a caller's Redis keys and
 //! then announces those keys on the prefix's pub/sub channel
 //! (`<prefix>:reset`). Every layer instance on Redis listens there with a
 //! connection of its own and forgets the keys in its refused-key cache and

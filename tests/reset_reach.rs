@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use fleetlimit::admin;
+use fleetlimit::admin::Admin;
 use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetlimit");
@@ -263,7 +263,7 @@ async fn a_reset_drops_a_hot_keys_lease() {
     let cfg = redis_config(&server, &prefix, "500ms", HOT);
     let app = ok_app(cfg.clone()).await;
     // Connected beforehand: the reset below costs two commands.
-    let admin = admin::connect(&cfg).await.unwrap();
+    let admin = Admin::connect(&cfg).await.unwrap();
 
     // Five requests make the key hot; the sixth takes a lease of 200
     // (itself included), which lives for a second at most.
@@ -278,7 +278,7 @@ async fn a_reset_drops_a_hot_keys_lease() {
     assert_eq!(send(&app, from("carol")).await.status(), 200);
     assert_eq!(server.script_calls(), 0, "spent from the lease");
 
-    assert_eq!(admin::reset(admin.pool(), &cfg, "carol", None).await, Ok(1));
+    assert_eq!(admin.reset("carol", None).await, Ok(1));
     // Before the lease would lapse by itself, the next request goes to
     // Redis and sees a full bucket. Polling slower than the lease could be
     // spent (199 tokens, at most 100 polls) so it cannot run dry instead.
@@ -338,8 +338,8 @@ async fn a_malformed_reset_message_is_ignored_and_logged_at_debug() {
     }
     // A valid announcement after them: once bob is admitted, the garbage
     // before it has been read (one connection, in order).
-    let admin = admin::connect(&cfg).await.unwrap();
-    assert_eq!(admin::reset(admin.pool(), &cfg, "bob", None).await, Ok(1));
+    let admin = Admin::connect(&cfg).await.unwrap();
+    assert_eq!(admin.reset("bob", None).await, Ok(1));
     let left = still_refusing(&apps, "bob", Instant::now() + REACH).await;
     assert!(left.is_empty(), "the listener stopped after garbage");
 

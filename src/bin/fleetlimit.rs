@@ -26,7 +26,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fleetlimit::{admin, Config};
+use fleetlimit::admin::{self, Admin};
+use fleetlimit::Config;
 
 const USAGE: &str = "usage:
   fleetlimit check-config FILE
@@ -161,10 +162,11 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                 .first()
                 .ok_or_else(|| usage(format!("{} KEY", a.command)))?;
             let cfg = load(&a).map_err(usage)?;
-            admin::check_target(&cfg, key, a.limit.as_deref()).map_err(usage)?;
-            let store = admin::connect(&cfg).await.map_err(failed)?;
+            Admin::check_target(&cfg, key, a.limit.as_deref()).map_err(usage)?;
+            let admin = Admin::connect(&cfg).await.map_err(failed)?;
             if a.command == "inspect" {
-                for b in admin::inspect(store.pool(), &cfg, key, a.limit.as_deref())
+                for b in admin
+                    .inspect(key, a.limit.as_deref())
                     .await
                     .map_err(failed)?
                 {
@@ -176,24 +178,20 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                     println!("{}  {}\n    {}; {ttl}", b.limit, b.key, b.state);
                 }
             } else {
-                let n = admin::reset(store.pool(), &cfg, key, a.limit.as_deref())
-                    .await
-                    .map_err(failed)?;
+                let n = admin.reset(key, a.limit.as_deref()).await.map_err(failed)?;
                 println!("reset: {n} key(s) deleted");
             }
             Ok(())
         }
         "sweep" => {
             let cfg = load(&a).map_err(usage)?;
-            let store = admin::connect(&cfg).await.map_err(failed)?;
+            let admin = Admin::connect(&cfg).await.map_err(failed)?;
             let options = admin::SweepOptions {
                 dry_run: a.dry_run,
                 default_ttl: a.default_ttl,
                 include_unknown_limits: a.include_unknown_limits,
             };
-            let r = admin::sweep(store.pool(), &cfg, &options)
-                .await
-                .map_err(failed)?;
+            let r = admin.sweep(&options).await.map_err(failed)?;
             println!("scanned: {} keys under {:?}", r.scanned, cfg.key_prefix());
             println!(
                 "skipped: {} (not fleetlimit's or of no configured limit; left untouched)",

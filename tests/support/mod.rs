@@ -262,7 +262,7 @@ pub fn header_key(prefix: &str, limit: &str, value: &str) -> String {
     let limits =
         format!("[limits.{limit}]\nkey = \"header:x-api-key\"\ncapacity = 1\nrefill = \"1/s\"\n");
     let cfg = config_at("redis://127.0.0.1:1", prefix, "5ms", &limits);
-    fleetlimit::admin::redis_key(&cfg, limit, value).unwrap()
+    fleetlimit::admin::Admin::redis_key(&cfg, limit, value).unwrap()
 }
 
 /// The router most tests drive: one route `/` answering "ok", behind a layer

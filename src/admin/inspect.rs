@@ -1,0 +1,139 @@
+//! Inspect and reset one caller's buckets.
+
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
+use fred::types::{CustomCommand, Value};
+
+use super::{keys_of, Admin};
+use crate::algorithm::Rule;
+use crate::config::Config;
+use crate::store::redis::map_err;
+use crate::store::StoreError;
+
+/// One bucket as stored in Redis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketInfo {
+    /// The limit.
+    pub limit: String,
+    /// The Redis key.
+    pub key: String,
+    /// The raw value (`None`: no such key, i.e. a full bucket).
+    pub value: Option<String>,
+    /// Milliseconds to expiry (-1: none, -2: no key).
+    pub pttl: i64,
+    /// The value read for humans.
+    pub state: String,
+}
+
+impl Admin {
+    /// The buckets of the caller whose key value is `value`, for every limit
+    /// (or the one named).
+    pub async fn inspect(
+        &self,
+        value: &str,
+        limit: Option<&str>,
+    ) -> Result<Vec<BucketInfo>, StoreError> {
+        let (pool, config) = (self.store.pool(), &self.config);
+        Admin::check_target(config, value, limit).map_err(StoreError::Protocol)?;
+        let mut out = Vec::new();
+        // Token buckets are stored as a time (GCRA): read them on Redis's clock.
+        let time: Vec<String> = pool
+            .custom(
+                CustomCommand::new_static("TIME", None, false),
+                Vec::<Value>::new(),
+            )
+            .await
+            .map_err(map_err)?;
+        let now_us = match time.as_slice() {
+            [s, us] => s.parse::<f64>().unwrap_or(0.0) * 1e6 + us.parse::<f64>().unwrap_or(0.0),
+            _ => {
+                return Err(StoreError::Protocol(
+                    "TIME did not answer two numbers".into(),
+                ))
+            }
+        };
+        for (l, key) in keys_of(config, value, limit) {
+            let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
+            let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
+            let state = describe(&l.rule, raw.as_deref(), now_us);
+            out.push(BucketInfo {
+                limit: l.name.to_string(),
+                key,
+                value: raw,
+                pttl,
+                state,
+            });
+        }
+        if out.is_empty() {
+            return Err(StoreError::Protocol(format!("no limit named {limit:?}")));
+        }
+        Ok(out)
+    }
+
+    /// Deletes the caller's buckets (a full bucket again) and announces the
+    /// reset to every layer instance listening on the prefix's reset channel,
+    /// which forgets its remembered refusals and leases of those keys (see the
+    /// reset listener in `RateLimitLayer::builder(..).build()`); returns how
+    /// many keys existed. An error after the keys were deleted says so.
+    pub async fn reset(&self, value: &str, limit: Option<&str>) -> Result<u64, StoreError> {
+        let (pool, config) = (self.store.pool(), &self.config);
+        Admin::check_target(config, value, limit).map_err(StoreError::Protocol)?;
+        let mut n = 0;
+        let mut keys = Vec::new();
+        for (_, key) in keys_of(config, value, limit) {
+            let deleted: i64 = pool.del(&key).await.map_err(map_err)?;
+            n += deleted.max(0) as u64;
+            keys.push(key);
+        }
+        announce_reset(pool, config, &keys).await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "{n} key(s) deleted, but the reset could not be announced to the instances \
+                 (they forget their remembered refusals at each Retry-After): {e}"
+            ))
+        })?;
+        Ok(n)
+    }
+}
+
+/// Publishes `keys` on the prefix's reset channel (plain `PUBLISH`: a
+/// cluster forwards it to every node).
+async fn announce_reset(pool: &Pool, config: &Config, keys: &[String]) -> Result<(), StoreError> {
+    let channel = crate::reset::channel(&config.key_prefix);
+    for message in crate::reset::messages(keys) {
+        let _listeners: i64 = pool
+            .next()
+            .publish(channel.as_str(), message)
+            .await
+            .map_err(map_err)?;
+    }
+    Ok(())
+}
+
+fn describe(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
+    let Some(raw) = raw else {
+        return "no key: a full bucket".into();
+    };
+    match rule {
+        Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } => match raw.trim().parse::<f64>() {
+            Ok(tat) => {
+                let per = 1e6 / refill_per_sec;
+                let tokens = (now_us + capacity * per - tat.max(now_us)) / per;
+                format!("{tokens:.2} of {capacity} tokens")
+            }
+            Err(_) => format!("unreadable token bucket: {raw:?}"),
+        },
+        Rule::FixedWindow { limit, .. } => format!("{raw} of {limit} used in this window"),
+        Rule::SlidingWindow { limit, .. } => {
+            let v: Vec<&str> = raw.split_whitespace().collect();
+            match v.as_slice() {
+                [idx, curr, prev] => {
+                    format!("window {idx}: {curr} now, {prev} in the previous one, of {limit}")
+                }
+                _ => format!("unreadable sliding window: {raw:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Admin tasks behind the `fleetlimit` command: inspect and reset a
+//! caller's buckets, and sweep for keys left without an expiry.
+//!
+//! Every key the limiter writes carries an expiry (the scripts set it in the
+//! same call). A key under the prefix with no expiry (`PTTL` -1) can only
+//! come from older code or a hand-made `SET`; the sweep finds such keys on
+//! every primary (one `SCAN` per node on a cluster) and gives each the TTL
+//! its limit would have given it, with `PEXPIRE … NX` so a key that got an
+//! expiry meanwhile is left alone.
+//!
+//! Other applications may share the prefix: the sweep touches only keys
+//! that are fleetlimit's by name (`<prefix>:<limit>:{<kind>:<value>}` or
+//! `{<kind>#<digest>}` for a configured limit, or the fleet heartbeat) *and*
+//! by the Redis type fleetlimit writes there (a string for every algorithm,
+//! a sorted set for the heartbeat). Everything else is reported as skipped
+//! and never written to.
+//!
+//! | file | what |
+//! |------|------|
+//! | `mod.rs` | [`Admin`], the handle: connect, and the keys a caller's value maps to |
+//! | `inspect.rs` | `inspect` and `reset` (with its announcement to the instances) |
+//! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::route::Limit;
+use crate::store::{RedisStore, StoreError};
+
+mod inspect;
+mod sweep;
+
+pub use inspect::BucketInfo;
+pub use sweep::{Skipped, SweepOptions, SweepReport};
+
+/// A connection to the configuration's Redis for the admin tasks (the
+/// `fleetlimit` command): [`inspect`](Self::inspect),
+/// [`reset`](Self::reset) and [`sweep`](Self::sweep).
+///
+/// ```no_run
+/// # async fn run(config: fleetlimit::Config) -> Result<(), fleetlimit::store::StoreError> {
+/// use fleetlimit::admin::Admin;
+///
+/// let admin = Admin::connect(&config).await?;
+/// let deleted = admin.reset("acct_42", None).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Admin {
+    store: RedisStore,
+    config: Config,
+}
+
+impl Admin {
+    /// Connects to the configuration's Redis (standalone, Sentinel or
+    /// Cluster).
+    pub async fn connect(config: &Config) -> Result<Self, StoreError> {
+        let r = config.redis.as_ref().ok_or_else(|| {
+            StoreError::Unavailable(
+                "the configuration has no [redis] section and no --redis URL".into(),
+            )
+        })?;
+        // A refused password is reported as such, not as a timeout.
+        let (store, started) = RedisStore::open(r, 1, Duration::from_secs(2)).await?;
+        started?;
+        Ok(Self {
+            store,
+            config: config.clone(),
+        })
+    }
+
+    /// Checks what an admin command is asked about before Redis is: a key value
+    /// that is not empty (a request with an empty key is never counted) and, if
+    /// a limit is named, one the configuration defines. The error says what is
+    /// wrong, for the person typing the command.
+    pub fn check_target(config: &Config, value: &str, limit: Option<&str>) -> Result<(), String> {
+        if value.is_empty() {
+            return Err(
+                "the key value is empty; give the caller's API key, account, IP \
+                 or ip|account (a request with an empty key is never counted)"
+                    .into(),
+            );
+        }
+        if let Some(name) = limit {
+            if !config.limits.iter().any(|l| *l.name == *name) {
+                let known: Vec<&str> = config.limits.iter().map(|l| &*l.name).collect();
+                return Err(format!(
+                    "unknown limit {name:?}; the configuration defines: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The Redis key limit `limit` uses for the caller whose key value is
+    /// `value` (an API key, an account, an IP, `ip|account`), as requests
+    /// build it: API keys as their keyed digest. `None` when the
+    /// configuration has no such limit.
+    #[must_use]
+    pub fn redis_key(config: &Config, limit: &str, value: &str) -> Option<String> {
+        keys_of(config, value, Some(limit)).next().map(|(_, k)| k)
+    }
+}
+
+/// Each limit (or the one named) with the key it uses for the caller whose
+/// key value is `value`, built as the request path builds it.
+fn keys_of<'a>(
+    config: &'a Config,
+    value: &'a str,
+    limit: Option<&'a str>,
+) -> impl Iterator<Item = (&'a Limit, String)> + 'a {
+    config
+        .limits
+        .iter()
+        .filter(move |l| limit.is_none_or(|n| *l.name == *n))
+        .map(move |l| {
+            let material = l.key.material_for(value, &config.client_ip);
+            let secret = Some(&config.key_secret);
+            let key = material.store_key(&config.key_prefix, &l.name, secret, false);
+            (&**l, key.key)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_targets_are_checked_before_redis() {
+        let config = Config::from_toml_str(
+            r#"
+[limits.b]
+key = "ip"
+capacity = 1
+refill = "1/s"
+
+[limits.a]
+key = "ip"
+capacity = 1
+refill = "1/s"
+"#,
+        )
+        .unwrap();
+        assert!(Admin::check_target(&config, "1.2.3.4", Some("a")).is_ok());
+        assert!(Admin::check_target(&config, "1.2.3.4", None).is_ok());
+        let e = Admin::check_target(&config, "1.2.3.4", Some("nope")).unwrap_err();
+        assert_eq!(e, "unknown limit \"nope\"; the configuration defines: a, b");
+        assert!(Admin::check_target(&config, "", None).is_err());
+    }
+}

@@ -1,0 +1,369 @@
+//! The sweep: fleetlimit's keys left without an expiry, and only those.
+
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, LuaInterface};
+use fred::types::config::{Options, Server};
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::Admin;
+use crate::algorithm::Rule;
+use crate::config::Config;
+use crate::key::StoreKey;
+use crate::store::redis::map_err;
+use crate::store::StoreError;
+
+/// What a sweep found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Keys under the prefix.
+    pub scanned: u64,
+    /// fleetlimit's keys without an expiry before the sweep.
+    pub before: u64,
+    /// Keys given an expiry.
+    pub repaired: u64,
+    /// Of those keys, how many still had no expiry after the sweep.
+    pub after: u64,
+    /// fleetlimit's keys that had no expiry.
+    pub keys: Vec<String>,
+    /// Keys under the prefix that the sweep left alone because they are not
+    /// fleetlimit's (by name or by type), or belong to a limit the
+    /// configuration does not define.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A key under the prefix that a sweep did not touch, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The Redis key.
+    pub key: String,
+    /// Why it was left alone.
+    pub why: String,
+}
+
+/// How a sweep repairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepOptions {
+    /// Count only; change nothing.
+    pub dry_run: bool,
+    /// The TTL of keys whose limit the configuration does not define (with
+    /// `include_unknown_limits`), and of the heartbeat when fleet discovery
+    /// is off. Must be longer than zero.
+    pub default_ttl: Duration,
+    /// Also repair keys of fleetlimit's shape and type whose limit name the
+    /// configuration does not define (a limit renamed or removed). Off: they
+    /// are skipped, since the name alone does not prove they are ours.
+    pub include_unknown_limits: bool,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        Self {
+            dry_run: false,
+            default_ttl: Duration::from_secs(3600),
+            include_unknown_limits: false,
+        }
+    }
+}
+
+/// The TTL a key of this limit would get from the scripts, at most.
+fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
+    // The heartbeat by its whole key: a limit may be named "fleet" too.
+    if key == config.heartbeat_key() {
+        return config.heartbeat.map_or(default, |h| 2 * h.dead_after);
+    }
+    let key = StoreKey::parse(&config.key_prefix, key);
+    let limit = key.and_then(|k| config.limits.iter().find(|l| *l.name == *k.limit()));
+    let Some(l) = limit else {
+        return default;
+    };
+    // The largest of the limit's plans, like the longest the script sets.
+    std::iter::once(&l.rule)
+        .chain(l.plans.values())
+        .map(|r| match *r {
+            Rule::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => {
+                Duration::from_secs_f64((capacity / refill_per_sec).min(1e9))
+                    + Duration::from_secs(1)
+            }
+            Rule::FixedWindow { window, .. } => window,
+            Rule::SlidingWindow { window, .. } => 2 * window,
+        })
+        .max()
+        .unwrap_or(default)
+}
+
+/// Every key under the prefix, on every primary.
+async fn scan_all(pool: &Pool, prefix: &str) -> Result<Vec<String>, StoreError> {
+    let client = pool.next();
+    let nodes: Vec<Option<Server>> = if client.is_clustered() {
+        client
+            .cached_cluster_state()
+            .map(|s| s.unique_primary_nodes().into_iter().map(Some).collect())
+            .unwrap_or_default()
+    } else {
+        vec![None]
+    };
+    let pattern = format!("{prefix}:*");
+    let mut keys = Vec::new();
+    for node in nodes {
+        let opts = Options {
+            cluster_node: node,
+            timeout: Some(Duration::from_secs(5)),
+            ..Options::default()
+        };
+        let mut cursor = "0".to_owned();
+        // SCAN ends when the cursor comes back to 0; the bound is a guard.
+        for _ in 0..1_000_000 {
+            let cmd = CustomCommand::new_static("SCAN", None, false);
+            let args: Vec<Value> = vec![
+                cursor.as_str().into(),
+                "MATCH".into(),
+                pattern.as_str().into(),
+                "COUNT".into(),
+                1000.into(),
+            ];
+            let reply: Value = client
+                .with_options(&opts)
+                .custom(cmd, args)
+                .await
+                .map_err(map_err)?;
+            let Value::Array(mut parts) = reply else {
+                return Err(StoreError::Protocol("SCAN did not answer an array".into()));
+            };
+            let batch = parts.pop();
+            cursor = parts
+                .pop()
+                .and_then(|c| c.as_string())
+                .ok_or_else(|| StoreError::Protocol("SCAN without a cursor".into()))?;
+            if let Some(Value::Array(batch)) = batch {
+                keys.extend(batch.into_iter().filter_map(|k| k.as_string()));
+            }
+            if cursor == "0" {
+                break;
+            }
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(keys)
+}
+
+/// Whose a key under the prefix is, by its name alone.
+#[derive(Debug, PartialEq, Eq)]
+enum Shape {
+    /// The fleet heartbeat (a sorted set).
+    Heartbeat,
+    /// A bucket of a configured limit.
+    Limit,
+    /// A bucket's name, of a limit the configuration does not define.
+    UnknownLimit(String),
+}
+
+/// The heartbeat, or a bucket's key as [`StoreKey::parse`] reads it; `None`
+/// for any other name.
+fn shape(config: &Config, key: &str) -> Option<Shape> {
+    if key == config.heartbeat_key() {
+        return Some(Shape::Heartbeat);
+    }
+    let name = StoreKey::parse(&config.key_prefix, key)?.limit().to_owned();
+    Some(if config.limits.iter().any(|l| *l.name == *name) {
+        Shape::Limit
+    } else {
+        Shape::UnknownLimit(name)
+    })
+}
+
+/// The Redis type fleetlimit writes under a key of this shape: every
+/// algorithm keeps one string (lua/), the heartbeat is a sorted set.
+fn expected_type(shape: &Shape) -> &'static str {
+    match shape {
+        Shape::Heartbeat => "zset",
+        Shape::Limit | Shape::UnknownLimit(_) => "string",
+    }
+}
+
+/// Gives a key an expiry only if it still has the type fleetlimit writes
+/// there, in one atomic step (nothing can change the key in between).
+const REPAIR: &str = "\
+if redis.call('TYPE', KEYS[1]).ok ~= ARGV[1] then return -1 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2], 'NX')";
+
+impl Admin {
+    /// Finds fleetlimit's keys under the prefix without an expiry, gives each
+    /// its limit's TTL unless `dry_run`, and counts again. Keys that are not
+    /// fleetlimit's by name and type are left alone and reported as skipped.
+    pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport, StoreError> {
+        let (pool, config) = (self.store.pool(), &self.config);
+        if options.default_ttl.is_zero() {
+            return Err(StoreError::Protocol(
+                "the default TTL must be longer than zero".into(),
+            ));
+        }
+        let mut report = SweepReport::default();
+        let keys = scan_all(pool, &config.key_prefix).await?;
+        report.scanned = keys.len() as u64;
+        let mut repair = Vec::new();
+        for key in &keys {
+            let skip = |why: String| Skipped {
+                key: key.clone(),
+                why,
+            };
+            let Some(shape) = shape(config, key) else {
+                report
+                    .skipped
+                    .push(skip("not a fleetlimit key name".into()));
+                continue;
+            };
+            if let (Shape::UnknownLimit(name), false) = (&shape, options.include_unknown_limits) {
+                report.skipped.push(skip(format!(
+                    "limit {name:?} is not in the configuration; --include-unknown-limits repairs it"
+                )));
+                continue;
+            }
+            let want = expected_type(&shape);
+            let found: String = pool
+                .custom(
+                    CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false),
+                    vec![key.as_str()],
+                )
+                .await
+                .map_err(map_err)?;
+            if found == "none" {
+                // Expired since the scan: nothing to repair.
+                continue;
+            }
+            if found != want {
+                report
+                    .skipped
+                    .push(skip(format!("a {found}, where fleetlimit writes a {want}")));
+                continue;
+            }
+            let pttl: i64 = pool.pttl(key.as_str()).await.map_err(map_err)?;
+            if pttl == -1 {
+                report.keys.push(key.clone());
+                repair.push(want);
+            }
+        }
+        report.before = report.keys.len() as u64;
+        if options.dry_run {
+            report.after = report.before;
+            return Ok(report);
+        }
+        for (key, want) in report.keys.iter().zip(repair) {
+            let ttl = ttl_for(config, key, options.default_ttl);
+            let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
+            let set: i64 = pool
+                .eval(
+                    REPAIR,
+                    vec![key.as_str()],
+                    vec![Value::from(want), Value::from(ms)],
+                )
+                .await
+                .map_err(map_err)?;
+            report.repaired += u64::from(set == 1);
+        }
+        for key in &report.keys {
+            let pttl: i64 = pool.pttl(key.as_str()).await.map_err(map_err)?;
+            report.after += u64::from(pttl == -1);
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_tells_the_heartbeat_from_a_limit_named_fleet() {
+        let config = Config::from_toml_str(
+            r#"
+[redis]
+url = "redis://127.0.0.1:1"
+key_prefix = "p"
+
+[fleet]
+discover = true
+heartbeat = "1s"
+dead_after = "5s"
+
+[limits.fleet]
+key = "header:x-api-key"
+capacity = 100
+refill = "1/s"
+
+[default]
+limits = ["fleet"]
+"#,
+        )
+        .unwrap();
+        let default = Duration::from_secs(7);
+        // The heartbeat: twice its dead_after.
+        let heartbeat = ttl_for(&config, "p:fleet:{instances}", default);
+        assert_eq!(heartbeat, Duration::from_secs(10));
+        // The limit named "fleet": a full refill (100 s) and a second.
+        let limit = ttl_for(&config, "p:fleet:{h:abc}", default);
+        assert_eq!(limit, Duration::from_secs(101));
+        // Neither: the default.
+        assert_eq!(ttl_for(&config, "p:other:{h:abc}", default), default);
+    }
+
+    #[test]
+    fn only_names_the_limiter_writes_are_its_own() {
+        let config = Config::from_toml_str(
+            r#"
+[redis]
+key_prefix = "rl"
+
+[fleet]
+discover = true
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 10
+refill = "1/s"
+"#,
+        )
+        .unwrap();
+        let written = Admin::redis_key(&config, "per-key", "sk_live_X").unwrap();
+        assert_eq!(shape(&config, &written), Some(Shape::Limit));
+        for ours in [
+            "rl:per-key:{h:older-raw-api-key}",
+            "rl:per-key:{ip:2001:db8::}",
+            "rl:per-key:{ia:1.2.3.4|acct}",
+            "rl:per-key:{g:all}",
+            "rl:per-key:{a#0123456789abcdef0123456789abcdef}",
+        ] {
+            assert_eq!(shape(&config, ours), Some(Shape::Limit), "{ours}");
+        }
+        assert_eq!(
+            shape(&config, "rl:fleet:{instances}"),
+            Some(Shape::Heartbeat)
+        );
+        assert_eq!(
+            shape(&config, "rl:gone:{a:bob}"),
+            Some(Shape::UnknownLimit("gone".into()))
+        );
+        for foreign in [
+            "rl:users",
+            "rl:session:42",
+            "rl:per-key:index",
+            "rl:per-key:{index}",
+            "rl:per-key:{x:abc}",
+            "rl:per-key:{a:}",
+            "rl:per-key:{a#abc}",
+            "rl:per-key:{a#0123456789ABCDEF0123456789ABCDEF}",
+            "rl:per-key:{a:b}:more",
+            "rl:per-key:x{a:b}",
+            "rl:per key:{a:b}",
+            "rlx:per-key:{a:b}",
+            "rl::{a:b}",
+        ] {
+            assert_eq!(shape(&config, foreign), None, "{foreign}");
+        }
+    }
+}

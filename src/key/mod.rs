@@ -1,0 +1,41 @@
+//! Where a request's key comes from, and how it becomes a Redis key.
+//!
+//! A limit counts requests per *key*: an API key header, an account, the
+//! client's IP address, IP and account together, or one global bucket.
+//!
+//! The client IP is the TCP peer (`ConnectInfo<SocketAddr>`, axum's
+//! `MockConnectInfo<SocketAddr>`, or a plain `SocketAddr` extension for hyper
+//! users). `X-Forwarded-For` / `Forwarded` are read **only** when the peer is
+//! one of the configured trusted proxies, walking right to left past trusted
+//! hops: the first untrusted hop is the client. A client-sent header is never
+//! trusted by default. IPv6 addresses are grouped by prefix (`/64` default),
+//! since one subscriber usually holds a whole `/64`.
+//!
+//! Redis keys look like `rl:per-account:{a:bob}`: prefix, limit name, then
+//! the key's kind and value inside a hash tag. A value that is long (over 64
+//! bytes) or holds anything but printable ASCII other than `{` and `}` is
+//! replaced by a SHA-256 digest (`{a#<32 hex>}`), so a client can neither make
+//! a huge key nor choose its Redis Cluster slot, and raw and hashed forms can
+//! never collide (`:` versus `#`). Header values (API keys) are secrets: they
+//! are always stored as a keyed digest, HMAC-SHA256 with the `KeySecret`
+//! (`rl:per-key:{h#<32 hex>}`), so reading Redis key names reveals no API key.
+//! The digest depends on the value only, so every key of one caller still
+//! shares one hash tag, hence one cluster slot.
+//!
+//! | file | what |
+//! |------|------|
+//! | `source.rs` | [`KeySource`], [`Account`]: what a limit counts by, and what a request carries |
+//! | `client_ip.rs` | [`ClientIpRules`], [`ForwardedHeader`]: the client IP behind trusted proxies |
+//! | `store_key.rs` | key material → a typed `StoreKey` (its log id, its plan key), the `KeySecret`, and the one parser of keys read back from Redis |
+
+mod client_ip;
+mod source;
+mod store_key;
+
+pub use client_ip::{ClientIpRules, ForwardedHeader};
+pub use source::{Account, KeySource};
+
+pub(crate) use source::Extracted;
+pub(crate) use store_key::{
+    KeyMaterial, KeySecret, LogId, SecretOrigin, StoreKey, MIN_SECRET_BYTES,
+};

@@ -1,0 +1,494 @@
+//! The store key: how a caller's key material becomes the name of its
+//! bucket, `<prefix>:<limit>:{<kind>:<value>}` or `{<kind>#<digest>}` (see
+//! the module guide). The request path builds a [`StoreKey`] once and reads
+//! what it was built from (log id, plan key) from its fields; keys read back
+//! from Redis by the admin tools are parsed by [`StoreKey::parse`], which
+//! sits next to the renderer it must agree with.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::Range;
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+/// A key's kind, written as the first part of its hash tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Global,
+    Ip,
+    Header,
+    Account,
+    IpAccount,
+}
+
+impl Kind {
+    const ALL: [Self; 5] = [
+        Self::Global,
+        Self::Ip,
+        Self::Header,
+        Self::Account,
+        Self::IpAccount,
+    ];
+
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Global => "g",
+            Self::Ip => "ip",
+            Self::Header => "h",
+            Self::Account => "a",
+            Self::IpAccount => "ia",
+        }
+    }
+
+    fn from_tag(tag: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.tag() == tag)
+    }
+}
+
+/// How a key's value is written in its hash tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    /// `{<kind>:<value>}`: at most [`MAX_RAW`] printable ASCII bytes, no
+    /// braces.
+    Raw,
+    /// `{<kind>#<32 lowercase hex>}`: SHA-256 of a long or unsafe value,
+    /// or the keyed digest of a header value. `#` versus `:` keeps raw and
+    /// hashed forms from colliding.
+    Digest,
+}
+
+/// Values longer than this are hashed.
+const MAX_RAW: usize = 64;
+
+/// Hex digits of a digest in a key (16 bytes).
+const DIGEST_HEX: usize = 32;
+
+/// Whether `v` can be written into a key as it is.
+fn is_raw(v: &[u8]) -> bool {
+    v.len() <= MAX_RAW
+        && v.iter()
+            .all(|&b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}')
+}
+
+/// A key's kind and raw bytes, before encoding.
+#[derive(Debug)]
+pub(crate) struct KeyMaterial<'a> {
+    kind: Kind,
+    value: Cow<'a, [u8]>,
+    /// Where the part plans are looked up by starts in `value` (after the
+    /// IP of an IP + account key).
+    plan_at: usize,
+}
+
+impl<'a> KeyMaterial<'a> {
+    pub(crate) fn new(kind: Kind, value: &'a [u8]) -> Self {
+        Self {
+            kind,
+            value: value.into(),
+            plan_at: 0,
+        }
+    }
+
+    pub(crate) fn owned(kind: Kind, value: Vec<u8>) -> KeyMaterial<'static> {
+        KeyMaterial {
+            kind,
+            value: value.into(),
+            plan_at: 0,
+        }
+    }
+
+    pub(crate) fn ip(ip: IpAddr) -> KeyMaterial<'static> {
+        KeyMaterial::owned(Kind::Ip, ip.to_string().into_bytes())
+    }
+
+    /// `<ip>|<account>`: an IP never contains `|`, so the value is
+    /// unambiguous.
+    pub(crate) fn ip_account(ip: String, account: &[u8]) -> KeyMaterial<'static> {
+        let mut v = ip.into_bytes();
+        v.push(b'|');
+        let plan_at = v.len();
+        v.extend_from_slice(account);
+        KeyMaterial {
+            kind: Kind::IpAccount,
+            value: v.into(),
+            plan_at,
+        }
+    }
+
+    /// `<prefix>:<limit>:{<kind>:<value>}`, or `{<kind>#<digest>}` when the
+    /// value is long or unsafe, and always for a header value when there is
+    /// a `secret` to key its digest with (keys bound for Redis; the
+    /// in-process store's never leave the process). `with_plan_key`: also
+    /// keep the caller identity plans are looked up by (an allocation only
+    /// limits with plans need).
+    pub(crate) fn store_key(
+        &self,
+        prefix: &str,
+        limit: &str,
+        secret: Option<&KeySecret>,
+        with_plan_key: bool,
+    ) -> StoreKey {
+        let mut key = String::with_capacity(prefix.len() + limit.len() + 8 + MAX_RAW);
+        key.push_str(prefix);
+        key.push(':');
+        let limit_at = key.len();
+        key.push_str(limit);
+        let limit = limit_at..key.len();
+        key.push_str(":{");
+        key.push_str(self.kind.tag());
+        let v = &self.value;
+        let value_at = key.len() + 1;
+        let encoding = match secret {
+            Some(secret) if self.kind == Kind::Header => {
+                key.push('#');
+                secret.push_digest(&mut key, v);
+                Encoding::Digest
+            }
+            _ if is_raw(v) => {
+                key.push(':');
+                // Raw bytes are ASCII, so this cannot fail.
+                key.push_str(std::str::from_utf8(v).unwrap_or_default());
+                Encoding::Raw
+            }
+            _ => {
+                key.push('#');
+                push_hex(&mut key, &Sha256::digest(v)[..DIGEST_HEX / 2]);
+                Encoding::Digest
+            }
+        };
+        let log_id = LogId::new(self.kind, encoding, &key.as_bytes()[value_at..]);
+        key.push('}');
+        StoreKey {
+            key,
+            limit,
+            log_id,
+            plan_key: with_plan_key
+                .then(|| String::from_utf8_lossy(&self.value[self.plan_at..]).into_owned()),
+        }
+    }
+}
+
+/// A store key and what it was built from.
+#[derive(Debug)]
+pub(crate) struct StoreKey {
+    /// The key as the store uses it, e.g. `rl:per-key:{h#<32 hex>}`.
+    pub(crate) key: String,
+    /// Where the limit name is in `key`.
+    limit: Range<usize>,
+    /// Kind, encoding and the value as written (raw or digest).
+    log_id: LogId,
+    /// The caller identity plans are looked up by: the key's value (for
+    /// IP + account, the account); only when it was asked for.
+    pub(crate) plan_key: Option<String>,
+}
+
+impl StoreKey {
+    /// A key read back from Redis under `prefix`, if it has the shape
+    /// [`KeyMaterial::store_key`] writes (raw or hashed tags, the raw header
+    /// values of older versions included); `None` for any other name, such
+    /// as another application's key under the same prefix.
+    pub(crate) fn parse(prefix: &str, key: &str) -> Option<Self> {
+        let rest = key.strip_prefix(prefix)?.strip_prefix(':')?;
+        let (name, tag) = rest.split_once(':')?;
+        let name_ok = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        let inner = tag.strip_prefix('{')?.strip_suffix('}')?;
+        let split = inner.find([':', '#'])?;
+        let kind = Kind::from_tag(&inner[..split])?;
+        let value = &inner[split + 1..];
+        let encoding = if inner.as_bytes()[split] == b'#' {
+            Encoding::Digest
+        } else {
+            Encoding::Raw
+        };
+        let value_ok = match encoding {
+            Encoding::Digest => {
+                value.len() == DIGEST_HEX
+                    && value
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            }
+            Encoding::Raw => !value.is_empty() && is_raw(value.as_bytes()),
+        };
+        if !name_ok || !value_ok {
+            return None;
+        }
+        let limit_at = prefix.len() + 1;
+        Some(Self {
+            key: key.to_owned(),
+            limit: limit_at..limit_at + name.len(),
+            log_id: LogId::new(kind, encoding, value.as_bytes()),
+            plan_key: None,
+        })
+    }
+
+    /// The limit this key belongs to.
+    pub(crate) fn limit(&self) -> &str {
+        &self.key[self.limit.clone()]
+    }
+
+    /// How this key's caller appears in logs (see [`LogId`]).
+    pub(crate) fn log_id(&self) -> LogId {
+        self.log_id
+    }
+}
+
+/// How a key's caller appears in logs: IPs as they are, anything that may
+/// be a secret (API keys, accounts) as a short digest — the same digest
+/// whether the key holds the value raw or hashed, so one caller has one log
+/// id. `Copy` and heap-free, so the request path keeps one per key beside
+/// its bucket; the digest of a raw value is computed only when the id is
+/// formatted (tracing formats a field only for an enabled event).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogId {
+    kind: Kind,
+    encoding: Encoding,
+    len: u8,
+    /// The value as written in the key: raw bytes, or the digest's hex.
+    text: [u8; MAX_RAW],
+}
+
+impl LogId {
+    fn new(kind: Kind, encoding: Encoding, written: &[u8]) -> Self {
+        let mut text = [0; MAX_RAW];
+        let len = written.len().min(MAX_RAW);
+        text[..len].copy_from_slice(&written[..len]);
+        Self {
+            kind,
+            encoding,
+            len: len as u8,
+            text,
+        }
+    }
+}
+
+impl fmt::Display for LogId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = &self.text[..usize::from(self.len)];
+        // Raw values and digests are ASCII.
+        fn as_str(b: &[u8]) -> &str {
+            std::str::from_utf8(b).unwrap_or_default()
+        }
+        let tag = self.kind.tag();
+        match (self.kind, self.encoding) {
+            (Kind::Ip | Kind::Global, Encoding::Raw) => f.write_str(as_str(text)),
+            // The first 6 bytes of the digest, as for a raw value below.
+            (_, Encoding::Digest) => write!(f, "{tag}#{}", as_str(&text[..text.len().min(12)])),
+            (_, Encoding::Raw) => {
+                let mut s = String::with_capacity(tag.len() + 13);
+                s.push_str(tag);
+                s.push('#');
+                push_hex(&mut s, &Sha256::digest(text)[..6]);
+                f.write_str(&s)
+            }
+        }
+    }
+}
+
+/// The secret header values (API keys) are hashed with before they become
+/// part of a Redis key name (HMAC-SHA256): whoever reads Redis key names
+/// can neither read an API key nor confirm a guessed one without it.
+///
+/// Every instance of a fleet and the `fleetlimit` CLI must use the same
+/// secret, or they count one caller in different buckets. Without a
+/// configured secret a fixed one derived from the key prefix is used: key
+/// names then hold no raw API key, but anyone who knows the prefix can
+/// confirm a guess, so it is not secret.
+#[derive(Clone)]
+pub(crate) struct KeySecret {
+    /// Keyed once; cloned per digest (two SHA-256 states, no re-keying).
+    mac: Hmac<Sha256>,
+    origin: SecretOrigin,
+}
+
+/// Where a [`KeySecret`] came from (what `describe` says; never the secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SecretOrigin {
+    /// The built-in one for this key prefix (not secret).
+    Default,
+    /// The environment variable of this name.
+    Env(String),
+    /// Given in code ([`ConfigBuilder::key_secret`](crate::config::ConfigBuilder::key_secret)).
+    Code,
+}
+
+/// A configured secret shorter than this is refused.
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
+
+impl KeySecret {
+    pub(crate) fn new(secret: &[u8], origin: SecretOrigin) -> Self {
+        // HMAC takes a key of any length: this cannot fail.
+        let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        Self { mac, origin }
+    }
+
+    /// The built-in secret of `prefix`: fixed and public, but it keeps raw
+    /// API keys out of key names, and two prefixes never share digests.
+    pub(crate) fn default_for(prefix: &str) -> Self {
+        let secret = format!("fleetlimit built-in key secret for prefix {prefix}");
+        Self::new(secret.as_bytes(), SecretOrigin::Default)
+    }
+
+    pub(crate) fn origin(&self) -> &SecretOrigin {
+        &self.origin
+    }
+
+    /// Appends the value's digest: 16 bytes of HMAC-SHA256, in hex (the
+    /// length of the plain SHA-256 digests of long values).
+    fn push_digest(&self, k: &mut String, value: &[u8]) {
+        let mut mac = self.mac.clone();
+        mac.update(value);
+        push_hex(k, &mac.finalize().into_bytes()[..16]);
+    }
+}
+
+impl fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the secret itself.
+        f.debug_struct("KeySecret")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+fn push_hex(s: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        s.push(HEX[usize::from(b >> 4)] as char);
+        s.push(HEX[usize::from(b & 0xf)] as char);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl KeyMaterial<'_> {
+        fn redis_key(&self, prefix: &str, limit: &str, secret: Option<&KeySecret>) -> String {
+            self.store_key(prefix, limit, secret, false).key
+        }
+    }
+
+    /// The log id of a key read back from Redis under prefix `rl`.
+    fn log_id_string(key: &str) -> String {
+        StoreKey::parse("rl", key).unwrap().log_id().to_string()
+    }
+
+    #[test]
+    fn built_and_parsed_keys_agree() {
+        let s = KeySecret::default_for("rl");
+        let long = vec![b'a'; 100];
+        let cases = [
+            KeyMaterial::new(Kind::Account, b"abc"),
+            KeyMaterial::new(Kind::Account, &long),
+            KeyMaterial::new(Kind::Header, b"sk_live_X"),
+            KeyMaterial::new(Kind::Global, b"all"),
+            KeyMaterial::new(Kind::Account, b"x}{y"),
+            KeyMaterial::ip("2001:db8::".parse().unwrap()),
+            KeyMaterial::ip_account("1.2.3.4".into(), b"acct"),
+        ];
+        for m in cases {
+            for secret in [Some(&s), None] {
+                let built = m.store_key("rl", "per-key", secret, true);
+                let parsed = StoreKey::parse("rl", &built.key).expect(&built.key);
+                assert_eq!(parsed.key, built.key);
+                assert_eq!(parsed.limit(), "per-key");
+                assert_eq!(built.limit(), "per-key");
+                assert_eq!(
+                    parsed.log_id().to_string(),
+                    built.log_id().to_string(),
+                    "{}",
+                    built.key
+                );
+            }
+        }
+        // The plan key: the value, for IP + account the account.
+        let ia = KeyMaterial::ip_account("1.2.3.4".into(), b"acct");
+        assert_eq!(
+            ia.store_key("rl", "l", Some(&s), true).plan_key.as_deref(),
+            Some("acct")
+        );
+        let h = KeyMaterial::new(Kind::Header, b"sk_live_X");
+        let k = h.store_key("rl", "l", Some(&s), true);
+        assert_eq!(k.plan_key.as_deref(), Some("sk_live_X"));
+        assert_eq!(h.store_key("rl", "l", Some(&s), false).plan_key, None);
+    }
+
+    #[test]
+    fn redis_keys_are_bounded_and_unambiguous() {
+        let s = KeySecret::default_for("rl");
+        let short = KeyMaterial::new(Kind::Account, b"abc");
+        assert_eq!(
+            short.redis_key("rl", "per-key", Some(&s)),
+            "rl:per-key:{a:abc}"
+        );
+        let long = vec![b'a'; 10 * 1024];
+        let k = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "per-key", Some(&s));
+        assert!(k.len() < 64, "{k}");
+        assert!(k.starts_with("rl:per-key:{a#"));
+        let braces = KeyMaterial::new(Kind::Account, b"x}{y").redis_key("rl", "l", Some(&s));
+        assert_eq!(braces.matches('{').count(), 1);
+        // Same value, different kinds: different buckets.
+        let ip = KeyMaterial::new(Kind::Ip, b"1.2.3.4").redis_key("rl", "l", Some(&s));
+        let acct = KeyMaterial::new(Kind::Account, b"1.2.3.4").redis_key("rl", "l", Some(&s));
+        assert_ne!(ip, acct);
+        // One caller, one log id, whether its key is stored raw or hashed.
+        assert_eq!(
+            log_id_string(&short.redis_key("rl", "l", Some(&s))),
+            "a#ba7816bf8f01"
+        );
+        let hashed = KeyMaterial::new(Kind::Account, &long).redis_key("rl", "l", Some(&s));
+        let raw_digest = {
+            let mut s = String::from("a#");
+            push_hex(&mut s, &Sha256::digest(&long)[..6]);
+            s
+        };
+        assert_eq!(log_id_string(&hashed), raw_digest);
+        assert_eq!(log_id_string(&ip), "1.2.3.4");
+        assert_eq!(log_id_string("rl:l:{ip:2001:db8::}"), "2001:db8::");
+        // A raw key can never spell a hashed one.
+        let raw_hashlike = KeyMaterial::new(Kind::Account, b"#0011").redis_key("rl", "l", Some(&s));
+        assert!(raw_hashlike.contains("{a:#0011}"));
+    }
+
+    #[test]
+    fn header_values_are_always_a_keyed_digest() {
+        let s = KeySecret::default_for("rl");
+        let key = |v: &[u8], s: &KeySecret| {
+            KeyMaterial::new(Kind::Header, v).redis_key("rl", "l", Some(s))
+        };
+        let k = key(b"sk_live_SECRET123", &s);
+        assert!(!k.contains("sk_live"), "{k}");
+        let tag = k.strip_prefix("rl:l:{h#").and_then(|t| t.strip_suffix('}'));
+        assert!(
+            tag.is_some_and(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{k}"
+        );
+        // Keyed: another secret, another key; not the plain SHA-256.
+        let other = KeySecret::new(b"0123456789abcdef", SecretOrigin::Code);
+        assert_ne!(key(b"sk_live_SECRET123", &other), k);
+        let mut plain = String::new();
+        push_hex(&mut plain, &Sha256::digest(b"sk_live_SECRET123")[..16]);
+        assert!(!k.contains(&plain));
+        // Deterministic, and the same tag (slot) under every limit.
+        assert_eq!(key(b"sk_live_SECRET123", &s), k);
+        let tag_of = |k: &str| k[k.find('{').unwrap()..].to_owned();
+        let other_limit =
+            KeyMaterial::new(Kind::Header, b"sk_live_SECRET123").redis_key("rl", "m", Some(&s));
+        assert_eq!(tag_of(&other_limit), tag_of(&k));
+        // Another prefix's built-in secret differs.
+        assert_ne!(
+            tag_of(&key(b"x", &KeySecret::default_for("p"))),
+            tag_of(&key(b"x", &s))
+        );
+        assert!(!format!("{s:?}").contains("built-in key secret"));
+        // Without a secret (the in-process store): the plain encoding.
+        let local = KeyMaterial::new(Kind::Header, b"abc").redis_key("rl", "l", None);
+        assert_eq!(local, "rl:l:{h:abc}");
+    }
+}
