@@ -28,7 +28,7 @@ use crate::algorithm::Rule;
 use crate::config::Config;
 use crate::key::redis_key_for;
 use crate::policy::Limit;
-use crate::store::redis::map_err;
+use crate::store::redis::script::map_err;
 use crate::store::{RedisStore, StoreError};
 
 /// One bucket as stored in Redis.
@@ -115,11 +115,12 @@ pub async fn connect(config: &Config) -> Result<RedisStore, StoreError> {
 /// The buckets of the caller whose key value is `value`, for every limit
 /// (or the one named).
 pub async fn inspect(
-    pool: &Pool,
+    store: &RedisStore,
     config: &Config,
     value: &str,
     limit: Option<&str>,
 ) -> Result<Vec<BucketInfo>, StoreError> {
+    let pool = store.pool();
     check_target(config, value, limit).map_err(StoreError::Protocol)?;
     let mut out = Vec::new();
     // Token buckets are stored as a time (GCRA): read them on Redis's clock.
@@ -162,11 +163,12 @@ pub async fn inspect(
 /// reset listener in `RateLimitLayer::builder(..).build()`); returns how
 /// many keys existed. An error after the keys were deleted says so.
 pub async fn reset(
-    pool: &Pool,
+    store: &RedisStore,
     config: &Config,
     value: &str,
     limit: Option<&str>,
 ) -> Result<u64, StoreError> {
+    let pool = store.pool();
     check_target(config, value, limit).map_err(StoreError::Protocol)?;
     let mut n = 0;
     let mut keys = Vec::new();
@@ -450,10 +452,11 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2], 'NX')";
 /// its limit's TTL unless `dry_run`, and counts again. Keys that are not
 /// fleetlimit's by name and type are left alone and reported as skipped.
 pub async fn sweep(
-    pool: &Pool,
+    store: &RedisStore,
     config: &Config,
     options: &SweepOptions,
 ) -> Result<SweepReport, StoreError> {
+    let pool = store.pool();
     if options.default_ttl.is_zero() {
         return Err(StoreError::Protocol(
             "the default TTL must be longer than zero".into(),

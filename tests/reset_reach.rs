@@ -278,7 +278,7 @@ async fn a_reset_drops_a_hot_keys_lease() {
     assert_eq!(send(&app, from("carol")).await.status(), 200);
     assert_eq!(server.script_calls(), 0, "spent from the lease");
 
-    assert_eq!(admin::reset(admin.pool(), &cfg, "carol", None).await, Ok(1));
+    assert_eq!(admin::reset(&admin, &cfg, "carol", None).await, Ok(1));
     // Before the lease would lapse by itself, the next request goes to
     // Redis and sees a full bucket. Polling slower than the lease could be
     // spent (199 tokens, at most 100 polls) so it cannot run dry instead.
@@ -339,7 +339,7 @@ async fn a_malformed_reset_message_is_ignored_and_logged_at_debug() {
     // A valid announcement after them: once bob is admitted, the garbage
     // before it has been read (one connection, in order).
     let admin = admin::connect(&cfg).await.unwrap();
-    assert_eq!(admin::reset(admin.pool(), &cfg, "bob", None).await, Ok(1));
+    assert_eq!(admin::reset(&admin, &cfg, "bob", None).await, Ok(1));
     let left = still_refusing(&apps, "bob", Instant::now() + REACH).await;
     assert!(left.is_empty(), "the listener stopped after garbage");
 

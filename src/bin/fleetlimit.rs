@@ -164,7 +164,7 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
             admin::check_target(&cfg, key, a.limit.as_deref()).map_err(usage)?;
             let store = admin::connect(&cfg).await.map_err(failed)?;
             if a.command == "inspect" {
-                for b in admin::inspect(store.pool(), &cfg, key, a.limit.as_deref())
+                for b in admin::inspect(&store, &cfg, key, a.limit.as_deref())
                     .await
                     .map_err(failed)?
                 {
@@ -176,7 +176,7 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                     println!("{}  {}\n    {}; {ttl}", b.limit, b.key, b.state);
                 }
             } else {
-                let n = admin::reset(store.pool(), &cfg, key, a.limit.as_deref())
+                let n = admin::reset(&store, &cfg, key, a.limit.as_deref())
                     .await
                     .map_err(failed)?;
                 println!("reset: {n} key(s) deleted");
@@ -191,9 +191,7 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                 default_ttl: a.default_ttl,
                 include_unknown_limits: a.include_unknown_limits,
             };
-            let r = admin::sweep(store.pool(), &cfg, &options)
-                .await
-                .map_err(failed)?;
+            let r = admin::sweep(&store, &cfg, &options).await.map_err(failed)?;
             println!("scanned: {} keys under {:?}", r.scanned, cfg.key_prefix());
             println!(
                 "skipped: {} (not fleetlimit's or of no configured limit; left untouched)",

@@ -526,14 +526,15 @@ pub(super) fn check_redis(
     #[cfg(feature = "tls")]
     {
         if let Some(f) = &r.tls_ca_file {
-            crate::store::tls::read_certs("tls_ca_file", f).map_err(|e| at(&spans.ca_file, e))?;
+            crate::store::redis::tls::read_certs("tls_ca_file", f)
+                .map_err(|e| at(&spans.ca_file, e))?;
         }
         if let Some(f) = &r.tls_client_cert {
-            crate::store::tls::read_certs("tls_client_cert", f)
+            crate::store::redis::tls::read_certs("tls_client_cert", f)
                 .map_err(|e| at(&spans.client_cert, e))?;
         }
         if let Some(f) = &r.tls_client_key {
-            crate::store::tls::read_key(f).map_err(|e| at(&spans.client_key, e))?;
+            crate::store::redis::tls::read_key(f).map_err(|e| at(&spans.client_key, e))?;
         }
     }
     Ok(())
