@@ -8,7 +8,8 @@
 //! table fred's cluster client keeps (its last good one while it cannot
 //! resync). A dead primary's pool fails fast and reconnects by itself; the
 //! others never notice. A `MOVED` answer (a slot moved since the table
-//! was read) is followed once, to the node it names.
+//! was read) is followed once, to the node it names. A check whose keys
+//! span several slots is split by slot (`slot_groups`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

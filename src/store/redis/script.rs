@@ -309,7 +309,7 @@ pub(crate) fn command_error(text: &str) -> StoreError {
     }
 }
 
-/// The decision script's reply: the verdict, then four numbers a bucket.
+/// The decision script's reply: the verdict, then four numbers per bucket.
 fn parse(reply: Value, buckets: &[Bucket]) -> Result<Outcome, StoreError> {
     let bad = |why: &str| StoreError::Protocol(format!("decision script: {why}"));
     let Value::Array(items) = reply else {
