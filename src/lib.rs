@@ -62,6 +62,7 @@
 
 pub mod admin;
 pub mod config;
+mod fleet;
 pub mod headers;
 mod key;
 pub mod layer;

@@ -99,7 +99,7 @@ pub(crate) fn parse<'a>(prefix: &str, message: &'a [u8]) -> Option<Vec<&'a str>>
 /// TLS and credentials): it reconnects forever (the same policy as the
 /// pool's) and waits for Redis if it is down.
 fn listener_client(settings: &RedisSettings) -> Result<Client, StoreError> {
-    let (mut config, _tls) = crate::store::redis::fred_config(settings)?;
+    let (mut config, _tls) = crate::store::redis::connect::fred_config(settings)?;
     config.fail_fast = false;
     let connect_timeout = settings.connect_timeout;
     Builder::from_config(config)

@@ -11,7 +11,7 @@ use super::Admin;
 use crate::algorithm::Rule;
 use crate::config::Config;
 use crate::key::StoreKey;
-use crate::store::redis::map_err;
+use crate::store::redis::script::map_err;
 use crate::store::StoreError;
 
 /// What a sweep found and did.

@@ -1,12 +1,11 @@
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use tower_layer::Layer;
 
 use super::RateLimit;
 use crate::breaker::BreakerStats;
-use crate::config::{Config, Heartbeat};
+use crate::config::Config;
 use crate::limiter::{Extras, Limiter};
 use crate::plan::PlanResolver;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
@@ -211,46 +210,8 @@ impl RateLimitLayerBuilder {
         }
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = cfg.heartbeat_key();
-            tokio::spawn(heartbeat(
-                store,
-                Arc::downgrade(limiter.fleet_handle()),
-                key,
-                hb,
-            ));
+            crate::fleet::start(store, Arc::downgrade(limiter.fleet_handle()), key, hb);
         }
         Ok(RateLimitLayer { limiter })
     }
-}
-
-/// Heartbeats until the layer is gone. While Redis is down the last count
-/// seen is kept (an outage is no reason to assume the fleet shrank).
-async fn heartbeat(store: RedisStore, fleet: Weak<AtomicU32>, key: String, hb: Heartbeat) {
-    let instance = instance_id();
-    let mut tick = tokio::time::interval(hb.every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(size) = fleet.upgrade() else {
-            // Like a crashed instance, this one ages out after `dead_after`.
-            return;
-        };
-        match store.heartbeat(&key, &instance, hb.dead_after).await {
-            Ok(n) => {
-                let n = n.max(1);
-                if size.swap(n, Ordering::Relaxed) != n {
-                    tracing::info!(target: "fleetlimit", fleet_size = n, "fleet size changed");
-                }
-            }
-            Err(e) => {
-                tracing::debug!(target: "fleetlimit", error = %e, "heartbeat failed; keeping the last fleet size")
-            }
-        }
-    }
-}
-
-/// Unique enough among the instances of one fleet.
-fn instance_id() -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let nonce = RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("{}-{nonce:016x}", std::process::id())
 }

@@ -5,12 +5,8 @@
 //! nothing of Redis; [`RedisStore`] knows nothing of HTTP; [`MemoryStore`]
 //! serves both as the embedded default and as the `local` fallback.
 
-mod batch;
 mod memory;
-mod nodes;
 pub(crate) mod redis;
-#[cfg(feature = "tls")]
-pub(crate) mod tls;
 
 use std::fmt;
 use std::future::Future;

@@ -8,7 +8,8 @@
 //! table fred's cluster client keeps (its last good one while it cannot
 //! resync). A dead primary's pool fails fast and reconnects by itself; the
 //! others never notice. A `MOVED` answer (a slot moved since the table
-//! was read) is followed once, to the node it names.
+//! was read) is followed once, to the node it names. A check whose keys
+//! span several slots is split by slot (`slot_groups`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,7 +20,8 @@ use fred::error::Error as FredError;
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{Config as FredConfig, ServerConfig};
 
-use super::StoreError;
+use super::connect::build_pool;
+use crate::store::{Check, StoreError};
 
 /// Most primaries with a pool (Redis Cluster's own limit is about a
 /// thousand nodes); beyond it a check is refused as unavailable.
@@ -86,8 +88,7 @@ impl NodePools {
         }
         let mut config = self.template.clone();
         config.server = ServerConfig::new_centralized(host, port);
-        let pool =
-            super::redis::build_pool(config, self.pool_size, self.deadline, self.connect_timeout)?;
+        let pool = build_pool(config, self.pool_size, self.deadline, self.connect_timeout)?;
         {
             let _on_io = self.io.enter();
             let _connection_tasks = pool.connect_pool();
@@ -115,6 +116,20 @@ impl NodePools {
         })
         .await;
     }
+}
+
+/// Indexes of the check's buckets, grouped by cluster slot in the route's
+/// order.
+pub(crate) fn slot_groups(check: &Check) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, b) in check.buckets.iter().enumerate() {
+        let slot = fred::util::redis_keyslot(b.key.as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 /// The node a `MOVED` error names, as `(host, port)`.

@@ -21,9 +21,10 @@ use fred::clients::Pool;
 use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::redis::{map_err, within, Inner, LeanArgs};
-use super::{Bucket, StoreError};
+use super::deadline::within;
+use super::script::{map_err, Inner, LeanArgs};
 use crate::outcome::Outcome;
+use crate::store::{Bucket, StoreError};
 
 /// Most requests in one call.
 const MAX_BATCH: usize = 64;

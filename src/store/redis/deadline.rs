@@ -1,0 +1,223 @@
+//! The deadline of a Redis call, and the thread fred's connection tasks
+//! run on.
+//!
+//! The deadline bounds what Redis costs, not this process's own delays: it
+//! runs from when fred's thread has taken the command, and a host that
+//! stalls (a busy or throttled machine, which stalls Redis too) gets Redis
+//! another deadline (see [`within`]). Whatever happens a call ends within
+//! [`hard_bound`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::store::StoreError;
+
+/// A thread of its own running fred's connection tasks (writing commands,
+/// reading answers, reconnecting) on a single-threaded runtime. On the
+/// application's runtime those tasks wait behind every ready request task:
+/// with hundreds of requests in flight an answer Redis sent in 100 µs was
+/// read milliseconds later, and checks missed the deadline against a
+/// healthy Redis. Here they run as soon as the OS runs the thread. Stopped
+/// when the last clone of the store is dropped.
+pub(crate) struct IoThread {
+    pub(crate) handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl IoThread {
+    pub(crate) fn start() -> Result<Self, StoreError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot start fred's runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("fleetlimit-redis".into())
+            .spawn(move || {
+                // Ends when the store is dropped (the sender with it).
+                let _ = rt.block_on(stopped);
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start fred's thread: {e}")))?;
+        Ok(Self {
+            handle,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// fred's own timeout per call: only a backstop, well past the deadline.
+pub(crate) fn backstop(deadline: Duration) -> Duration {
+    hard_bound(deadline) + Duration::from_millis(100)
+}
+
+/// `call`'s output if Redis answers within `deadline`; `None` if not.
+///
+/// The deadline bounds what Redis costs, not this process's own delays:
+///
+/// - it starts when fred's thread (see [`IoThread`]) has taken the command
+///   and written it to the socket, not when the call was made: a marker
+///   task queued on fred's runtime behind the command says when that was;
+/// - when its timer fires late (by half the deadline or more), or fred's
+///   thread takes a tenth of it to run a task, this process was not
+///   running — a busy or throttled host, which stalls Redis too — and
+///   Redis gets one more deadline, counted from then; so it does while checks keep seeing
+///   such stalls (one within the last twenty deadlines);
+/// - Redis's answer may wait in the socket until fred's thread runs again,
+///   and the timer may be seen first (fred's own timeout, a plain
+///   `tokio::time::timeout`, calls that a miss). So once the timer fires
+///   the check waits until fred's runtime has run once more — anything
+///   Redis sent by then has been read — and takes the answer if it came.
+///
+/// Against a Redis that does not answer this costs microseconds, and
+/// whatever happens a call ends within [`hard_bound`]`(deadline)`.
+pub(crate) async fn within<F: std::future::Future>(
+    call: F,
+    deadline: Duration,
+    io: &tokio::runtime::Handle,
+    stalls: &Stalls,
+) -> Option<F::Output> {
+    use std::future::{poll_fn, Future as _};
+    use std::task::Poll;
+
+    let mut call = std::pin::pin!(call);
+    let handed = Instant::now();
+    let give_up = handed + hard_bound(deadline);
+    let mut hard = std::pin::pin!(tokio::time::sleep_until(give_up));
+    // Hands the command to fred (its first poll sends it).
+    let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    if let Poll::Ready(out) = first {
+        return Some(out);
+    }
+    let mut taken = std::pin::pin!(marker(io));
+    let sent = poll_fn(|cx| {
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            return Poll::Ready(Err(Some(out)));
+        }
+        if let Poll::Ready(at) = taken.as_mut().poll(cx) {
+            return Poll::Ready(Ok(at));
+        }
+        hard.as_mut().poll(cx).map(|()| Err(None))
+    })
+    .await;
+    let stalled = (deadline / 2).max(Duration::from_millis(1));
+    // fred's thread runs a task within tens of microseconds on a host with
+    // a free CPU: a tenth of the deadline says the host is contended.
+    let contended = (deadline / 10).max(Duration::from_micros(200));
+    let mut until = match sent {
+        Ok(at) => {
+            if at.saturating_duration_since(handed) >= contended {
+                stalls.seen(at);
+            }
+            at + deadline
+        }
+        Err(out) => return out,
+    };
+    loop {
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
+        let ready = poll_fn(|cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            timer.as_mut().poll(cx).map(|()| None)
+        })
+        .await;
+        if ready.is_some() {
+            return ready;
+        }
+        let now = Instant::now();
+        if now.saturating_duration_since(until) >= stalled && now < give_up {
+            // This task was not running: the host stalled.
+            stalls.seen(now);
+            until = now + deadline;
+            continue;
+        }
+        let mut caught_up = std::pin::pin!(marker(io));
+        let ran = poll_fn(|cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Err(Some(out)));
+            }
+            if let Poll::Ready(at) = caught_up.as_mut().poll(cx) {
+                return Poll::Ready(Ok(at));
+            }
+            hard.as_mut().poll(cx).map(|()| Err(None))
+        })
+        .await;
+        match ran {
+            Err(out) => return out,
+            // fred's thread was not running either: the host stalled.
+            Ok(at) if at.saturating_duration_since(now) >= contended && at < give_up => {
+                stalls.seen(at);
+                until = at + deadline;
+            }
+            // Another check saw the host stall a moment ago: Redis, on the
+            // same host, was likely held up too.
+            Ok(at) if stalls.lately(at, deadline.saturating_mul(20)) && at < give_up => {
+                until = at + deadline;
+            }
+            Ok(_) => return None,
+        }
+    }
+}
+
+/// When checks last saw this host stall (a task late by half a deadline,
+/// or fred's thread by a tenth), shared by a store's checks.
+pub(crate) struct Stalls {
+    born: Instant,
+    /// µs since `born`, plus one; 0: never.
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Stalls {
+    pub(crate) fn new() -> Self {
+        Self {
+            born: Instant::now(),
+            last: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn seen(&self, at: Instant) {
+        let us = at.saturating_duration_since(self.born).as_micros() as u64 + 1;
+        self.last
+            .fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a stall was seen within `recent` before `now`.
+    fn lately(&self, now: Instant, recent: Duration) -> bool {
+        let last = self.last.load(std::sync::atomic::Ordering::Relaxed);
+        let now = now.saturating_duration_since(self.born).as_micros() as u64 + 1;
+        last != 0 && now.saturating_sub(last) <= recent.as_micros() as u64
+    }
+}
+
+/// The longest a Redis call can take, whatever the host does: the
+/// deadline, and room for the host's own stalls.
+pub(crate) fn hard_bound(deadline: Duration) -> Duration {
+    deadline + HOST_STALLS
+}
+
+/// What [`hard_bound`] allows for the host's stalls: a starved 2-core
+/// machine left fred's thread unscheduled for 20–45 ms.
+const HOST_STALLS: Duration = Duration::from_millis(50);
+
+/// When fred's runtime has run everything queued before this call: a task
+/// spawned there, which lets the tasks woken with it (the router writing
+/// a command, the reader reading an answer) go first.
+async fn marker(io: &tokio::runtime::Handle) -> Instant {
+    let (ran, seen) = tokio::sync::oneshot::channel::<Instant>();
+    io.spawn(async move {
+        tokio::task::yield_now().await;
+        let _ = ran.send(Instant::now());
+    });
+    // The runtime is gone only when the store is: "now" then.
+    seen.await.unwrap_or_else(|_| Instant::now())
+}

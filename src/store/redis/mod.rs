@@ -1,0 +1,326 @@
+//! The Redis store: a pooled `fred` client running the scripts in `lua/`.
+//!
+//! A request's check is one `EVALSHA` (single token-bucket checks in flight
+//! together share one, see `batch.rs`; a cluster runs one per hash slot the
+//! request's keys touch, see `cluster.rs`), with a hard deadline,
+//! `fail_fast` (a disconnected pool answers at once instead of queueing)
+//! and a single attempt. The deadline runs from when the call is handed to
+//! fred, not from when the check was queued in this process (see
+//! `deadline.rs`); `NOSCRIPT` is recovered inside it (see `script.rs`).
+//!
+//! A command that timed out may still run on Redis: the caller treats a
+//! timeout as "outcome unknown", never as "not charged".
+//!
+//! - `connect.rs`: fred's configuration, the pool, the first connection.
+//! - `deadline.rs`: the deadline of a call, fred's own thread.
+//! - `script.rs`: the scripts, `EVALSHA`/`EVAL`, errors and replies.
+//! - `batch.rs`: coalesced single-bucket checks.
+//! - `cluster.rs`: a pool per cluster primary.
+//! - `tls.rs`: `rediss://`.
+
+mod batch;
+mod cluster;
+pub(crate) mod connect;
+mod deadline;
+pub(crate) mod script;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, LuaInterface};
+
+use self::batch::Batcher;
+use self::cluster::{slot_groups, NodePools};
+use self::connect::{build_pool, fred_config, wait_connected, Startup};
+use self::deadline::{within, IoThread};
+use self::script::{map_err, Inner, LeanArgs, LEAN, SCRIPT};
+use super::{Check, Store, StoreError, StoreFuture};
+use crate::config::{redact_url, Config, RedisSettings};
+
+/// Rate-limit state in Redis (standalone, Sentinel or Cluster).
+#[derive(Clone)]
+pub struct RedisStore {
+    pool: Pool,
+    /// Where fred's connection tasks run (see `deadline.rs`); `None` on a
+    /// pool of the application's own, which runs them where it connected.
+    _io: Option<Arc<IoThread>>,
+    inner: Arc<Inner>,
+    /// Coalesces single-bucket checks (standalone and Sentinel only).
+    batcher: Option<Batcher>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("pool_size", &self.pool.size())
+            .field("deadline", &self.inner.deadline())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Builds a pool for `url` and starts connecting. Waits up to
+    /// `connect_timeout` for the first connection and loads the script; if
+    /// Redis is not there yet, or refuses the credentials, that is logged,
+    /// not an error: the pool keeps reconnecting in the background and
+    /// routes use their failure policy meanwhile. Errors only for a
+    /// malformed URL or pool size (and `rediss://` in a build without TLS).
+    pub async fn connect(
+        url: &str,
+        pool_size: usize,
+        deadline: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let settings = RedisSettings {
+            url: url.to_owned(),
+            connect_timeout,
+            ..RedisSettings::default()
+        };
+        Self::connect_with(&settings, pool_size, deadline).await
+    }
+
+    /// [`connect`](Self::connect) with every Redis setting (TLS CA file).
+    pub(crate) async fn connect_with(
+        settings: &RedisSettings,
+        pool_size: usize,
+        deadline: Duration,
+    ) -> Result<Self, StoreError> {
+        let (store, started) = Self::open(settings, pool_size, deadline).await?;
+        let url = redact_url(&settings.url);
+        match started {
+            Ok(()) => {}
+            Err(Startup::Auth(e)) => {
+                tracing::warn!(target: "fleetlimit", %url, error = %e, "Redis refused the credentials at start (authentication failed); routes use their failure policy until it accepts them")
+            }
+            Err(Startup::Unreachable(e)) => {
+                tracing::warn!(target: "fleetlimit", %url, error = %e, "Redis not reachable at start; routes use their failure policy until it is")
+            }
+        }
+        Ok(store)
+    }
+
+    /// Builds the pool and waits up to the connect timeout for it; the
+    /// second result says how that went (the store is usable either way:
+    /// it keeps reconnecting).
+    pub(crate) async fn open(
+        settings: &RedisSettings,
+        pool_size: usize,
+        deadline: Duration,
+    ) -> Result<(Self, Result<(), Startup>), StoreError> {
+        let connect_timeout = settings.connect_timeout;
+        let (mut config, tls) = fred_config(settings)?;
+        // A Redis that is down at start-up is retried by the reconnect
+        // policy, like one that goes down later (fred gives up otherwise).
+        config.fail_fast = false;
+        let template = config.clone();
+        let pool = build_pool(config, pool_size, deadline, connect_timeout)?;
+        // Subscribed before connecting: a refused AUTH or a failed TLS
+        // handshake shows only there (the pool just keeps reconnecting).
+        let errors = pool.next().error_rx();
+        let io = IoThread::start()?;
+        {
+            // fred spawns its connection tasks (and, from them, every
+            // reconnection) on the runtime it is called from.
+            let _on_io = io.handle.enter();
+            let _connection_tasks = pool.connect_pool();
+        }
+        let handle = io.handle.clone();
+        let nodes = pool.is_clustered().then(|| {
+            NodePools::new(
+                pool.clone(),
+                template,
+                pool_size,
+                deadline,
+                connect_timeout,
+                handle.clone(),
+            )
+        });
+        let store = Self {
+            pool,
+            _io: Some(Arc::new(io)),
+            inner: Arc::new(Inner::new(handle, nodes, deadline)),
+            batcher: None,
+        };
+        let started = wait_connected(&store.pool, errors, connect_timeout, tls).await;
+        if started.is_ok() {
+            store.prepare(connect_timeout).await;
+        }
+        Ok((store, started))
+    }
+
+    /// A store on a fred pool of your own, connected (`init`) beforehand:
+    /// its checks get the configuration's deadline, `fail_fast` and a
+    /// single attempt whatever the pool's own settings, and are coalesced
+    /// as `[redis] coalesce` says (on by default).
+    ///
+    /// Give the pool a reconnect policy (without one it never reconnects
+    /// after Redis restarts) and a `default_command_timeout` (the bound of
+    /// anything sent without per-call options). Its connection tasks run
+    /// where it was connected, not on a thread of their own as with
+    /// [`connect`](Self::connect), so a busy application runtime reads
+    /// Redis's answers later.
+    ///
+    /// Loads the scripts (a failure is logged: checks load them again when
+    /// Redis lacks them). Errors outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// use fleetlimit::store::RedisStore;
+    /// use fleetlimit::{Config, RateLimitLayer};
+    /// use fred::prelude::{Builder, ClientLike, Config as FredConfig, ReconnectPolicy};
+    ///
+    /// # async fn f(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = Builder::from_config(FredConfig::from_url("redis://127.0.0.1:6379")?)
+    ///     .with_performance_config(|p| p.default_command_timeout = Duration::from_millis(50))
+    ///     .set_policy(ReconnectPolicy::new_exponential(0, 20, 1_000, 2))
+    ///     .build_pool(4)?;
+    /// pool.init().await?;
+    /// let store = RedisStore::from_pool(pool, &config).await?;
+    /// let layer = RateLimitLayer::with_store(&config, Arc::new(store));
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_pool(pool: Pool, config: &Config) -> Result<Self, StoreError> {
+        let io = tokio::runtime::Handle::try_current().map_err(|e| {
+            StoreError::Unavailable(format!("RedisStore::from_pool needs a tokio runtime: {e}"))
+        })?;
+        let defaults = RedisSettings::default();
+        let settings = config.redis.as_ref().unwrap_or(&defaults);
+        let nodes = pool.is_clustered().then(|| {
+            NodePools::new(
+                pool.clone(),
+                pool.client_config(),
+                pool.size(),
+                config.deadline,
+                settings.connect_timeout,
+                io.clone(),
+            )
+        });
+        let store = Self {
+            pool,
+            _io: None,
+            inner: Arc::new(Inner::new(io, nodes, config.deadline)),
+            batcher: None,
+        };
+        store.prepare(settings.connect_timeout).await;
+        Ok(store.with_coalescing(settings.coalesce))
+    }
+
+    /// Once connected: a cluster's pool per primary, and the scripts.
+    async fn prepare(&self, connect_timeout: Duration) {
+        if let Some(nodes) = &self.inner.nodes {
+            nodes.connect_all(connect_timeout).await;
+        }
+        let loaded = tokio::time::timeout(connect_timeout, self.load_script()).await;
+        if let Err(e) = loaded.unwrap_or(Err(StoreError::Timeout)) {
+            tracing::warn!(target: "fleetlimit", error = %e, "could not load the script; EVAL will load it on first use");
+        }
+    }
+
+    /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
+    /// check also recovers by itself.
+    pub async fn load_script(&self) -> Result<(), StoreError> {
+        for text in [LEAN, SCRIPT] {
+            if self.pool.is_clustered() {
+                let () = self
+                    .pool
+                    .next()
+                    .script_load_cluster(text)
+                    .await
+                    .map_err(map_err)?;
+            } else {
+                let _sha: String = self.pool.script_load(text).await.map_err(map_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Coalesce concurrent single-bucket checks into one script call (see
+    /// `batch.rs`); ignored on a cluster. Needs a tokio runtime.
+    #[must_use]
+    pub fn with_coalescing(mut self, on: bool) -> Self {
+        self.batcher = (on && !self.pool.is_clustered())
+            .then(|| Batcher::start(self.pool.clone(), Arc::clone(&self.inner)));
+        self
+    }
+
+    /// The fred pool, for admin tasks and the heartbeat.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The SHA1 of the decision script (what `EVALSHA` sends for requests
+    /// counted against several limits, or against a window).
+    #[must_use]
+    pub fn script_sha() -> String {
+        fred::util::sha1_hash(SCRIPT)
+    }
+
+    /// The SHA1 of the lean script (what `EVALSHA` sends for a request
+    /// counted against a single token bucket).
+    #[must_use]
+    pub fn lean_script_sha() -> String {
+        fred::util::sha1_hash(LEAN)
+    }
+}
+
+impl Store for RedisStore {
+    fn check(&self, check: &Check) -> StoreFuture {
+        if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
+            if let Some(args) = LeanArgs::new(&bucket.rule, check.cost) {
+                // No timer per check: the batch's call carries the deadline,
+                // counted from when it is handed to fred.
+                return Box::pin(batcher.check(bucket, args));
+            }
+        }
+        let pool = self.pool.clone();
+        let inner = Arc::clone(&self.inner);
+        // Only a cluster cares about slots; standalone is always one call.
+        let groups = if pool.is_clustered() {
+            slot_groups(check)
+        } else {
+            Vec::new()
+        };
+        let check = check.clone();
+        Box::pin(async move {
+            // One call for the whole request, unless a cluster spreads its
+            // keys over several slots (see `slot_groups`).
+            let run = async {
+                if groups.len() <= 1 {
+                    return inner.run(&pool, &check).await;
+                }
+                inner.run_in_order(&pool, &check, &groups).await
+            };
+            // One deadline for the whole check, NOSCRIPT recovery included.
+            within(run, inner.deadline(), &inner.io, &inner.stalls)
+                .await
+                .unwrap_or(Err(StoreError::Timeout))
+        })
+    }
+
+    fn nodes(&self, check: &Check) -> Vec<String> {
+        if !self.pool.is_clustered() {
+            return Vec::new();
+        }
+        // The slot owners in fred's cached cluster state (none yet: the
+        // store as a whole).
+        let Some(state) = self.pool.next().cached_cluster_state() else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<String> = Vec::with_capacity(1);
+        for b in &check.buckets {
+            let slot = fred::util::redis_keyslot(b.key.as_bytes());
+            if let Some(server) = state.get_server(slot) {
+                let name = server.to_string();
+                if !nodes.contains(&name) {
+                    nodes.push(name);
+                }
+            }
+        }
+        nodes
+    }
+}

@@ -1,0 +1,604 @@
+//! The scripts and how a check runs them: `EVALSHA`, and `EVAL` after a
+//! `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`), which also caches the
+//! script again, inside the same deadline. Sent as a custom command because
+//! fred 10.1's `with_options(..).evalsha(..)` drops the timeout and
+//! fail-fast options. Also how fred's errors and the scripts' replies read
+//! to the layer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::cluster::{moved_to, NodePools};
+use super::deadline::{backstop, within, Stalls};
+use crate::algorithm::Rule;
+use crate::outcome::{LimitState, Outcome};
+use crate::store::{Bucket, Check, StoreError};
+
+/// A script by SHA, and its text for `EVAL` after a `NOSCRIPT`.
+pub(crate) struct Script {
+    pub(crate) sha: Value,
+    pub(crate) text: Value,
+}
+
+impl Script {
+    fn new(text: &'static str) -> Self {
+        Self {
+            sha: Value::from(fred::util::sha1_hash(text)),
+            text: Value::from(text),
+        }
+    }
+}
+
+/// What every call of a store shares: the scripts, the deadline and the
+/// per-call options, where fred runs, and a cluster's pools per primary.
+pub(crate) struct Inner {
+    /// fred's runtime (see [`IoThread`](super::deadline::IoThread)).
+    pub(crate) io: tokio::runtime::Handle,
+    pub(crate) stalls: Stalls,
+    /// On a cluster: a pool per primary, which checks go through.
+    pub(crate) nodes: Option<NodePools>,
+    pub(crate) lean: Script,
+    decide: Script,
+    deadline: Duration,
+    options: Options,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        io: tokio::runtime::Handle,
+        nodes: Option<NodePools>,
+        deadline: Duration,
+    ) -> Self {
+        Self {
+            io,
+            stalls: Stalls::new(),
+            nodes,
+            lean: Script::new(LEAN),
+            decide: Script::new(SCRIPT),
+            deadline,
+            options: Options {
+                // A backstop only: `within` enforces the deadline.
+                timeout: Some(backstop(deadline)),
+                fail_fast: true,
+                max_attempts: Some(1),
+                max_redirections: Some(3),
+                ..Options::default()
+            },
+        }
+    }
+
+    /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
+    /// A single token bucket (the common case) runs the lean script.
+    pub(crate) async fn run(&self, pool: &Pool, check: &Check) -> Result<Outcome, StoreError> {
+        let n = check.buckets.len();
+        let lean = match check.buckets.as_slice() {
+            [b] => LeanArgs::new(&b.rule, check.cost),
+            _ => None,
+        };
+        let script = if lean.is_some() {
+            &self.lean
+        } else {
+            &self.decide
+        };
+        let args = |head: &Value| {
+            let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
+            args.push(head.clone());
+            args.push(Value::Integer(n as i64));
+            args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
+            if let Some(lean) = &lean {
+                // EVALSHA sha 1 key cost×per burst×per
+                let (inc, burst) = lean.values();
+                args.push(inc);
+                args.push(burst);
+            } else {
+                args.push(Value::from(check.cost.to_string()));
+                // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
+                for b in &check.buckets {
+                    let (code, p1, p2) = b.rule.script_args();
+                    args.push(Value::from(code));
+                    args.push(Value::from(p1.to_string()));
+                    args.push(Value::from(p2.to_string()));
+                    args.push(Value::from(if b.shadow { "1" } else { "0" }));
+                }
+            }
+            args
+        };
+        // On a cluster, the pool of the primary owning the slot (all the
+        // check's keys share it, see `slot_groups`).
+        let node_pool;
+        let pool = match &self.nodes {
+            Some(nodes) => {
+                let slot = check
+                    .buckets
+                    .first()
+                    .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes()));
+                node_pool = nodes.for_slot(slot)?;
+                &node_pool
+            }
+            None => pool,
+        };
+        let reply = match self.eval(pool, script, ClusterHash::FirstKey, &args).await {
+            // The slot moved since fred's table was read: follow it once.
+            Err(e) => match (&self.nodes, moved_to(&e)) {
+                (Some(nodes), Some((host, port))) => {
+                    let pool = nodes.pool(&host, port)?;
+                    self.eval(&pool, script, ClusterHash::FirstKey, &args).await
+                }
+                _ => Err(e),
+            },
+            ok => ok,
+        };
+        let reply = reply.map_err(map_err)?;
+        if let Some(lean) = &lean {
+            match reply {
+                Value::Array(mut items) if items.len() == 1 => {
+                    let b = &check.buckets[0];
+                    let reply = items.pop().unwrap_or(Value::Null);
+                    lean.parse(&reply, b.rule.capacity(), b.shadow)
+                }
+                other => Err(StoreError::Protocol(format!(
+                    "lean script: unexpected {other:?}"
+                ))),
+            }
+        } else {
+            parse(reply, &check.buckets)
+        }
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`)
+    /// `EVAL` of the same arguments; `EVAL` also caches the script again.
+    /// The caller bounds both by the deadline (see [`within`]). `args`
+    /// builds the arguments after the script's SHA or text, so nothing is
+    /// copied for the rare second call.
+    pub(crate) async fn eval(
+        &self,
+        pool: &Pool,
+        script: &Script,
+        slot: ClusterHash,
+        args: impl Fn(&Value) -> Vec<Value>,
+    ) -> Result<Value, FredError> {
+        let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
+        match pool
+            .with_options(&self.options)
+            .custom::<Value, Value>(evalsha, args(&script.sha))
+            .await
+        {
+            Err(e) if is_noscript(&e) => {
+                let eval = CustomCommand::new_static("EVAL", slot, false);
+                pool.with_options(&self.options)
+                    .custom::<Value, Value>(eval, args(&script.text))
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// The per-check deadline.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// A cluster cannot run one script over several slots, so the groups are
+    /// decided in order; when a later group refuses, the earlier ones get
+    /// their cost back. Between the charge and the refund another request
+    /// may see those units spent: the price of limits that share no slot.
+    pub(crate) async fn run_in_order(
+        self: &Arc<Self>,
+        pool: &Pool,
+        check: &Check,
+        groups: &[Vec<usize>],
+    ) -> Result<Outcome, StoreError> {
+        let subset = |g: &[usize], cost: f64| Check {
+            cost,
+            buckets: g.iter().map(|&i| check.buckets[i].clone()).collect(),
+        };
+        let mut limits: Vec<Option<LimitState>> = vec![None; check.buckets.len()];
+        let mut charged: Vec<usize> = Vec::new();
+        let mut allowed = true;
+        for g in groups {
+            let o = self.run(pool, &subset(g, check.cost)).await?;
+            for (k, &i) in g.iter().enumerate() {
+                limits[i] = Some(o.limits[k]);
+            }
+            if !o.allowed {
+                allowed = false;
+                break;
+            }
+            charged.extend(
+                g.iter()
+                    .copied()
+                    .filter(|&i| limits[i].is_some_and(|l| l.enough)),
+            );
+        }
+        if !allowed && !charged.is_empty() && check.cost > 0.0 {
+            // Give back what the earlier groups took (one call per slot), in
+            // a task of its own with its own deadline: the refusal is
+            // decided, and a refund that ran past the check's deadline must
+            // not turn it into a timeout the route's policy might answer
+            // with "admit". A failed refund leaves those units spent until
+            // they refill (an over-count, the safe side).
+            let refunds: Vec<Check> = groups
+                .iter()
+                .map(|g| {
+                    let back: Vec<usize> =
+                        g.iter().copied().filter(|i| charged.contains(i)).collect();
+                    subset(&back, -check.cost)
+                })
+                .filter(|c| !c.buckets.is_empty())
+                .collect();
+            let (inner, pool, units) = (Arc::clone(self), pool.clone(), check.cost);
+            tokio::spawn(async move {
+                for refund in refunds {
+                    let done = within(
+                        inner.run(&pool, &refund),
+                        inner.deadline,
+                        &inner.io,
+                        &inner.stalls,
+                    )
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout));
+                    if let Err(e) = done {
+                        tracing::warn!(
+                            target: "fleetlimit",
+                            error = %e,
+                            units,
+                            keys = refund.buckets.len(),
+                            "refused, and the refund of the limits charged before the refusal failed: \
+                             they stay charged until they refill"
+                        );
+                    }
+                }
+            });
+        }
+        let limits = limits
+            .into_iter()
+            .zip(&check.buckets)
+            .map(|(l, b)| {
+                // Not reached: unknown, reported as untouched.
+                l.unwrap_or(LimitState {
+                    enough: true,
+                    remaining: b.rule.capacity(),
+                    wait: 0.0,
+                    reset: 0.0,
+                    capacity: b.rule.capacity(),
+                })
+            })
+            .collect();
+        Ok(Outcome { allowed, limits })
+    }
+}
+
+fn is_noscript(e: &FredError) -> bool {
+    e.details().starts_with("NOSCRIPT")
+}
+
+/// How a fred error looks to the layer.
+pub(crate) fn map_err(e: FredError) -> StoreError {
+    match e.kind() {
+        ErrorKind::Timeout => StoreError::Timeout,
+        ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Backpressure | ErrorKind::Routing => {
+            StoreError::Unavailable(e.to_string())
+        }
+        ErrorKind::Protocol | ErrorKind::Parse => StoreError::Protocol(e.to_string()),
+        // Raised by a command inside a script (Redis names the script's
+        // line): one check's data or numbers, unless its code says Redis
+        // is not serving (OOM, READONLY, ...).
+        _ if e.details().contains("@user_script") => match command_error(e.details()) {
+            StoreError::Script(_) => StoreError::Script(e.to_string()),
+            _ => StoreError::Redis(e.to_string()),
+        },
+        _ => StoreError::Redis(e.to_string()),
+    }
+}
+
+/// A command error met inside a script. `ERR` and `WRONGTYPE` (a value or
+/// type Redis refuses) and Lua's own errors (no upper-case code) concern the
+/// check; any other code (`OOM`, `READONLY`, `NOPERM`...) concerns Redis.
+pub(crate) fn command_error(text: &str) -> StoreError {
+    let code = text.split_whitespace().next().unwrap_or("");
+    if code == "ERR" || code == "WRONGTYPE" || code.bytes().any(|b| !b.is_ascii_uppercase()) {
+        StoreError::Script(text.to_owned())
+    } else {
+        StoreError::Redis(text.to_owned())
+    }
+}
+
+/// The decision script's reply: the verdict, then four numbers per bucket.
+fn parse(reply: Value, buckets: &[Bucket]) -> Result<Outcome, StoreError> {
+    let bad = |why: &str| StoreError::Protocol(format!("decision script: {why}"));
+    let Value::Array(items) = reply else {
+        return Err(bad("not an array"));
+    };
+    if items.len() != 1 + 4 * buckets.len() {
+        return Err(bad("wrong length"));
+    }
+    let num = |v: &Value| -> Result<f64, StoreError> {
+        v.as_str()
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| bad("not a number"))
+    };
+    let allowed = num(&items[0])? == 1.0;
+    let limits = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let at = 1 + 4 * i;
+            Ok(LimitState {
+                enough: num(&items[at])? == 1.0,
+                // The script's capacity carries the slack: never report it.
+                remaining: num(&items[at + 1])?.min(b.rule.capacity()),
+                wait: num(&items[at + 2])?,
+                reset: num(&items[at + 3])?,
+                capacity: b.rule.capacity(),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(Outcome { allowed, limits })
+}
+
+// The scripts' text, and the lean script's arguments (the token bucket's
+// arithmetic, done here rather than in Lua): a block apart from the code
+// that runs them, as it belongs with the algorithms.
+
+/// The lean script: single-token-bucket checks (most requests), one or
+/// several per call (see `batch.rs`).
+pub(crate) const LEAN: &str = include_str!("../../../lua/token_bucket_lean.lua");
+
+/// The decision script, run by `EVALSHA`: each algorithm's functions, then
+/// the driver that decides every limit of a request at once.
+pub(crate) const SCRIPT: &str = concat!(
+    include_str!("../../../lua/token_bucket.lua"),
+    include_str!("../../../lua/fixed_window.lua"),
+    include_str!("../../../lua/sliding_window.lua"),
+    include_str!("../../../lua/decide.lua"),
+);
+
+/// One check as the lean script sees it: the bucket's emission interval
+/// (µs per token), what the check costs and what a full burst spans, both in
+/// µs. Computed here rather than in Lua: the script does only what needs
+/// Redis (the clock, the read, the write).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LeanArgs {
+    per: f64,
+    inc: f64,
+    burst: f64,
+    /// What the script compares TAT − now with: the burst and
+    /// [`REDIS_SLACK_US`](crate::algorithm::REDIS_SLACK_US).
+    limit: f64,
+}
+
+impl LeanArgs {
+    /// `None` for anything but a token bucket (the general script's work).
+    pub(crate) fn new(rule: &Rule, cost: f64) -> Option<Self> {
+        let Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } = *rule
+        else {
+            return None;
+        };
+        let per = 1_000_000.0 / refill_per_sec;
+        let burst = capacity * per;
+        Some(Self {
+            per,
+            inc: cost * per,
+            burst,
+            limit: burst + crate::algorithm::REDIS_SLACK_US,
+        })
+    }
+
+    /// The check's two arguments. Rust prints the shortest text that reads
+    /// back as the same `f64`, so Lua's `tonumber` sees exactly these values.
+    pub(crate) fn values(&self) -> (Value, Value) {
+        (
+            Value::from(self.inc.to_string()),
+            Value::from(self.limit.to_string()),
+        )
+    }
+
+    /// The script's answer for this check: 4 × (TAT − now) in µs after the
+    /// charge when admitted, −1 − 4 × (TAT − now) when refused, or the error
+    /// text of the command that failed at this check.
+    pub(crate) fn parse(
+        &self,
+        reply: &Value,
+        capacity: f64,
+        shadow: bool,
+    ) -> Result<Outcome, StoreError> {
+        let x = match reply {
+            Value::Integer(x) => *x,
+            // The script stopped at this check: a command failed.
+            Value::String(text) => return Err(command_error(text)),
+            Value::Bytes(text) => return Err(command_error(&String::from_utf8_lossy(text))),
+            _ => {
+                return Err(StoreError::Protocol(format!(
+                    "lean script: unexpected {reply:?}"
+                )))
+            }
+        };
+        let allowed = x >= 0;
+        let ahead = (if allowed { x } else { -1 - x }) as f64 / 4.0;
+        let limits = vec![LimitState {
+            enough: allowed,
+            // Within the slack, TAT may pass the burst by a hair.
+            remaining: ((self.burst - ahead) / self.per).max(0.0),
+            wait: if allowed {
+                0.0
+            } else {
+                (ahead + self.inc - self.burst) / 1_000_000.0
+            },
+            reset: ahead / 1_000_000.0,
+            capacity,
+        }];
+        Ok(Outcome {
+            // A shadow limit never refuses; it was charged only if it had room.
+            allowed: allowed || shadow,
+            limits,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_string_replies() {
+        let bucket = Bucket {
+            key: "k".into(),
+            rule: Rule::TokenBucket {
+                capacity: 5.0,
+                refill_per_sec: 10.0,
+            },
+            shadow: false,
+        };
+        let buckets = [bucket];
+        let reply = Value::Array(vec![
+            "0".into(),
+            "0".into(),
+            "0.4".into(),
+            "0.06".into(),
+            "0.46".into(),
+        ]);
+        let o = parse(reply, &buckets).unwrap();
+        assert!(!o.allowed);
+        assert_eq!(o.limits[0].remaining, 0.4);
+        assert_eq!(o.limits[0].wait, 0.06);
+        assert!(!o.limits[0].enough);
+        assert!(parse(Value::Array(vec!["1".into()]), &buckets).is_err());
+        assert!(parse(Value::Null, &buckets).is_err());
+    }
+
+    #[test]
+    fn lean_answers_decode_to_the_limit_state() {
+        // 5 tokens at 10/s: 100 ms per token, a burst spans 500 ms.
+        let rule = Rule::TokenBucket {
+            capacity: 5.0,
+            refill_per_sec: 10.0,
+        };
+        let args = LeanArgs::new(&rule, 1.0).unwrap();
+        let (inc, burst) = args.values();
+        assert_eq!(
+            (inc.as_str().unwrap(), burst.as_str().unwrap()),
+            ("100000".into(), "500000.5".into())
+        );
+        // Admitted, TAT 300 ms ahead after the charge: 2 tokens left.
+        let o = args
+            .parse(&Value::Integer(4 * 300_000), 5.0, false)
+            .unwrap();
+        assert!(o.allowed && o.limits[0].enough);
+        assert_eq!(o.limits[0].remaining, 2.0);
+        assert_eq!(o.limits[0].reset, 0.3);
+        assert_eq!(o.limits[0].wait, 0.0);
+        // Refused, TAT 450 ms ahead: half a token left, the next one in 50 ms.
+        let o = args
+            .parse(&Value::Integer(-1 - 4 * 450_000), 5.0, false)
+            .unwrap();
+        assert!(!o.allowed && !o.limits[0].enough);
+        assert!((o.limits[0].remaining - 0.5).abs() < 1e-9);
+        assert!((o.limits[0].wait - 0.05).abs() < 1e-9);
+        assert_eq!(o.limits[0].reset, 0.45);
+        // A shadow limit is reported as refused but lets the request through.
+        let o = args.parse(&Value::Integer(-1), 5.0, true).unwrap();
+        assert!(o.allowed && !o.limits[0].enough);
+        assert!(args.parse(&Value::from("1 2 3 4"), 5.0, false).is_err());
+        assert!(LeanArgs::new(
+            &Rule::FixedWindow {
+                limit: 1.0,
+                window: Duration::from_secs(1)
+            },
+            1.0
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn noscript_and_error_kinds_map() {
+        let e = FredError::new(
+            ErrorKind::Unknown,
+            "NOSCRIPT No matching script. Please use EVAL.",
+        );
+        assert!(is_noscript(&e));
+        assert_eq!(
+            map_err(FredError::new(ErrorKind::Timeout, "t")),
+            StoreError::Timeout
+        );
+        assert!(matches!(
+            map_err(FredError::new(ErrorKind::IO, "refused")),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(map_err(e), StoreError::Redis(_)));
+    }
+
+    #[test]
+    fn script_errors_on_data_are_not_availability_errors() {
+        // Raised out of a script (Redis 7's wording): the check's data.
+        let wrongtype = FredError::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key holding the wrong kind of value \
+             script: 3f2a, on @user_script:31.",
+        );
+        let e = map_err(wrongtype);
+        assert!(matches!(e, StoreError::Script(_)), "{e:?}");
+        assert!(!e.is_availability());
+        let range = FredError::new(
+            ErrorKind::Unknown,
+            "ERR value is not an integer or out of range script: 3f2a, on @user_script:47.",
+        );
+        assert!(matches!(map_err(range), StoreError::Script(_)));
+        // Redis not serving, even from inside a script.
+        for text in [
+            "OOM command not allowed when used memory > 'maxmemory'. script: 3f2a, on @user_script:44.",
+            "READONLY You can't write against a read only replica. script: 3f2a, on @user_script:44.",
+        ] {
+            let e = map_err(FredError::new(ErrorKind::Unknown, text));
+            assert!(matches!(e, StoreError::Redis(_)), "{e:?}");
+            assert!(e.is_availability());
+        }
+        // Not from a script: as before.
+        let e = map_err(FredError::new(
+            ErrorKind::Unknown,
+            "ERR unknown command 'EVALSHA'",
+        ));
+        assert!(matches!(e, StoreError::Redis(_)));
+        // The lean script's per-check error texts (caught inside the script).
+        assert!(matches!(
+            command_error("user_script:30: attempt to compare nil with number"),
+            StoreError::Script(_)
+        ));
+        assert!(matches!(
+            command_error("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            StoreError::Script(_)
+        ));
+        assert!(matches!(
+            command_error("OOM command not allowed when used memory > 'maxmemory'."),
+            StoreError::Redis(_)
+        ));
+        let args = LeanArgs::new(
+            &Rule::TokenBucket {
+                capacity: 5.0,
+                refill_per_sec: 10.0,
+            },
+            1.0,
+        )
+        .unwrap();
+        assert!(matches!(
+            args.parse(
+                &Value::from("ERR value is not an integer or out of range"),
+                5.0,
+                false
+            ),
+            Err(StoreError::Script(_))
+        ));
+        assert!(matches!(
+            args.parse(&Value::Null, 5.0, false),
+            Err(StoreError::Protocol(_))
+        ));
+    }
+}
