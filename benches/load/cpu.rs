@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+/// CPU time (ns) used so far by the server's threads and `redis-server`,
+/// from `/proc/…/schedstat` (`None` where that is not readable). The
+/// generator's own thread measures itself (`Tally::cpu_ns` in generator.rs).
 #[derive(Clone, Copy, Debug)]
 pub struct CpuTimes {
     pub server: Option<u64>,
@@ -78,6 +81,8 @@ pub fn thread_self_cpu_ns() -> Option<u64> {
         .ok()
 }
 
+/// The CPU time (ns, first field of `schedstat`) of the threads of process
+/// `pid` ("self" for this one) whose name passes `pick`; `None` if none
 /// was found or `/proc` cannot be read.
 pub fn threads_cpu_ns(pid: &str, pick: impl Fn(&str) -> bool) -> Option<u64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;

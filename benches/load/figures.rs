@@ -6,8 +6,6 @@ pub fn opt(v: Option<f64>, prec: usize) -> String {
         .map_or_else(|| "—".to_owned(), |v| format!("{v:.prec$}"))
 }
 
-/// The CPU time (ns, first field of `schedstat`) of the threads of process
-
 pub fn thousands(n: f64) -> String {
     let s = format!("{:.0}", n.max(0.0));
     let mut out = String::new();

@@ -218,9 +218,6 @@ pub fn run_one(
     }
 }
 
-/// CPU time (ns) used so far by the server's threads and `redis-server`,
-/// from `/proc/…/schedstat` (`None` where that is not readable). The
-
 pub fn sleep_until(t: Instant) {
     let now = Instant::now();
     if t > now {

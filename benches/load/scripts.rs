@@ -101,15 +101,19 @@ redis.call("SET", key, new_tat, "PX", math.ceil((new_tat - now) / 1000))
 return {1, 0}
 "#;
 
+/// A file of `lua/`, compiled in.
+macro_rules! lua {
+    ($file:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file))
+    };
+}
+
 /// fleetlimit's decision script, composed as `src/store/redis.rs` does.
 pub const FLEETLIMIT_DECIDE: &str = concat!(
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/token_bucket.lua")),
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/fixed_window.lua")),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/lua/sliding_window.lua"
-    )),
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/decide.lua")),
+    lua!("token_bucket.lua"),
+    lua!("fixed_window.lua"),
+    lua!("sliding_window.lua"),
+    lua!("decide.lua"),
 );
 
 /// fleetlimit's scripts, each with the arguments of one token-bucket limit
