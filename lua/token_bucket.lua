@@ -1,50 +1,80 @@
 -- Token bucket as GCRA: capacity `cap` (burst), refill `rate` per second.
+-- The one Lua home of the token bucket: its state rule (read, validity,
+-- expiry), its arithmetic, and the steps lua/decide.lua calls. The lean
+-- script is this file followed by lua/token_bucket_lean.lua (see
+-- src/algorithm/token_bucket.rs), so both scripts keep one state.
 --
 -- State is one number per key: the bucket's "theoretical arrival time"
 -- (TAT), in microseconds of Redis TIME. The bucket is full when TAT <= now;
 -- it holds (now + cap × per − TAT) ÷ per tokens, where per = 1 ÷ rate is the
 -- time one token takes to refill. Taking `cost` tokens moves TAT forward by
--- cost × per. The key is written with its expiry in one SET, so no key ever
--- lives without a TTL: 1 ms after the end of the second (Redis time) in
--- which the bucket is full again, so an expired (missing) key is a full
--- bucket. lua/token_bucket_lean.lua (the common case: a request counted
--- against a single token bucket) keeps the same state and expiry rule, so
--- either script may follow the other on one key.
+-- cost × per (a refund moves it back, never past now: full).
+--
+-- Expiry: a key expires 1 ms after the end of the second (Redis time) in
+-- which its bucket is full again, so a missing (expired) key is a full
+-- bucket, and it is set in the same SET as the TAT, so no key ever lives
+-- without one.
 --
 -- A stored value counts as a TAT when it is a finite number at most a full
--- burst ahead of now, or further ahead (a larger burst when it was written,
--- Redis's clock stepped back) when the key's expiry, set at or after the
--- TAT by every write, is no earlier than the TAT, and at most 2^50 µs
--- (about 35 years) ahead; a TAT in the past is a full bucket. Anything else
+-- burst (the check's own) ahead of now, or further ahead (a larger burst
+-- when it was written, Redis's clock stepped back) when the key's expiry,
+-- set at or after the TAT by every write, is no earlier than the TAT, and
+-- at most FAR µs (about 35 years, so the lean script's answer stays an
+-- exact integer) ahead; a TAT in the past is a full bucket. Anything else
 -- (another type, text, nan, inf, -inf, 1e400, a far TAT with a shorter or
 -- no expiry) is not fleetlimit's: the bucket is full and the key is
--- deleted, then written with its expiry when the request is admitted.
+-- deleted, then written with its expiry when the request is admitted. So
+-- one key's bad state changes the answer for that key only.
+local FAR = 2 ^ 50
+local call, rpcall, ceil = redis.call, redis.pcall, math.ceil
+
+-- The TAT the bucket at `key` starts from at `now` (`burst` in µs), and
+-- the stored one (nil: no key, or not a TAT fleetlimit wrote, deleted).
+local function tat_read(key, burst, now)
+  -- pcall: a key of another type answers an error table, not a failure.
+  local raw = rpcall('GET', key)
+  local stored = tonumber(raw)
+  if raw and not (stored and stored - stored == 0
+      and (stored <= now + burst
+        or (stored - now <= FAR and call('PTTL', key) * 1000 >= stored - now))) then
+    -- Not a TAT fleetlimit wrote: a full bucket, and no trace of it stays.
+    call('DEL', key)
+    stored = nil
+  end
+  if stored and stored > now then return stored, stored end
+  return now, stored
+end
+
+-- Writes the TAT after taking `inc` µs of tokens from `tat` and returns it.
+-- `kept`: the TAT the key holds, whose expiry (set by this rule) stands
+-- while the new TAT falls in the same second (KEEPTTL spares most writes
+-- setting one); nil always sets it.
+local function tat_write(key, tat, inc, now, kept)
+  local new = tat + inc
+  if new < now then new = now end
+  local second = ceil(new / 1000000)
+  if kept and second == ceil(kept / 1000000) then
+    call('SET', key, new, 'KEEPTTL')
+  else
+    call('SET', key, new, 'PXAT', second * 1000 + 1)
+  end
+  return new
+end
+
+-- The steps of lua/decide.lua.
 local token_bucket = {}
 
 function token_bucket.read(key, cap, rate, now)
   local per = 1000000 / rate
   local burst = cap * per
-  -- pcall: a key of another type answers an error table, not a failure.
-  local raw = redis.pcall('GET', key)
-  local tat = tonumber(raw)
-  if raw and not (tat and tat - tat == 0
-      and (tat <= now + burst
-        or (tat - now <= 2 ^ 50 and redis.call('PTTL', key) * 1000 >= tat - now))) then
-    -- Not a TAT fleetlimit wrote: a full bucket, and no trace of it stays.
-    redis.call('DEL', key)
-    tat = nil
-  end
-  tat = tat or now
-  if tat < now then tat = now end
+  local tat = tat_read(key, burst, now)
   return { per = per, burst = burst, tat = tat, now = now, avail = (now + burst - tat) / per }
 end
 
--- Takes `cost` tokens (a negative cost is a refund, never past full).
+-- Takes `cost` tokens. Always sets the expiry: the general script repairs
+-- a key whose expiry something else removed.
 function token_bucket.write(key, s, cost, now)
-  local tat = s.tat + cost * s.per
-  if tat < now then tat = now end
-  s.tat = tat
-  redis.call('SET', key, string.format('%.17g', tat), 'PXAT', math.ceil(tat / 1000000) * 1000 + 1)
+  s.tat = tat_write(key, s.tat, cost * s.per, now, nil)
 end
 
 -- Nothing to repair: every write carries its expiry.

@@ -141,7 +141,7 @@ pub async fn inspect(
     for (l, key) in keys_of(config, value, limit) {
         let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
         let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
-        let state = describe(&l.rule, raw.as_deref(), now_us);
+        let state = l.rule.describe_stored(raw.as_deref(), now_us);
         out.push(BucketInfo {
             limit: l.name.to_string(),
             key,
@@ -255,35 +255,6 @@ fn keys_of<'a>(
         })
 }
 
-fn describe(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
-    let Some(raw) = raw else {
-        return "no key: a full bucket".into();
-    };
-    match rule {
-        Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } => match raw.trim().parse::<f64>() {
-            Ok(tat) => {
-                let per = 1e6 / refill_per_sec;
-                let tokens = (now_us + capacity * per - tat.max(now_us)) / per;
-                format!("{tokens:.2} of {capacity} tokens")
-            }
-            Err(_) => format!("unreadable token bucket: {raw:?}"),
-        },
-        Rule::FixedWindow { limit, .. } => format!("{raw} of {limit} used in this window"),
-        Rule::SlidingWindow { limit, .. } => {
-            let v: Vec<&str> = raw.split_whitespace().collect();
-            match v.as_slice() {
-                [idx, curr, prev] => {
-                    format!("window {idx}: {curr} now, {prev} in the previous one, of {limit}")
-                }
-                _ => format!("unreadable sliding window: {raw:?}"),
-            }
-        }
-    }
-}
-
 /// The TTL a key of this limit would get from the scripts, at most.
 fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
     // The heartbeat by its whole key: a limit may be named "fleet" too.
@@ -300,17 +271,7 @@ fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
     // The largest of the limit's plans, like the longest the script sets.
     std::iter::once(&l.rule)
         .chain(l.plans.values())
-        .map(|r| match *r {
-            Rule::TokenBucket {
-                capacity,
-                refill_per_sec,
-            } => {
-                Duration::from_secs_f64((capacity / refill_per_sec).min(1e9))
-                    + Duration::from_secs(1)
-            }
-            Rule::FixedWindow { window, .. } => window,
-            Rule::SlidingWindow { window, .. } => 2 * window,
-        })
+        .map(Rule::max_ttl)
         .max()
         .unwrap_or(default)
 }

@@ -21,8 +21,9 @@ use fred::clients::Pool;
 use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::redis::{map_err, within, Inner, LeanArgs};
+use super::redis::{map_err, within, Inner};
 use super::{Bucket, StoreError};
+use crate::algorithm::LeanArgs;
 use crate::outcome::Outcome;
 
 /// Most requests in one call.

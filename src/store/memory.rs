@@ -14,14 +14,15 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Store, StoreFuture};
-use crate::algorithm::{Level, State};
+use crate::algorithm::{decide, Decided, Level, LimitState, State};
 use crate::lock;
-use crate::outcome::{LimitState, Outcome};
+use crate::outcome::Outcome;
 
 const SHARDS: usize = 16;
 
@@ -105,7 +106,7 @@ impl MemoryStore {
     /// Decides synchronously (the memory store never waits).
     #[must_use]
     pub fn check_now(&self, check: &Check) -> Outcome {
-        let now = self.epoch.elapsed().as_secs_f64();
+        let now = self.epoch.elapsed();
         if let [bucket] = check.buckets.as_slice() {
             let (allowed, state) = self.check_one_at(bucket, check.cost, now);
             return Outcome {
@@ -113,6 +114,7 @@ impl MemoryStore {
                 limits: vec![state],
             };
         }
+        let secs = now.as_secs_f64();
         let hashes: Vec<u64> = check
             .buckets
             .iter()
@@ -132,7 +134,7 @@ impl MemoryStore {
             .map(|i| idx.binary_search(i).unwrap_or(0))
             .collect();
 
-        let mut levels: Vec<Level> = check
+        let mut limits: Vec<Decided> = check
             .buckets
             .iter()
             .zip(&slots)
@@ -141,41 +143,30 @@ impl MemoryStore {
                 // A refused key is still a busy key: mark it seen, so LRU
                 // eviction never forgets a client that keeps hammering.
                 let stored = guards[g].get_mut(h, &b.key).map(|e| {
-                    e.seen = now;
+                    e.seen = secs;
                     e.state
                 });
-                Level::read(b.rule, stored, now)
+                Decided::new(Level::read(b.rule, stored, now), b.shadow)
             })
             .collect();
-        let cost = check.cost;
-        let enough: Vec<bool> = levels
-            .iter()
-            .map(|l| cost <= 0.0 || l.avail() >= cost)
-            .collect();
-        let allowed = check
-            .buckets
-            .iter()
-            .zip(&enough)
-            .all(|(b, &e)| e || b.shadow);
-        let mut limits = Vec::with_capacity(levels.len());
+        let allowed = decide(&mut limits, check.cost);
         for (i, b) in check.buckets.iter().enumerate() {
-            if allowed && enough[i] {
-                let (state, idle_at) = levels[i].write(cost);
+            if let Some((state, idle_at)) = limits[i].charged {
                 let entry = Entry {
                     state,
                     idle_at,
-                    seen: now,
+                    seen: secs,
                 };
                 let shard = &mut guards[slots[i]];
                 if let Some(e) = shard.get_mut(hashes[i], &b.key) {
                     *e = entry;
                 } else {
-                    shard.make_room(self.per_shard, now);
+                    shard.make_room(self.per_shard, secs);
                     shard.insert(&self.hasher, hashes[i], b.key.clone(), entry);
                 }
             }
-            limits.push(levels[i].report(cost, enough[i]));
         }
+        let limits = limits.iter().map(|l| l.report(check.cost)).collect();
         Outcome { allowed, limits }
     }
 }
@@ -187,32 +178,28 @@ impl MemoryStore {
     /// the bucket's state after the charge.
     #[must_use]
     pub fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
-        self.check_one_at(b, cost, self.epoch.elapsed().as_secs_f64())
+        self.check_one_at(b, cost, self.epoch.elapsed())
     }
 
-    fn check_one_at(&self, b: &Bucket, cost: f64, now: f64) -> (bool, LimitState) {
+    /// `now`: since the store's epoch.
+    fn check_one_at(&self, b: &Bucket, cost: f64, now: Duration) -> (bool, LimitState) {
+        let secs = now.as_secs_f64();
         let hash = self.hasher.hash_one(b.key.as_str());
         let mut shard = lock(&self.shards[shard_of(hash)]);
-        let decide = |level: &mut Level| {
-            let enough = cost <= 0.0 || level.avail() >= cost;
-            let written = enough.then(|| level.write(cost));
-            (enough, written)
-        };
-        let (level, enough) = if let Some(e) = shard.get_mut(hash, &b.key) {
-            // A refused key is still a busy key (see `check_now`).
-            e.seen = now;
-            let mut level = Level::read(b.rule, Some(e.state), now);
-            let (enough, written) = decide(&mut level);
-            if let Some((state, idle_at)) = written {
+        let mut entry = shard.get_mut(hash, &b.key);
+        // A refused key is still a busy key (see `check_now`).
+        let stored = entry.as_deref_mut().map(|e| {
+            e.seen = secs;
+            e.state
+        });
+        let mut one = [Decided::new(Level::read(b.rule, stored, now), b.shadow)];
+        let allowed = decide(&mut one, cost);
+        if let Some((state, idle_at)) = one[0].charged {
+            if let Some(e) = entry {
                 e.state = state;
                 e.idle_at = idle_at;
-            }
-            (level, enough)
-        } else {
-            let mut level = Level::read(b.rule, None, now);
-            let (enough, written) = decide(&mut level);
-            if let Some((state, idle_at)) = written {
-                shard.make_room(self.per_shard, now);
+            } else {
+                shard.make_room(self.per_shard, secs);
                 shard.insert(
                     &self.hasher,
                     hash,
@@ -220,14 +207,13 @@ impl MemoryStore {
                     Entry {
                         state,
                         idle_at,
-                        seen: now,
+                        seen: secs,
                     },
                 );
             }
-            (level, enough)
-        };
+        }
         drop(shard);
-        (enough || b.shadow, level.report(cost, enough))
+        (allowed, one[0].report(cost))
     }
 }
 
