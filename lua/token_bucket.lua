@@ -1,8 +1,9 @@
 -- Token bucket as GCRA: capacity `cap` (burst), refill `rate` per second.
--- The one Lua home of the token bucket: its state rule (read, validity,
--- expiry), its arithmetic, and the steps lua/decide.lua calls. The lean
--- script is this file followed by lua/token_bucket_lean.lua (see
--- src/algorithm/token_bucket.rs), so both scripts keep one state.
+-- The one Lua home of the token bucket's state rule (read, validity,
+-- expiry) and arithmetic, first in both scripts (src/algorithm/): the
+-- lean one follows it with lua/token_bucket_lean.lua, the general one
+-- with lua/token_bucket_general.lua (the steps lua/decide.lua calls). So
+-- either script may follow the other on one key.
 --
 -- State is one number per key: the bucket's "theoretical arrival time"
 -- (TAT), in microseconds of Redis TIME. The bucket is full when TAT <= now;
@@ -59,32 +60,4 @@ local function tat_write(key, tat, inc, now, kept)
     call('SET', key, new, 'PXAT', second * 1000 + 1)
   end
   return new
-end
-
--- The steps of lua/decide.lua.
-local token_bucket = {}
-
-function token_bucket.read(key, cap, rate, now)
-  local per = 1000000 / rate
-  local burst = cap * per
-  local tat = tat_read(key, burst, now)
-  return { per = per, burst = burst, tat = tat, now = now, avail = (now + burst - tat) / per }
-end
-
--- Takes `cost` tokens. Always sets the expiry: the general script repairs
--- a key whose expiry something else removed.
-function token_bucket.write(key, s, cost, now)
-  s.tat = tat_write(key, s.tat, cost * s.per, now, nil)
-end
-
--- Nothing to repair: every write carries its expiry.
-function token_bucket.keep(key, s)
-end
-
--- remaining, seconds until `cost` fits (when it does not), seconds to full.
-function token_bucket.report(s, cost)
-  local remaining = (s.now + s.burst - s.tat) / s.per
-  local wait = 0
-  if remaining < cost then wait = (cost - remaining) * s.per / 1000000 end
-  return remaining, wait, (s.tat - s.now) / 1000000
 end

@@ -1,7 +1,8 @@
 //! Token bucket as GCRA, the one model both stores keep. This file holds
-//! its arithmetic on the stored state, its Lua (`lua/token_bucket.lua`, and
-//! the lean script built on it), the lean script's arguments and answers,
-//! its TTL rule, and the decoder of a stored state (admin tools).
+//! its arithmetic on the stored state, its Lua (`lua/token_bucket.lua`, the
+//! core both scripts start with, then the lean driver or the general
+//! steps), the lean script's arguments and answers, its TTL rule, and the
+//! decoder of a stored state (admin tools).
 //!
 //! A bucket of `capacity` tokens refilling `refill_per_sec` is one number,
 //! its theoretical arrival time (TAT) in µs: full when TAT ≤ now, holding
@@ -25,9 +26,14 @@ use super::LimitState;
 /// two stores agree (its own clock rounds far less).
 pub(crate) const REDIS_SLACK_US: f64 = 0.5;
 
+/// The general script's part: the core, then the steps `lua/decide.lua`
+/// calls.
 macro_rules! lua {
     () => {
-        include_str!("../../lua/token_bucket.lua")
+        concat!(
+            include_str!("../../lua/token_bucket.lua"),
+            include_str!("../../lua/token_bucket_general.lua"),
+        )
     };
 }
 pub(crate) use lua;
@@ -36,7 +42,10 @@ pub(crate) use lua;
 /// several per call (see `store/batch.rs`). The bucket's state, expiry and
 /// arithmetic come from `lua/token_bucket.lua`; the driver after it only
 /// reads the arguments [`LeanArgs`] prints and answers integers.
-pub(crate) const LEAN: &str = concat!(lua!(), include_str!("../../lua/token_bucket_lean.lua"));
+pub(crate) const LEAN: &str = concat!(
+    include_str!("../../lua/token_bucket.lua"),
+    include_str!("../../lua/token_bucket_lean.lua"),
+);
 
 /// A token bucket in µs of its store's clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
