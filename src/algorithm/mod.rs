@@ -310,3 +310,32 @@ pub(crate) fn decide(limits: &mut [Decided], cost: f64) -> bool {
     }
     allowed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_or_nothing_and_shadow_limits() {
+        let tb = |capacity| Rule::TokenBucket {
+            capacity,
+            refill_per_sec: 1.0,
+        };
+        let at = Duration::from_secs(1);
+        let read = |capacity, shadow| Decided::new(Level::read(tb(capacity), None, at), shadow);
+        // The second limit lacks room: neither is charged.
+        let mut limits = [read(5.0, false), read(1.0, false)];
+        assert!(!decide(&mut limits, 2.0));
+        assert!(limits.iter().all(|l| l.charged.is_none()));
+        assert_eq!(limits[0].report(2.0).remaining, 5.0);
+        // In shadow mode it never refuses, and only the one with room pays.
+        let mut limits = [read(5.0, false), read(1.0, true)];
+        assert!(decide(&mut limits, 2.0));
+        assert!(limits[0].charged.is_some() && limits[1].charged.is_none());
+        assert_eq!(limits[0].report(2.0).remaining, 3.0);
+        assert!(!limits[1].report(2.0).enough);
+        // A refund always has room.
+        let mut limits = [read(1.0, false)];
+        assert!(decide(&mut limits, -1.0));
+    }
+}
