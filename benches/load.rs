@@ -1336,20 +1336,23 @@ struct ScriptCase {
 enum Text {
     /// Compiled in.
     Inline(&'static str),
-    /// A file of this crate, read at run time: a script that is not there
-    /// (yet, or any more) is skipped with a note instead of breaking the
-    /// build.
-    File(&'static str),
+    /// Files of this crate, concatenated, read at run time: a script that
+    /// is not there (yet, or any more) is skipped with a note instead of
+    /// breaking the build.
+    File(&'static [&'static str]),
 }
 
 impl Text {
     fn load(self) -> Result<String, String> {
         match self {
             Text::Inline(t) => Ok(t.to_owned()),
-            Text::File(path) => {
-                let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
-                std::fs::read_to_string(&full).map_err(|e| format!("{path}: {e}"))
-            }
+            Text::File(paths) => paths
+                .iter()
+                .map(|path| {
+                    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+                    std::fs::read_to_string(&full).map_err(|e| format!("{path}: {e}"))
+                })
+                .collect(),
         }
     }
 }
@@ -1407,13 +1410,18 @@ redis.call("SET", key, new_tat, "PX", math.ceil((new_tat - now) / 1000))
 return {1, 0}
 "#;
 
-/// fleetlimit's decision script, composed as `src/store/redis.rs` does.
+/// fleetlimit's decision script, composed as `src/algorithm/mod.rs` does.
 const FLEETLIMIT_DECIDE: &str = concat!(
     include_str!("../lua/token_bucket.lua"),
+    include_str!("../lua/token_bucket_general.lua"),
     include_str!("../lua/fixed_window.lua"),
     include_str!("../lua/sliding_window.lua"),
     include_str!("../lua/decide.lua"),
 );
+
+/// fleetlimit's lean script, composed as `src/algorithm/token_bucket.rs`
+/// does.
+const FLEETLIMIT_LEAN: &[&str] = &["lua/token_bucket.lua", "lua/token_bucket_lean.lua"];
 
 /// fleetlimit's scripts, each with the arguments of one token-bucket limit
 /// (burst 1000, 1000/s, cost 1). Add a leaner script here and it is
@@ -1430,7 +1438,7 @@ const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
     },
     ScriptCase {
         name: "fleetlimit lean script, 1 decision per call (lua/token_bucket_lean.lua)",
-        text: Text::File("lua/token_bucket_lean.lua"),
+        text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         // per decision: cost × µs per token, capacity × µs per token
         args: &["1000", "1000000"],
@@ -1439,7 +1447,7 @@ const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
     },
     ScriptCase {
         name: "fleetlimit lean script, 4 decisions per call (coalesced)",
-        text: Text::File("lua/token_bucket_lean.lua"),
+        text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
@@ -1447,7 +1455,7 @@ const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
     },
     ScriptCase {
         name: "fleetlimit lean script, 16 decisions per call (coalesced)",
-        text: Text::File("lua/token_bucket_lean.lua"),
+        text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
