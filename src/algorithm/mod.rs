@@ -11,7 +11,7 @@
 
 mod fixed_window;
 mod sliding_window;
-pub(crate) mod token_bucket;
+mod token_bucket;
 
 use std::time::Duration;
 
