@@ -1,60 +1,63 @@
 -- Token bucket as GCRA: capacity `cap` (burst), refill `rate` per second.
+-- The one Lua home of the token bucket's state rule (read, validity,
+-- expiry) and arithmetic, first in both scripts (src/algorithm/): the
+-- lean one follows it with lua/token_bucket_lean.lua, the general one
+-- with lua/token_bucket_general.lua (the steps lua/decide.lua calls). So
+-- either script may follow the other on one key.
 --
 -- State is one number per key: the bucket's "theoretical arrival time"
 -- (TAT), in microseconds of Redis TIME. The bucket is full when TAT <= now;
 -- it holds (now + cap × per − TAT) ÷ per tokens, where per = 1 ÷ rate is the
 -- time one token takes to refill. Taking `cost` tokens moves TAT forward by
--- cost × per. The key is written with its expiry in one SET, so no key ever
--- lives without a TTL: 1 ms after the end of the second (Redis time) in
--- which the bucket is full again, so an expired (missing) key is a full
--- bucket. lua/token_bucket_lean.lua (the common case: a request counted
--- against a single token bucket) keeps the same state and expiry rule, so
--- either script may follow the other on one key.
+-- cost × per (a refund moves it back, never past now: full).
+--
+-- Expiry: a key expires 1 ms after the end of the second (Redis time) in
+-- which its bucket is full again, so a missing (expired) key is a full
+-- bucket, and it is set in the same SET as the TAT, so no key ever lives
+-- without one.
 --
 -- A stored value counts as a TAT when it is a finite number at most a full
--- burst ahead of now, or further ahead (a larger burst when it was written,
--- Redis's clock stepped back) when the key's expiry, set at or after the
--- TAT by every write, is no earlier than the TAT, and at most 2^50 µs
--- (about 35 years) ahead; a TAT in the past is a full bucket. Anything else
+-- burst (the check's own) ahead of now, or further ahead (a larger burst
+-- when it was written, Redis's clock stepped back) when the key's expiry,
+-- set at or after the TAT by every write, is no earlier than the TAT, and
+-- at most FAR µs (about 35 years, so the lean script's answer stays an
+-- exact integer) ahead; a TAT in the past is a full bucket. Anything else
 -- (another type, text, nan, inf, -inf, 1e400, a far TAT with a shorter or
 -- no expiry) is not fleetlimit's: the bucket is full and the key is
--- deleted, then written with its expiry when the request is admitted.
-local token_bucket = {}
+-- deleted, then written with its expiry when the request is admitted. So
+-- one key's bad state changes the answer for that key only.
+local FAR = 2 ^ 50
+local call, rpcall, ceil = redis.call, redis.pcall, math.ceil
 
-function token_bucket.read(key, cap, rate, now)
-  local per = 1000000 / rate
-  local burst = cap * per
+-- The TAT the bucket at `key` starts from at `now` (`burst` in µs), and
+-- the stored one (nil: no key, or not a TAT fleetlimit wrote, deleted).
+local function tat_read(key, burst, now)
   -- pcall: a key of another type answers an error table, not a failure.
-  local raw = redis.pcall('GET', key)
-  local tat = tonumber(raw)
-  if raw and not (tat and tat - tat == 0
-      and (tat <= now + burst
-        or (tat - now <= 2 ^ 50 and redis.call('PTTL', key) * 1000 >= tat - now))) then
+  local raw = rpcall('GET', key)
+  local stored = tonumber(raw)
+  if raw and not (stored and stored - stored == 0
+      and (stored <= now + burst
+        or (stored - now <= FAR and call('PTTL', key) * 1000 >= stored - now))) then
     -- Not a TAT fleetlimit wrote: a full bucket, and no trace of it stays.
-    redis.call('DEL', key)
-    tat = nil
+    call('DEL', key)
+    stored = nil
   end
-  tat = tat or now
-  if tat < now then tat = now end
-  return { per = per, burst = burst, tat = tat, now = now, avail = (now + burst - tat) / per }
+  if stored and stored > now then return stored, stored end
+  return now, stored
 end
 
--- Takes `cost` tokens (a negative cost is a refund, never past full).
-function token_bucket.write(key, s, cost, now)
-  local tat = s.tat + cost * s.per
-  if tat < now then tat = now end
-  s.tat = tat
-  redis.call('SET', key, string.format('%.17g', tat), 'PXAT', math.ceil(tat / 1000000) * 1000 + 1)
-end
-
--- Nothing to repair: every write carries its expiry.
-function token_bucket.keep(key, s)
-end
-
--- remaining, seconds until `cost` fits (when it does not), seconds to full.
-function token_bucket.report(s, cost)
-  local remaining = (s.now + s.burst - s.tat) / s.per
-  local wait = 0
-  if remaining < cost then wait = (cost - remaining) * s.per / 1000000 end
-  return remaining, wait, (s.tat - s.now) / 1000000
+-- Writes the TAT after taking `inc` µs of tokens from `tat` and returns it.
+-- `kept`: the TAT the key holds, whose expiry (set by this rule) stands
+-- while the new TAT falls in the same second (KEEPTTL spares most writes
+-- setting one); nil always sets it.
+local function tat_write(key, tat, inc, now, kept)
+  local new = tat + inc
+  if new < now then new = now end
+  local second = ceil(new / 1000000)
+  if kept and second == ceil(kept / 1000000) then
+    call('SET', key, new, 'KEEPTTL')
+  else
+    call('SET', key, new, 'PXAT', second * 1000 + 1)
+  end
+  return new
 end

@@ -1,5 +1,7 @@
 //! What a store answers for one request.
 
+pub use crate::algorithm::LimitState;
+
 /// A store's answer for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -8,23 +10,6 @@ pub struct Outcome {
     pub allowed: bool,
     /// One entry per bucket of the [`Check`](crate::store::Check), in order.
     pub limits: Vec<LimitState>,
-}
-
-/// One bucket's state after a decision.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LimitState {
-    /// This limit had room for the cost (and was charged if the request was
-    /// admitted).
-    pub enough: bool,
-    /// Room left (fractional): tokens, or the window's limit minus its count.
-    pub remaining: f64,
-    /// Seconds until this limit has room for the request's cost; `0` when it
-    /// already has.
-    pub wait: f64,
-    /// Seconds until this limit is back to full (empty window).
-    pub reset: f64,
-    /// The limit's capacity (burst, or the window's limit).
-    pub capacity: f64,
 }
 
 impl Outcome {

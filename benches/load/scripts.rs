@@ -30,20 +30,23 @@ pub struct ScriptCase {
 pub enum Text {
     /// Compiled in.
     Inline(&'static str),
-    /// A file of this crate, read at run time: a script that is not there
-    /// (yet, or any more) is skipped with a note instead of breaking the
-    /// build.
-    File(&'static str),
+    /// Files of this crate, concatenated, read at run time: a script that
+    /// is not there (yet, or any more) is skipped with a note instead of
+    /// breaking the build.
+    File(&'static [&'static str]),
 }
 
 impl Text {
     pub fn load(self) -> Result<String, String> {
         match self {
             Text::Inline(t) => Ok(t.to_owned()),
-            Text::File(path) => {
-                let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
-                std::fs::read_to_string(&full).map_err(|e| format!("{path}: {e}"))
-            }
+            Text::File(paths) => paths
+                .iter()
+                .map(|path| {
+                    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+                    std::fs::read_to_string(&full).map_err(|e| format!("{path}: {e}"))
+                })
+                .collect(),
         }
     }
 }
@@ -108,13 +111,18 @@ macro_rules! lua {
     };
 }
 
-/// fleetlimit's decision script, composed as `src/store/redis.rs` does.
+/// fleetlimit's decision script, composed as `src/algorithm/mod.rs` does.
 pub const FLEETLIMIT_DECIDE: &str = concat!(
     lua!("token_bucket.lua"),
+    lua!("token_bucket_general.lua"),
     lua!("fixed_window.lua"),
     lua!("sliding_window.lua"),
     lua!("decide.lua"),
 );
+
+/// fleetlimit's lean script, composed as `src/algorithm/token_bucket.rs`
+/// does.
+const FLEETLIMIT_LEAN: &[&str] = &["lua/token_bucket.lua", "lua/token_bucket_lean.lua"];
 
 /// fleetlimit's scripts, each with the arguments of one token-bucket limit
 /// (burst 1000, 1000/s, cost 1). Add a leaner script here and it is
@@ -131,7 +139,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
     },
     ScriptCase {
         name: "fleetlimit lean script, 1 decision per call (lua/token_bucket_lean.lua)",
-        text: Text::File("lua/token_bucket_lean.lua"),
+        text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         // per decision: cost × µs per token, capacity × µs per token
         args: &["1000", "1000000"],
@@ -140,7 +148,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
     },
     ScriptCase {
         name: "fleetlimit lean script, 4 decisions per call (coalesced)",
-        text: Text::File("lua/token_bucket_lean.lua"),
+        text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
@@ -148,7 +156,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
     },
     ScriptCase {
         name: "fleetlimit lean script, 16 decisions per call (coalesced)",
-        text: Text::File("lua/token_bucket_lean.lua"),
+        text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),

@@ -5,7 +5,6 @@ use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 use fred::types::{CustomCommand, Value};
 
 use super::{keys_of, Admin};
-use crate::algorithm::Rule;
 use crate::config::Config;
 use crate::store::redis::script::map_err;
 use crate::store::StoreError;
@@ -55,7 +54,7 @@ impl Admin {
         for (l, key) in keys_of(config, value, limit) {
             let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
             let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
-            let state = describe(&l.rule, raw.as_deref(), now_us);
+            let state = l.rule.describe_stored(raw.as_deref(), now_us);
             out.push(BucketInfo {
                 limit: l.name.to_string(),
                 key,
@@ -107,33 +106,4 @@ async fn announce_reset(pool: &Pool, config: &Config, keys: &[String]) -> Result
             .map_err(map_err)?;
     }
     Ok(())
-}
-
-fn describe(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
-    let Some(raw) = raw else {
-        return "no key: a full bucket".into();
-    };
-    match rule {
-        Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } => match raw.trim().parse::<f64>() {
-            Ok(tat) => {
-                let per = 1e6 / refill_per_sec;
-                let tokens = (now_us + capacity * per - tat.max(now_us)) / per;
-                format!("{tokens:.2} of {capacity} tokens")
-            }
-            Err(_) => format!("unreadable token bucket: {raw:?}"),
-        },
-        Rule::FixedWindow { limit, .. } => format!("{raw} of {limit} used in this window"),
-        Rule::SlidingWindow { limit, .. } => {
-            let v: Vec<&str> = raw.split_whitespace().collect();
-            match v.as_slice() {
-                [idx, curr, prev] => {
-                    format!("window {idx}: {curr} now, {prev} in the previous one, of {limit}")
-                }
-                _ => format!("unreadable sliding window: {raw:?}"),
-            }
-        }
-    }
 }

@@ -81,17 +81,7 @@ fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
     // The largest of the limit's plans, like the longest the script sets.
     std::iter::once(&l.rule)
         .chain(l.plans.values())
-        .map(|r| match *r {
-            Rule::TokenBucket {
-                capacity,
-                refill_per_sec,
-            } => {
-                Duration::from_secs_f64((capacity / refill_per_sec).min(1e9))
-                    + Duration::from_secs(1)
-            }
-            Rule::FixedWindow { window, .. } => window,
-            Rule::SlidingWindow { window, .. } => 2 * window,
-        })
+        .map(Rule::max_ttl)
         .max()
         .unwrap_or(default)
 }

@@ -1,22 +1,47 @@
-//! The arithmetic of each algorithm, shared by the in-process store and the
-//! tests. `lua/` holds the same decisions for Redis, in the same steps —
-//! `read` (state now, and how much room there is), `write` (charge a cost,
-//! or refund a negative one), `report` (remaining, wait, reset) — though
-//! not the same state: the Redis token bucket stores its GCRA arrival time,
-//! this one tokens and a time.
+//! The rate-limit algorithms, one file each (its arithmetic, its Lua, its
+//! TTL rule, the decoder of its stored state), and what they share: the
+//! [`Rule`] a limit applies, the [`State`] a key keeps, one key's [`Level`]
+//! read at a time, the [`LimitState`] reported, and the all-or-nothing
+//! decision of one request over its limits ([`decide`]).
+//!
+//! The in-process store runs the Rust half; Redis runs `lua/`, in the same
+//! steps — `read` (state now, and how much room there is), `write` (charge a
+//! cost, or refund a negative one), `report` (remaining, wait, reset) — on
+//! the same state: a token bucket's GCRA arrival time, a window's count.
+
+mod fixed_window;
+mod sliding_window;
+mod token_bucket;
 
 use std::time::Duration;
 
-use crate::outcome::LimitState;
+pub(crate) use token_bucket::{LeanArgs, LEAN};
 
-/// Slack, in µs of refill, added to a token bucket's burst in Redis. The
-/// scripts hold times in µs as doubles near 1.8 × 10^15, which step by ¼ µs
-/// (½ µs from 2041): `now + burst` or `TAT + cost × per` is rounded to that
-/// step, and a request that fits exactly (cost = capacity on a full bucket)
-/// could be refused for ever when the rounding goes up. Half a µs covers a
-/// rounding of either step; what it admits early is below Redis's 1 µs clock
-/// resolution.
-pub(crate) const REDIS_SLACK_US: f64 = 0.5;
+/// The general script, run by `EVALSHA`: each algorithm's functions, then
+/// the driver that decides every limit of a request at once.
+pub(crate) const SCRIPT: &str = concat!(
+    token_bucket::lua!(),
+    fixed_window::lua!(),
+    sliding_window::lua!(),
+    include_str!("../../lua/decide.lua"),
+);
+
+/// One bucket's state after a decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimitState {
+    /// This limit had room for the cost (and was charged if the request was
+    /// admitted).
+    pub enough: bool,
+    /// Room left (fractional): tokens, or the window's limit minus its count.
+    pub remaining: f64,
+    /// Seconds until this limit has room for the request's cost; `0` when it
+    /// already has.
+    pub wait: f64,
+    /// Seconds until this limit is back to full (empty window).
+    pub reset: f64,
+    /// The limit's capacity (burst, or the window's limit).
+    pub capacity: f64,
+}
 
 /// One limit's rule, as the stores apply it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,282 +103,239 @@ impl Rule {
         }
     }
 
-    /// The script's code and two parameters. A token bucket's capacity
-    /// carries [`REDIS_SLACK_US`] of refill more (see there).
+    /// The general script's code and two parameters.
     pub(crate) fn script_args(&self) -> (&'static str, f64, f64) {
         match *self {
             Self::TokenBucket {
                 capacity,
                 refill_per_sec,
-            } => (
-                "t",
-                capacity + REDIS_SLACK_US * refill_per_sec / 1_000_000.0,
-                refill_per_sec,
-            ),
+            } => {
+                let (p1, p2) = token_bucket::script_args(capacity, refill_per_sec);
+                ("t", p1, p2)
+            }
             Self::FixedWindow { limit, window } => ("f", limit, window.as_millis() as f64),
             Self::SlidingWindow { limit, window } => ("s", limit, window.as_millis() as f64),
         }
     }
-}
 
-/// What the in-process store keeps per key.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum State {
-    Tokens { tokens: f64, at: f64 },
-    Fixed { count: f64, ends: f64 },
-    Sliding { idx: f64, curr: f64, prev: f64 },
-}
-
-/// One key's state at `now`, before and after a charge (times in seconds).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Level {
-    rule: Rule,
-    state: State,
-    now: f64,
-}
-
-impl Level {
-    pub(crate) fn read(rule: Rule, stored: Option<State>, now: f64) -> Self {
-        let state = match (rule, stored) {
-            (
-                Rule::TokenBucket {
-                    capacity,
-                    refill_per_sec,
-                },
-                Some(State::Tokens { tokens, at }),
-            ) => State::Tokens {
-                tokens: (tokens + (now - at).max(0.0) * refill_per_sec).min(capacity),
-                at: now,
-            },
-            (Rule::TokenBucket { capacity, .. }, _) => State::Tokens {
-                tokens: capacity,
-                at: now,
-            },
-            (Rule::FixedWindow { .. }, Some(State::Fixed { count, ends })) if ends > now => {
-                State::Fixed { count, ends }
-            }
-            (Rule::FixedWindow { .. }, _) => State::Fixed {
-                count: 0.0,
-                ends: f64::NAN,
-            },
-            (Rule::SlidingWindow { window, .. }, stored) => {
-                let w = window.as_secs_f64();
-                let idx = (now / w).floor();
-                let (curr, prev) = match stored {
-                    Some(State::Sliding { idx: s, curr, prev }) if s == idx => (curr, prev),
-                    Some(State::Sliding { idx: s, curr, .. }) if s == idx - 1.0 => (0.0, curr),
-                    _ => (0.0, 0.0),
-                };
-                State::Sliding { idx, curr, prev }
-            }
-        };
-        Self { rule, state, now }
-    }
-
-    /// Room for a request's cost.
-    pub(crate) fn avail(&self) -> f64 {
-        self.rule.capacity() - self.used()
-    }
-
-    fn used(&self) -> f64 {
-        match (self.rule, self.state) {
-            (_, State::Tokens { tokens, .. }) => self.rule.capacity() - tokens,
-            (_, State::Fixed { count, .. }) => count,
-            (Rule::SlidingWindow { window, .. }, State::Sliding { idx, curr, prev }) => {
-                let w = window.as_secs_f64();
-                let elapsed = self.now - idx * w;
-                prev * (w - elapsed) / w + curr
-            }
-            (_, State::Sliding { curr, .. }) => curr,
+    /// The lean script's arguments; `None` for anything but a token bucket
+    /// (the general script's work).
+    pub(crate) fn lean_args(&self, cost: f64) -> Option<LeanArgs> {
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => Some(LeanArgs::new(capacity, refill_per_sec, cost)),
+            _ => None,
         }
     }
 
-    /// Charges `cost` (a negative cost refunds, never past full or zero);
-    /// returns the new state and when it may be forgotten.
-    pub(crate) fn write(&mut self, cost: f64) -> (State, f64) {
-        let now = self.now;
-        let idle_at = match (&mut self.state, self.rule) {
-            (
-                State::Tokens { tokens, .. },
-                Rule::TokenBucket {
+    /// The longest the scripts let a key of this rule live.
+    pub(crate) fn max_ttl(&self) -> Duration {
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => token_bucket::max_ttl(capacity, refill_per_sec),
+            Self::FixedWindow { window, .. } => fixed_window::max_ttl(window),
+            Self::SlidingWindow { window, .. } => sliding_window::max_ttl(window),
+        }
+    }
+
+    /// A value read from Redis (`None`: no key) at `now_us` on Redis's
+    /// clock, for people (the admin tools).
+    pub(crate) fn describe_stored(&self, raw: Option<&str>, now_us: f64) -> String {
+        let Some(raw) = raw else {
+            return "no key: a full bucket".into();
+        };
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => token_bucket::describe(capacity, refill_per_sec, raw, now_us),
+            Self::FixedWindow { limit, .. } => fixed_window::describe(limit, raw),
+            Self::SlidingWindow { limit, .. } => sliding_window::describe(limit, raw),
+        }
+    }
+}
+
+/// What the in-process store keeps per key: the same as Redis, on the
+/// store's own clock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum State {
+    /// A token bucket's TAT, in µs.
+    Tat(f64),
+    /// A fixed window's count, and when it closes (seconds).
+    Fixed { count: f64, ends: f64 },
+    /// A sliding window's index, its count and the previous window's.
+    Sliding { idx: f64, curr: f64, prev: f64 },
+}
+
+/// One key's state at a time, before and after a charge.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Level {
+    TokenBucket(token_bucket::Level),
+    FixedWindow(fixed_window::Level),
+    SlidingWindow(sliding_window::Level),
+}
+
+impl Level {
+    /// `stored` read at `now` (since the store's epoch). A state of another
+    /// algorithm (the limit was changed) is a fresh key.
+    pub(crate) fn read(rule: Rule, stored: Option<State>, now: Duration) -> Self {
+        match rule {
+            Rule::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => {
+                let tat = match stored {
+                    Some(State::Tat(tat)) => Some(tat),
+                    _ => None,
+                };
+                // µs from whole nanoseconds: exact for whole µs.
+                let now = now.as_nanos() as f64 / 1_000.0;
+                Self::TokenBucket(token_bucket::Level::read(
                     capacity,
                     refill_per_sec,
-                },
-            ) => {
-                *tokens = (*tokens - cost).min(capacity);
-                now + (capacity - *tokens) / refill_per_sec
+                    tat,
+                    now,
+                ))
             }
-            (State::Fixed { count, ends }, Rule::FixedWindow { window, .. }) => {
-                *count = (*count + cost).max(0.0);
-                if ends.is_nan() {
-                    *ends = now + window.as_secs_f64();
-                }
-                *ends
+            Rule::FixedWindow { limit, window } => {
+                let stored = match stored {
+                    Some(State::Fixed { count, ends }) => Some((count, ends)),
+                    _ => None,
+                };
+                Self::FixedWindow(fixed_window::Level::read(
+                    limit,
+                    window,
+                    stored,
+                    now.as_secs_f64(),
+                ))
             }
-            (State::Sliding { idx, curr, .. }, Rule::SlidingWindow { window, .. }) => {
-                *curr = (*curr + cost).max(0.0);
-                (*idx + 2.0) * window.as_secs_f64()
+            Rule::SlidingWindow { limit, window } => {
+                let stored = match stored {
+                    Some(State::Sliding { idx, curr, prev }) => Some((idx, curr, prev)),
+                    _ => None,
+                };
+                Self::SlidingWindow(sliding_window::Level::read(
+                    limit,
+                    window,
+                    stored,
+                    now.as_secs_f64(),
+                ))
             }
-            _ => unreachable!("state always matches its rule"),
-        };
-        (self.state, idle_at)
+        }
+    }
+
+    /// Whether `cost` fits; a refund always does.
+    pub(crate) fn fits(&self, cost: f64) -> bool {
+        cost <= 0.0
+            || match self {
+                Self::TokenBucket(l) => l.fits(cost),
+                Self::FixedWindow(l) => l.avail() >= cost,
+                Self::SlidingWindow(l) => l.avail() >= cost,
+            }
+    }
+
+    /// Charges `cost` (a negative cost refunds, never past full or zero);
+    /// returns the new state and when it is the same as a missing key
+    /// (seconds since the store's epoch), so it may be forgotten.
+    pub(crate) fn write(&mut self, cost: f64) -> (State, f64) {
+        match self {
+            Self::TokenBucket(l) => {
+                let tat = l.write(cost);
+                (State::Tat(tat), tat / 1_000_000.0)
+            }
+            Self::FixedWindow(l) => {
+                let (count, ends) = l.write(cost);
+                (State::Fixed { count, ends }, ends)
+            }
+            Self::SlidingWindow(l) => {
+                let ((idx, curr, prev), idle_at) = l.write(cost);
+                (State::Sliding { idx, curr, prev }, idle_at)
+            }
+        }
     }
 
     /// The state reported to clients after the decision.
     pub(crate) fn report(&self, cost: f64, enough: bool) -> LimitState {
-        let capacity = self.rule.capacity();
-        let remaining = self.avail();
-        let (wait, reset) = match (self.rule, self.state) {
-            (Rule::TokenBucket { refill_per_sec, .. }, State::Tokens { tokens, .. }) => {
-                let wait = if tokens < cost {
-                    (cost - tokens) / refill_per_sec
-                } else {
-                    0.0
-                };
-                (wait, (capacity - tokens) / refill_per_sec)
-            }
-            (Rule::FixedWindow { limit, .. }, State::Fixed { count, ends }) => {
-                let left = if ends.is_nan() {
-                    0.0
-                } else {
-                    (ends - self.now).max(0.0)
-                };
-                (if count + cost > limit { left } else { 0.0 }, left)
-            }
-            (Rule::SlidingWindow { limit, window }, State::Sliding { idx, curr, prev }) => {
-                let w = window.as_secs_f64();
-                let elapsed = self.now - idx * w;
-                let est = self.used();
-                let wait = if est + cost <= limit {
-                    0.0
-                } else if curr + cost <= limit {
-                    (w - elapsed) - (limit - curr - cost) * w / prev
-                } else if curr > 0.0 {
-                    (w - elapsed) + (w * (1.0 - (limit - cost) / curr)).max(0.0)
-                } else {
-                    // The cost alone exceeds the limit (a local share): the
-                    // next window is the best there is.
-                    w - elapsed
-                };
-                let reset = if curr > 0.0 {
-                    2.0 * w - elapsed
-                } else if prev > 0.0 {
-                    w - elapsed
-                } else {
-                    0.0
-                };
-                (wait, reset)
-            }
-            _ => unreachable!("state always matches its rule"),
-        };
-        LimitState {
-            enough,
-            remaining,
-            wait,
-            reset,
-            capacity,
+        match self {
+            Self::TokenBucket(l) => l.report(cost, enough),
+            Self::FixedWindow(l) => l.report(cost, enough),
+            Self::SlidingWindow(l) => l.report(cost, enough),
         }
     }
+}
+
+/// One limit of a request, read, then decided by [`decide`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Decided {
+    level: Level,
+    shadow: bool,
+    enough: bool,
+    /// The state to store and when it may be forgotten, when charged.
+    pub(crate) charged: Option<(State, f64)>,
+}
+
+impl Decided {
+    pub(crate) fn new(level: Level, shadow: bool) -> Self {
+        Self {
+            level,
+            shadow,
+            enough: false,
+            charged: None,
+        }
+    }
+
+    /// The state reported to clients.
+    pub(crate) fn report(&self, cost: f64) -> LimitState {
+        self.level.report(cost, self.enough)
+    }
+}
+
+/// All or nothing (as `lua/decide.lua`): when every enforced limit has room
+/// for `cost`, each limit that has room is charged (a shadow limit without
+/// room is not, and never refuses); otherwise none is. Whether the request
+/// is allowed.
+pub(crate) fn decide(limits: &mut [Decided], cost: f64) -> bool {
+    for l in limits.iter_mut() {
+        l.enough = l.level.fits(cost);
+    }
+    let allowed = limits.iter().all(|l| l.enough || l.shadow);
+    if allowed {
+        for l in limits.iter_mut().filter(|l| l.enough) {
+            l.charged = Some(l.level.write(cost));
+        }
+    }
+    allowed
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tb(capacity: f64, refill_per_sec: f64) -> Rule {
-        Rule::TokenBucket {
+    #[test]
+    fn all_or_nothing_and_shadow_limits() {
+        let tb = |capacity| Rule::TokenBucket {
             capacity,
-            refill_per_sec,
-        }
-    }
-
-    #[test]
-    fn token_bucket_refill_is_capped_and_waits_are_exact() {
-        let r = tb(5.0, 10.0);
-        assert_eq!(Level::read(r, None, 100.0).avail(), 5.0);
-        let l = Level::read(
-            r,
-            Some(State::Tokens {
-                tokens: 0.0,
-                at: 100.0,
-            }),
-            100.04,
-        );
-        assert!((l.avail() - 0.4).abs() < 1e-9);
-        // The design document's example: 0.4 tokens, cost 1, 10/s → 0.06 s.
-        assert!((l.report(1.0, false).wait - 0.06).abs() < 1e-9);
-        assert_eq!(
-            Level::read(
-                r,
-                Some(State::Tokens {
-                    tokens: 0.0,
-                    at: 100.0
-                }),
-                200.0
-            )
-            .avail(),
-            5.0
-        );
-        // A clock that steps backwards refills nothing.
-        assert_eq!(
-            Level::read(
-                r,
-                Some(State::Tokens {
-                    tokens: 1.0,
-                    at: 100.0
-                }),
-                99.0
-            )
-            .avail(),
-            1.0
-        );
-        // A refund never overfills.
-        let mut l = Level::read(
-            r,
-            Some(State::Tokens {
-                tokens: 4.0,
-                at: 100.0,
-            }),
-            100.0,
-        );
-        l.write(-3.0);
-        assert_eq!(l.avail(), 5.0);
-    }
-
-    #[test]
-    fn fixed_window_opens_with_the_first_request() {
-        let r = Rule::FixedWindow {
-            limit: 3.0,
-            window: Duration::from_secs(60),
+            refill_per_sec: 1.0,
         };
-        let mut l = Level::read(r, None, 10.0);
-        let (s, ends) = l.write(1.0);
-        assert_eq!(ends, 70.0);
-        let l = Level::read(r, Some(s), 30.0);
-        assert_eq!(l.avail(), 2.0);
-        assert_eq!(l.report(3.0, false).wait, 40.0);
-        assert_eq!(
-            Level::read(r, Some(s), 70.0).avail(),
-            3.0,
-            "closed at its expiry"
-        );
-    }
-
-    #[test]
-    fn sliding_window_weights_the_previous_window() {
-        let r = Rule::SlidingWindow {
-            limit: 10.0,
-            window: Duration::from_secs(10),
-        };
-        // 10 in window [0, 10), then at t = 12.5 the previous weighs 75%.
-        let s = State::Sliding {
-            idx: 0.0,
-            curr: 10.0,
-            prev: 0.0,
-        };
-        let l = Level::read(r, Some(s), 12.5);
-        assert!((l.avail() - 2.5).abs() < 1e-9);
-        // 3 does not fit: the previous window must fade to 7, at t = 13.
-        assert!((l.report(3.0, false).wait - 0.5).abs() < 1e-9);
+        let at = Duration::from_secs(1);
+        let read = |capacity, shadow| Decided::new(Level::read(tb(capacity), None, at), shadow);
+        // The second limit lacks room: neither is charged.
+        let mut limits = [read(5.0, false), read(1.0, false)];
+        assert!(!decide(&mut limits, 2.0));
+        assert!(limits.iter().all(|l| l.charged.is_none()));
+        assert_eq!(limits[0].report(2.0).remaining, 5.0);
+        // In shadow mode it never refuses, and only the one with room pays.
+        let mut limits = [read(5.0, false), read(1.0, true)];
+        assert!(decide(&mut limits, 2.0));
+        assert!(limits[0].charged.is_some() && limits[1].charged.is_none());
+        assert_eq!(limits[0].report(2.0).remaining, 3.0);
+        assert!(!limits[1].report(2.0).enough);
+        // A refund always has room.
+        let mut limits = [read(1.0, false)];
+        assert!(decide(&mut limits, -1.0));
     }
 }

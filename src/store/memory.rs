@@ -11,12 +11,14 @@
 //! A key is hashed once per decision: the hash picks the shard and finds the
 //! bucket in that shard's table.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Store, StoreFuture};
-use crate::algorithm::{Level, State};
+use crate::algorithm::{decide, Decided, Level, LimitState, State};
 use crate::bounded::{Bounded, Evict, Shard};
-use crate::outcome::{LimitState, Outcome};
+use crate::outcome::Outcome;
 
 /// In-process buckets with the same semantics as the Redis scripts.
 #[derive(Debug)]
@@ -71,7 +73,7 @@ impl MemoryStore {
     /// Decides synchronously (the memory store never waits).
     #[must_use]
     pub fn check_now(&self, check: &Check) -> Outcome {
-        let now = self.epoch.elapsed().as_secs_f64();
+        let now = self.epoch.elapsed();
         if let [bucket] = check.buckets.as_slice() {
             let (allowed, state) = self.check_one_at(bucket, check.cost, now);
             return Outcome {
@@ -79,6 +81,7 @@ impl MemoryStore {
                 limits: vec![state],
             };
         }
+        let secs = now.as_secs_f64();
         let hashes: Vec<u64> = check
             .buckets
             .iter()
@@ -97,7 +100,7 @@ impl MemoryStore {
             .map(|i| idx.binary_search(i).unwrap_or(0))
             .collect();
 
-        let mut levels: Vec<Level> = check
+        let mut limits: Vec<Decided> = check
             .buckets
             .iter()
             .zip(&slots)
@@ -106,35 +109,24 @@ impl MemoryStore {
                 // A refused key is still a busy key: mark it seen, so LRU
                 // eviction never forgets a client that keeps hammering.
                 let stored = guards[g].get_mut(h, &b.key).map(|e| {
-                    e.seen = now;
+                    e.seen = secs;
                     e.state
                 });
-                Level::read(b.rule, stored, now)
+                Decided::new(Level::read(b.rule, stored, now), b.shadow)
             })
             .collect();
-        let cost = check.cost;
-        let enough: Vec<bool> = levels
-            .iter()
-            .map(|l| cost <= 0.0 || l.avail() >= cost)
-            .collect();
-        let allowed = check
-            .buckets
-            .iter()
-            .zip(&enough)
-            .all(|(b, &e)| e || b.shadow);
-        let mut limits = Vec::with_capacity(levels.len());
+        let allowed = decide(&mut limits, check.cost);
         for (i, b) in check.buckets.iter().enumerate() {
-            if allowed && enough[i] {
-                let (state, idle_at) = levels[i].write(cost);
+            if let Some((state, idle_at)) = limits[i].charged {
                 let entry = Entry {
                     state,
                     idle_at,
-                    seen: now,
+                    seen: secs,
                 };
-                guards[slots[i]].insert(hashes[i], &b.key, entry, now);
+                guards[slots[i]].insert(hashes[i], &b.key, entry, secs);
             }
-            limits.push(levels[i].report(cost, enough[i]));
         }
+        let limits = limits.iter().map(|l| l.report(check.cost)).collect();
         Outcome { allowed, limits }
     }
 }
@@ -146,41 +138,35 @@ impl MemoryStore {
     /// the bucket's state after the charge.
     #[must_use]
     pub fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
-        self.check_one_at(b, cost, self.epoch.elapsed().as_secs_f64())
+        self.check_one_at(b, cost, self.epoch.elapsed())
     }
 
-    fn check_one_at(&self, b: &Bucket, cost: f64, now: f64) -> (bool, LimitState) {
+    /// `now`: since the store's epoch.
+    fn check_one_at(&self, b: &Bucket, cost: f64, now: Duration) -> (bool, LimitState) {
+        let secs = now.as_secs_f64();
         let mut slot = self.buckets.slot(&b.key);
-        let decide = |level: &mut Level| {
-            let enough = cost <= 0.0 || level.avail() >= cost;
-            let written = enough.then(|| level.write(cost));
-            (enough, written)
-        };
-        let (level, enough) = if let Some(e) = slot.get_mut() {
-            // A refused key is still a busy key (see `check_now`).
-            e.seen = now;
-            let mut level = Level::read(b.rule, Some(e.state), now);
-            let (enough, written) = decide(&mut level);
-            if let Some((state, idle_at)) = written {
+        // A refused key is still a busy key (see `check_now`).
+        let stored = slot.get_mut().map(|e| {
+            e.seen = secs;
+            e.state
+        });
+        let mut one = [Decided::new(Level::read(b.rule, stored, now), b.shadow)];
+        let allowed = decide(&mut one, cost);
+        if let Some((state, idle_at)) = one[0].charged {
+            if let Some(e) = slot.get_mut() {
                 e.state = state;
                 e.idle_at = idle_at;
-            }
-            (level, enough)
-        } else {
-            let mut level = Level::read(b.rule, None, now);
-            let (enough, written) = decide(&mut level);
-            if let Some((state, idle_at)) = written {
+            } else {
                 let entry = Entry {
                     state,
                     idle_at,
-                    seen: now,
+                    seen: secs,
                 };
-                slot.insert(entry, now);
+                slot.insert(entry, secs);
             }
-            (level, enough)
-        };
+        }
         drop(slot);
-        (enough || b.shadow, level.report(cost, enough))
+        (allowed, one[0].report(cost))
     }
 }
 

@@ -22,7 +22,8 @@ use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::deadline::within;
-use super::script::{map_err, Inner, LeanArgs};
+use super::script::{map_err, Inner};
+use crate::algorithm::LeanArgs;
 use crate::outcome::Outcome;
 use crate::store::{Bucket, StoreError};
 

@@ -36,8 +36,9 @@ use self::batch::Batcher;
 use self::cluster::{slot_groups, NodePools};
 use self::connect::{build_pool, fred_config, wait_connected, Startup};
 use self::deadline::{within, IoThread};
-use self::script::{map_err, Inner, LeanArgs, LEAN, SCRIPT};
+use self::script::{map_err, Inner};
 use super::{Check, Store, StoreError, StoreFuture};
+use crate::algorithm::{LEAN, SCRIPT};
 use crate::config::{redact_url, Config, RedisSettings};
 
 /// Rate-limit state in Redis (standalone, Sentinel or Cluster).
@@ -271,7 +272,7 @@ impl RedisStore {
 impl Store for RedisStore {
     fn check(&self, check: &Check) -> StoreFuture {
         if let (Some(batcher), [bucket]) = (&self.batcher, check.buckets.as_slice()) {
-            if let Some(args) = LeanArgs::new(&bucket.rule, check.cost) {
+            if let Some(args) = bucket.rule.lean_args(check.cost) {
                 // No timer per check: the batch's call carries the deadline,
                 // counted from when it is handed to fred.
                 return Box::pin(batcher.check(bucket, args));

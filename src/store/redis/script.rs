@@ -16,7 +16,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::cluster::{moved_to, NodePools};
 use super::deadline::{backstop, within, Stalls};
-use crate::algorithm::Rule;
+use crate::algorithm::{LeanArgs, LEAN, SCRIPT};
 use crate::outcome::{LimitState, Outcome};
 use crate::store::{Bucket, Check, StoreError};
 
@@ -78,7 +78,7 @@ impl Inner {
     pub(crate) async fn run(&self, pool: &Pool, check: &Check) -> Result<Outcome, StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
-            [b] => LeanArgs::new(&b.rule, check.cost),
+            [b] => b.rule.lean_args(check.cost),
             _ => None,
         };
         let script = if lean.is_some() {
@@ -342,64 +342,14 @@ fn parse(reply: Value, buckets: &[Bucket]) -> Result<Outcome, StoreError> {
     Ok(Outcome { allowed, limits })
 }
 
-// The scripts' text, and the lean script's arguments (the token bucket's
-// arithmetic, done here rather than in Lua): a block apart from the code
-// that runs them, as it belongs with the algorithms.
-
-/// The lean script: single-token-bucket checks (most requests), one or
-/// several per call (see `batch.rs`).
-pub(crate) const LEAN: &str = include_str!("../../../lua/token_bucket_lean.lua");
-
-/// The decision script, run by `EVALSHA`: each algorithm's functions, then
-/// the driver that decides every limit of a request at once.
-pub(crate) const SCRIPT: &str = concat!(
-    include_str!("../../../lua/token_bucket.lua"),
-    include_str!("../../../lua/fixed_window.lua"),
-    include_str!("../../../lua/sliding_window.lua"),
-    include_str!("../../../lua/decide.lua"),
-);
-
-/// One check as the lean script sees it: the bucket's emission interval
-/// (µs per token), what the check costs and what a full burst spans, both in
-/// µs. Computed here rather than in Lua: the script does only what needs
-/// Redis (the clock, the read, the write).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct LeanArgs {
-    per: f64,
-    inc: f64,
-    burst: f64,
-    /// What the script compares TAT − now with: the burst and
-    /// [`REDIS_SLACK_US`](crate::algorithm::REDIS_SLACK_US).
-    limit: f64,
-}
-
+/// The lean script's arguments and answers as fred values; the arithmetic
+/// is the token bucket's (`algorithm/token_bucket.rs`).
 impl LeanArgs {
-    /// `None` for anything but a token bucket (the general script's work).
-    pub(crate) fn new(rule: &Rule, cost: f64) -> Option<Self> {
-        let Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } = *rule
-        else {
-            return None;
-        };
-        let per = 1_000_000.0 / refill_per_sec;
-        let burst = capacity * per;
-        Some(Self {
-            per,
-            inc: cost * per,
-            burst,
-            limit: burst + crate::algorithm::REDIS_SLACK_US,
-        })
-    }
-
     /// The check's two arguments. Rust prints the shortest text that reads
     /// back as the same `f64`, so Lua's `tonumber` sees exactly these values.
     pub(crate) fn values(&self) -> (Value, Value) {
-        (
-            Value::from(self.inc.to_string()),
-            Value::from(self.limit.to_string()),
-        )
+        let (inc, limit) = self.args();
+        (Value::from(inc.to_string()), Value::from(limit.to_string()))
     }
 
     /// The script's answer for this check: 4 × (TAT − now) in µs after the
@@ -422,24 +372,12 @@ impl LeanArgs {
                 )))
             }
         };
-        let allowed = x >= 0;
-        let ahead = (if allowed { x } else { -1 - x }) as f64 / 4.0;
-        let limits = vec![LimitState {
-            enough: allowed,
-            // Within the slack, TAT may pass the burst by a hair.
-            remaining: ((self.burst - ahead) / self.per).max(0.0),
-            wait: if allowed {
-                0.0
-            } else {
-                (ahead + self.inc - self.burst) / 1_000_000.0
-            },
-            reset: ahead / 1_000_000.0,
-            capacity,
-        }];
+        let state = self.answer(x);
+        let state = LimitState { capacity, ..state };
         Ok(Outcome {
             // A shadow limit never refuses; it was charged only if it had room.
-            allowed: allowed || shadow,
-            limits,
+            allowed: state.enough || shadow,
+            limits: vec![state],
         })
     }
 }
@@ -447,6 +385,7 @@ impl LeanArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Rule;
 
     #[test]
     fn parses_string_replies() {
@@ -482,7 +421,7 @@ mod tests {
             capacity: 5.0,
             refill_per_sec: 10.0,
         };
-        let args = LeanArgs::new(&rule, 1.0).unwrap();
+        let args = rule.lean_args(1.0).unwrap();
         let (inc, burst) = args.values();
         assert_eq!(
             (inc.as_str().unwrap(), burst.as_str().unwrap()),
@@ -508,13 +447,11 @@ mod tests {
         let o = args.parse(&Value::Integer(-1), 5.0, true).unwrap();
         assert!(o.allowed && !o.limits[0].enough);
         assert!(args.parse(&Value::from("1 2 3 4"), 5.0, false).is_err());
-        assert!(LeanArgs::new(
-            &Rule::FixedWindow {
-                limit: 1.0,
-                window: Duration::from_secs(1)
-            },
-            1.0
-        )
+        assert!(Rule::FixedWindow {
+            limit: 1.0,
+            window: Duration::from_secs(1)
+        }
+        .lean_args(1.0)
         .is_none());
     }
 
@@ -580,13 +517,11 @@ mod tests {
             command_error("OOM command not allowed when used memory > 'maxmemory'."),
             StoreError::Redis(_)
         ));
-        let args = LeanArgs::new(
-            &Rule::TokenBucket {
-                capacity: 5.0,
-                refill_per_sec: 10.0,
-            },
-            1.0,
-        )
+        let args = Rule::TokenBucket {
+            capacity: 5.0,
+            refill_per_sec: 10.0,
+        }
+        .lean_args(1.0)
         .unwrap();
         assert!(matches!(
             args.parse(

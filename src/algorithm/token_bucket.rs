@@ -1,0 +1,273 @@
+//! Token bucket as GCRA, the one model both stores keep. This file holds
+//! its arithmetic on the stored state, its Lua (`lua/token_bucket.lua`, the
+//! core both scripts start with, then the lean driver or the general
+//! steps), the lean script's arguments and answers, its TTL rule, and the
+//! decoder of a stored state (admin tools).
+//!
+//! A bucket of `capacity` tokens refilling `refill_per_sec` is one number,
+//! its theoretical arrival time (TAT) in µs: full when TAT ≤ now, holding
+//! (burst − (TAT − now)) ÷ per tokens otherwise, where per = 10^6 ÷ refill
+//! is the µs one token takes to refill and burst = capacity × per. Taking
+//! `cost` tokens moves TAT by cost × per; a refund moves it back, never
+//! before now (full). Redis keeps it on its clock (`TIME`), the in-process
+//! store on its own.
+
+use std::time::Duration;
+
+use super::LimitState;
+
+/// Slack, in µs of refill, added to a token bucket's burst when deciding.
+/// Redis holds times in µs as doubles near 1.8 × 10^15, which step by ¼ µs
+/// (½ µs from 2041): `now + burst` or `TAT + cost × per` is rounded to that
+/// step, and a request that fits exactly (cost = capacity on a full bucket)
+/// could be refused for ever when the rounding goes up. Half a µs covers a
+/// rounding of either step; what it admits early is below Redis's 1 µs clock
+/// resolution. The in-process store decides with the same numbers, so the
+/// two stores agree (its own clock rounds far less).
+pub(crate) const REDIS_SLACK_US: f64 = 0.5;
+
+/// The general script's part: the core, then the steps `lua/decide.lua`
+/// calls.
+macro_rules! lua {
+    () => {
+        concat!(
+            include_str!("../../lua/token_bucket.lua"),
+            include_str!("../../lua/token_bucket_general.lua"),
+        )
+    };
+}
+pub(crate) use lua;
+
+/// The lean script: single-token-bucket checks (most requests), one or
+/// several per call (see `store/batch.rs`). The bucket's state, expiry and
+/// arithmetic come from `lua/token_bucket.lua`; the driver after it only
+/// reads the arguments [`LeanArgs`] prints and answers integers.
+pub(crate) const LEAN: &str = concat!(
+    include_str!("../../lua/token_bucket.lua"),
+    include_str!("../../lua/token_bucket_lean.lua"),
+);
+
+/// A token bucket in µs of its store's clock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Gcra {
+    capacity: f64,
+    /// µs one token takes to refill (the emission interval).
+    per: f64,
+    /// µs a full bucket spans: capacity × per.
+    burst: f64,
+}
+
+impl Gcra {
+    pub(crate) fn new(capacity: f64, refill_per_sec: f64) -> Self {
+        let per = 1_000_000.0 / refill_per_sec;
+        Self {
+            capacity,
+            per,
+            burst: capacity * per,
+        }
+    }
+
+    /// The TAT a decision starts from: a missing or past TAT is a full bucket.
+    pub(crate) fn start(stored: Option<f64>, now: f64) -> f64 {
+        match stored {
+            Some(tat) if tat > now => tat,
+            _ => now,
+        }
+    }
+
+    /// µs a charge of `cost` tokens moves the TAT by.
+    pub(crate) fn inc(&self, cost: f64) -> f64 {
+        cost * self.per
+    }
+
+    /// Whether taking `inc` µs from TAT `tat` fits the burst (and the slack).
+    pub(crate) fn fits(&self, tat: f64, inc: f64, now: f64) -> bool {
+        tat + inc - now <= self.burst + REDIS_SLACK_US
+    }
+
+    /// The TAT after taking `inc` µs (a refund never past full).
+    pub(crate) fn after(tat: f64, inc: f64, now: f64) -> f64 {
+        (tat + inc).max(now)
+    }
+
+    /// Tokens in a bucket whose TAT is `ahead` µs after now (below zero
+    /// when a larger burst wrote it).
+    pub(crate) fn tokens(&self, ahead: f64) -> f64 {
+        (self.burst - ahead) / self.per
+    }
+
+    /// The state reported to clients, from TAT − now after the decision
+    /// (after the charge when `enough`).
+    pub(crate) fn report(&self, ahead: f64, inc: f64, enough: bool) -> LimitState {
+        LimitState {
+            enough,
+            // Within the slack, TAT may pass the burst by a hair.
+            remaining: self.tokens(ahead).max(0.0),
+            wait: if enough {
+                0.0
+            } else {
+                (ahead + inc - self.burst) / 1_000_000.0
+            },
+            reset: ahead / 1_000_000.0,
+            capacity: self.capacity,
+        }
+    }
+}
+
+/// One bucket at `now` (µs), before and after a charge.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Level {
+    gcra: Gcra,
+    tat: f64,
+    now: f64,
+}
+
+impl Level {
+    pub(crate) fn read(capacity: f64, refill_per_sec: f64, stored: Option<f64>, now: f64) -> Self {
+        Self {
+            gcra: Gcra::new(capacity, refill_per_sec),
+            tat: Gcra::start(stored, now),
+            now,
+        }
+    }
+
+    #[cfg(test)]
+    fn avail(&self) -> f64 {
+        self.gcra.tokens(self.tat - self.now)
+    }
+
+    pub(crate) fn fits(&self, cost: f64) -> bool {
+        self.gcra.fits(self.tat, self.gcra.inc(cost), self.now)
+    }
+
+    /// Charges `cost`; returns the new TAT, which is also when the bucket
+    /// is full again (it may then be forgotten).
+    pub(crate) fn write(&mut self, cost: f64) -> f64 {
+        self.tat = Gcra::after(self.tat, self.gcra.inc(cost), self.now);
+        self.tat
+    }
+
+    pub(crate) fn report(&self, cost: f64, enough: bool) -> LimitState {
+        self.gcra
+            .report(self.tat - self.now, self.gcra.inc(cost), enough)
+    }
+}
+
+/// One check as the lean script sees it: what it costs and what a full
+/// burst spans (with the slack), in µs. Computed here rather than in Lua:
+/// the script does only what needs Redis (the clock, the read, the write).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LeanArgs {
+    gcra: Gcra,
+    inc: f64,
+}
+
+impl LeanArgs {
+    pub(crate) fn new(capacity: f64, refill_per_sec: f64, cost: f64) -> Self {
+        let gcra = Gcra::new(capacity, refill_per_sec);
+        Self {
+            gcra,
+            inc: gcra.inc(cost),
+        }
+    }
+
+    /// The script's two arguments: the charge, and what it compares
+    /// TAT − now with (the burst and [`REDIS_SLACK_US`]).
+    pub(crate) fn args(&self) -> (f64, f64) {
+        (self.inc, self.gcra.burst + REDIS_SLACK_US)
+    }
+
+    /// The script's answer for this check: 4 × (TAT − now) in µs after the
+    /// charge when admitted, −1 − 4 × (TAT − now) when refused.
+    pub(crate) fn answer(&self, x: i64) -> LimitState {
+        let enough = x >= 0;
+        let ahead = (if enough { x } else { -1 - x }) as f64 / 4.0;
+        self.gcra.report(ahead, self.inc, enough)
+    }
+}
+
+/// What the general script gets: the capacity carries [`REDIS_SLACK_US`] of
+/// refill more, so it decides as the lean script does.
+pub(crate) fn script_args(capacity: f64, refill_per_sec: f64) -> (f64, f64) {
+    (
+        capacity + REDIS_SLACK_US * refill_per_sec / 1_000_000.0,
+        refill_per_sec,
+    )
+}
+
+/// The longest a key lives: until the bucket is full again, then to the
+/// end of that second (the scripts' `PXAT`).
+pub(crate) fn max_ttl(capacity: f64, refill_per_sec: f64) -> Duration {
+    Duration::from_secs_f64((capacity / refill_per_sec).min(1e9)) + Duration::from_secs(1)
+}
+
+/// A stored value, read at `now_us` on Redis's clock, for people.
+pub(crate) fn describe(capacity: f64, refill_per_sec: f64, raw: &str, now_us: f64) -> String {
+    match raw.trim().parse::<f64>() {
+        Ok(tat) => {
+            let gcra = Gcra::new(capacity, refill_per_sec);
+            let tokens = gcra.tokens(Gcra::start(Some(tat), now_us) - now_us);
+            format!("{tokens:.2} of {capacity} tokens")
+        }
+        Err(_) => format!("unreadable token bucket: {raw:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: f64 = 1e6;
+
+    #[test]
+    fn refill_is_capped_and_waits_are_exact() {
+        let (cap, rate) = (5.0, 10.0);
+        assert_eq!(Level::read(cap, rate, None, 100.0 * S).avail(), 5.0);
+        // Emptied at t = 100 s: the TAT is a full burst (0.5 s) ahead.
+        let empty = Some(100.5 * S);
+        let l = Level::read(cap, rate, empty, 100.04 * S);
+        assert!((l.avail() - 0.4).abs() < 1e-9);
+        // The design document's example: 0.4 tokens, cost 1, 10/s → 0.06 s.
+        assert!((l.report(1.0, false).wait - 0.06).abs() < 1e-9);
+        assert_eq!(Level::read(cap, rate, empty, 200.0 * S).avail(), 5.0);
+        // A refund never overfills.
+        let mut l = Level::read(cap, rate, Some(100.1 * S), 100.0 * S);
+        l.write(-3.0);
+        assert_eq!(l.avail(), 5.0);
+    }
+
+    #[test]
+    fn an_exact_fit_is_admitted() {
+        // A third of a second per token, on a clock of Redis's magnitude.
+        let l = Level::read(3.0, 3.0, None, 1.8e15);
+        assert!(l.fits(3.0));
+        assert!(!l.fits(4.0));
+    }
+
+    #[test]
+    fn lean_answers_decode_to_the_limit_state() {
+        // 5 tokens at 10/s: 100 ms per token, a burst spans 500 ms.
+        let args = LeanArgs::new(5.0, 10.0, 1.0);
+        assert_eq!(args.args(), (100_000.0, 500_000.5));
+        // Admitted, TAT 300 ms ahead after the charge: 2 tokens left.
+        let s = args.answer(4 * 300_000);
+        assert!(s.enough);
+        assert_eq!((s.remaining, s.reset, s.wait), (2.0, 0.3, 0.0));
+        // Refused, TAT 450 ms ahead: half a token left, the next one in 50 ms.
+        let s = args.answer(-1 - 4 * 450_000);
+        assert!(!s.enough);
+        assert!((s.remaining - 0.5).abs() < 1e-9);
+        assert!((s.wait - 0.05).abs() < 1e-9);
+        assert_eq!(s.reset, 0.45);
+    }
+
+    #[test]
+    fn describes_a_stored_tat() {
+        assert_eq!(describe(5.0, 10.0, "1200000", 1e6), "3.00 of 5 tokens");
+        assert_eq!(describe(5.0, 10.0, "900000", 1e6), "5.00 of 5 tokens");
+        assert_eq!(
+            describe(5.0, 10.0, "x", 1e6),
+            "unreadable token bucket: \"x\""
+        );
+    }
+}
