@@ -69,7 +69,7 @@ impl Leases {
     /// Counts the request and spends from a live lease when it can.
     pub(crate) fn use_for(&self, key: &str, cost: f64, above: u32) -> LeaseUse {
         let now = Instant::now();
-        let mut map = crate::lock(&self.map);
+        let mut map = crate::sync::lock(&self.map);
         if map.len() >= self.max_keys && !map.contains_key(key) {
             map.retain(|_, e| {
                 e.expires > now || now.duration_since(e.window) < Duration::from_secs(1)
@@ -116,7 +116,7 @@ impl Leases {
     /// by a call made when [`resets`](Self::resets) was `seen`. Dropped if a
     /// reset came since: the tokens may be the old bucket's.
     pub(crate) fn granted(&self, key: &str, tokens: f64, shared_left: f64, seen: u64) {
-        let mut map = crate::lock(&self.map);
+        let mut map = crate::sync::lock(&self.map);
         // Read under the lock `forget` takes after counting: a reset either
         // removes this lease or is seen here (see `refused.rs`).
         let fresh = self.resets.load(Ordering::Acquire) == seen;
@@ -132,7 +132,7 @@ impl Leases {
 
     /// No lease this time (refused, or Redis failed).
     pub(crate) fn not_granted(&self, key: &str) {
-        if let Some(e) = crate::lock(&self.map).get_mut(key) {
+        if let Some(e) = crate::sync::lock(&self.map).get_mut(key) {
             e.taking = false;
         }
     }
@@ -141,7 +141,7 @@ impl Leases {
     /// for before it are not granted.
     pub(crate) fn forget(&self, keys: &[&str]) {
         self.resets.fetch_add(1, Ordering::AcqRel);
-        let mut map = crate::lock(&self.map);
+        let mut map = crate::sync::lock(&self.map);
         for key in keys {
             map.remove(*key);
         }
@@ -150,7 +150,7 @@ impl Leases {
     /// Forgets every lease (a reset may have been missed).
     pub(crate) fn clear(&self) {
         self.resets.fetch_add(1, Ordering::AcqRel);
-        crate::lock(&self.map).clear();
+        crate::sync::lock(&self.map).clear();
     }
 
     /// The key's lease is being taken: [`not_granted`](Self::not_granted)

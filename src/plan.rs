@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::lock;
+use crate::sync::lock;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 

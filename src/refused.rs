@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::time::{Duration, Instant};
 
 use crate::algorithm::Rule;
-use crate::headers::RateHeaders;
+use crate::pipeline::response::RateHeaders;
 
 const SHARDS: usize = 8;
 
@@ -58,7 +58,7 @@ impl RefusedCache {
 
     fn shard(&self, key: &str) -> MutexGuard<'_, HashMap<String, Refused>> {
         let i = (self.hasher.hash_one(key) as usize) % SHARDS;
-        crate::lock(&self.shards[i])
+        crate::sync::lock(&self.shards[i])
     }
 
     /// A live refusal of `key` for a request costing `cost`.
@@ -144,7 +144,7 @@ impl RefusedCache {
     pub(crate) fn clear(&self) {
         self.resets.fetch_add(1, Ordering::AcqRel);
         for shard in self.shards.iter() {
-            let mut shard = crate::lock(shard);
+            let mut shard = crate::sync::lock(shard);
             self.len.fetch_sub(shard.len(), Ordering::Relaxed);
             shard.clear();
         }

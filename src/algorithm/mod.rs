@@ -7,8 +7,6 @@
 
 use std::time::Duration;
 
-use crate::outcome::LimitState;
-
 /// Slack, in µs of refill, added to a token bucket's burst in Redis. The
 /// scripts hold times in µs as doubles near 1.8 × 10^15, which step by ¼ µs
 /// (½ µs from 2041): `now + burst` or `TAT + cost × per` is rounded to that
@@ -94,6 +92,23 @@ impl Rule {
             Self::SlidingWindow { limit, window } => ("s", limit, window.as_millis() as f64),
         }
     }
+}
+
+/// One bucket's state after a decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimitState {
+    /// This limit had room for the cost (and was charged if the request was
+    /// admitted).
+    pub enough: bool,
+    /// Room left (fractional): tokens, or the window's limit minus its count.
+    pub remaining: f64,
+    /// Seconds until this limit has room for the request's cost; `0` when it
+    /// already has.
+    pub wait: f64,
+    /// Seconds until this limit is back to full (empty window).
+    pub reset: f64,
+    /// The limit's capacity (burst, or the window's limit).
+    pub capacity: f64,
 }
 
 /// What the in-process store keeps per key.

@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -7,7 +6,7 @@ use tower_layer::Layer;
 use super::RateLimit;
 use crate::breaker::BreakerStats;
 use crate::config::{Config, Heartbeat};
-use crate::limiter::{Extras, Limiter};
+use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 use crate::RequestRef;
@@ -36,10 +35,7 @@ impl RateLimitLayer {
         RateLimitLayerBuilder {
             config,
             store: None,
-            extras: Extras {
-                resolver: None,
-                cost_fns: HashMap::new(),
-            },
+            extras: Extras::none(),
         }
     }
 
@@ -179,7 +175,7 @@ impl RateLimitLayerBuilder {
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
         let mut redis = None;
-        let (store, local): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
+        let (store, in_process): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
             match (self.store, &cfg.redis) {
                 (Some(s), _) => (s, None),
                 (None, Some(r)) => {
@@ -194,7 +190,7 @@ impl RateLimitLayerBuilder {
                     (m.clone(), Some(m))
                 }
             };
-        let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
+        let limiter = Arc::new(Limiter::new(&cfg, store, in_process, self.extras));
         if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
             let ready = crate::reset::start(
                 r,

@@ -22,8 +22,7 @@ use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::redis::{map_err, within, Inner, LeanArgs};
-use super::{Bucket, StoreError};
-use crate::outcome::Outcome;
+use super::{Bucket, Outcome, StoreError};
 
 /// Most requests in one call.
 const MAX_BATCH: usize = 64;

@@ -18,10 +18,9 @@ use std::sync::{Mutex, MutexGuard};
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
-use super::{Bucket, Check, Store, StoreFuture};
-use crate::algorithm::{Level, State};
-use crate::lock;
-use crate::outcome::{LimitState, Outcome};
+use super::{Bucket, Check, Outcome, Store, StoreFuture};
+use crate::algorithm::{Level, LimitState, State};
+use crate::sync::lock;
 
 const SHARDS: usize = 16;
 

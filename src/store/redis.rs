@@ -26,10 +26,9 @@ use tokio::time::Instant;
 
 use super::batch::Batcher;
 use super::nodes::{moved_to, NodePools};
-use super::{Check, Store, StoreError, StoreFuture};
-use crate::algorithm::Rule;
+use super::{Check, Outcome, Store, StoreError, StoreFuture};
+use crate::algorithm::{LimitState, Rule};
 use crate::config::{redact_url, redis_url, RedisSettings};
-use crate::outcome::{LimitState, Outcome};
 
 /// The lean script: single-token-bucket checks (most requests), one or
 /// several per call (see `batch.rs`).
