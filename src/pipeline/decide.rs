@@ -315,3 +315,80 @@ fn with_refund(d: Decision) -> Decision {
         d => d,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::pipeline::{Extras, Prepared};
+    use crate::store::{Outcome, Store, StoreFuture};
+    use http::StatusCode;
+
+    /// A store that refuses every request for 10 s.
+    #[derive(Debug)]
+    struct Refusing;
+
+    impl Store for Refusing {
+        fn check(&self, check: &Check) -> StoreFuture {
+            let refused = LimitState {
+                enough: false,
+                remaining: 0.0,
+                wait: 10.0,
+                reset: 10.0,
+                capacity: 5.0,
+            };
+            let limits = vec![refused; check.buckets.len()];
+            Box::pin(async move {
+                Ok(Outcome {
+                    allowed: false,
+                    limits,
+                })
+            })
+        }
+    }
+
+    async fn status(limiter: &Arc<Limiter>, cost: u32) -> (StatusCode, bool) {
+        let req = http::Request::get("/")
+            .header("x-api-key", "k")
+            .body(())
+            .unwrap();
+        let Prepared::Ask(mut p) = limiter.prepare(&req) else {
+            panic!("the default policy applies");
+        };
+        p.cost = cost;
+        let (d, now) = match limiter.decide(p) {
+            Decided::Now(d) => (d, true),
+            Decided::Later(f) => (f.await, false),
+        };
+        match d {
+            Decision::Reject(r) => (r.status, now),
+            Decision::Admit(..) => (StatusCode::OK, now),
+        }
+    }
+
+    /// A cost no bucket can hold is 413 whatever the refused cache holds
+    /// for the key (it used to answer the remembered 429 on routes without
+    /// plans, and 413 on routes with plans).
+    #[tokio::test]
+    async fn too_costly_is_413_even_for_a_refused_key() {
+        let cfg = Config::from_toml_str(
+            r#"
+            [limits.per-key]
+            key = "header:x-api-key"
+            capacity = 5
+            refill = "1/s"
+
+            [default]
+            limits = ["per-key"]
+            "#,
+        )
+        .unwrap();
+        let limiter = Arc::new(Limiter::new(&cfg, Arc::new(Refusing), None, Extras::none()));
+        let refused = (StatusCode::TOO_MANY_REQUESTS, false);
+        assert_eq!(status(&limiter, 1).await, refused, "refused by the store");
+        let remembered = (StatusCode::TOO_MANY_REQUESTS, true);
+        assert_eq!(status(&limiter, 1).await, remembered, "remembered");
+        let too_costly = (StatusCode::PAYLOAD_TOO_LARGE, true);
+        assert_eq!(status(&limiter, 6).await, too_costly);
+    }
+}
