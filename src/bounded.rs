@@ -32,7 +32,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use hashbrown::HashTable;
 
-use crate::lock;
+use crate::sync::lock;
 
 /// Shards of a map holding at least this many keys (fewer for smaller ones).
 pub(crate) const SHARDS: usize = 16;

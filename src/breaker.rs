@@ -154,7 +154,7 @@ impl Breaker {
         if self.state.load(Ordering::Acquire) == CLOSED {
             return Permit::Call;
         }
-        let mut inner = crate::lock(&self.inner);
+        let mut inner = crate::sync::lock(&self.inner);
         match self.state.load(Ordering::Acquire) {
             CLOSED => Permit::Call,
             OPEN if inner.open_until.is_some_and(|t| Instant::now() < t) => self.refuse(),
@@ -231,7 +231,7 @@ impl Breaker {
         let failing_for = Duration::from_millis(ms.saturating_sub(since));
         let needed = u64::from(self.config.failures.max(1));
         let sustained = count >= needed && failing_for >= self.config.window;
-        let mut inner = crate::lock(&self.inner);
+        let mut inner = crate::sync::lock(&self.inner);
         if permit == Permit::Probe {
             inner.probes = inner.probes.saturating_sub(1);
         }
@@ -254,7 +254,7 @@ impl Breaker {
     }
 
     fn succeeded(&self, permit: Permit) {
-        let mut inner = crate::lock(&self.inner);
+        let mut inner = crate::sync::lock(&self.inner);
         if permit == Permit::Probe {
             inner.probes = inner.probes.saturating_sub(1);
         }
@@ -268,7 +268,7 @@ impl Breaker {
 
     fn abandon(&self, permit: Permit) {
         if permit == Permit::Probe {
-            let mut inner = crate::lock(&self.inner);
+            let mut inner = crate::sync::lock(&self.inner);
             inner.probes = inner.probes.saturating_sub(1);
         }
     }

@@ -61,40 +61,32 @@
 )]
 
 pub mod admin;
+mod algorithm;
+mod bounded;
+pub mod breaker;
 pub mod config;
 mod fleet;
-pub mod headers;
 mod key;
 pub mod layer;
 mod lease;
-mod limiter;
 mod log_throttle;
-mod outcome;
+mod pipeline;
 pub mod plan;
 mod refused;
 mod request;
 mod reset;
 mod route;
 pub mod store;
+mod sync;
 
-mod algorithm;
-mod bounded;
-pub mod breaker;
-
-/// Locks a mutex of the limiter's own state. None is held across user code
-/// or an await, and every write leaves its data whole (plain values), so a
-/// lock poisoned by a panic elsewhere is still usable: the request path
-/// never panics on it.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
+pub use algorithm::LimitState;
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::redact_url;
 pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
 pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
-pub use limiter::{CostFn, Refund};
-pub use outcome::{LimitState, Outcome};
+pub use pipeline::response as headers;
+pub use pipeline::{CostFn, Refund};
 pub use plan::PlanResolver;
 pub use request::RequestRef;
+pub use store::Outcome;

@@ -18,7 +18,7 @@ use tokio::time::{Duration, Instant};
 
 use crate::algorithm::Rule;
 use crate::bounded::{Bounded, Evict};
-use crate::headers::RateHeaders;
+use crate::pipeline::response::RateHeaders;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Refused {

@@ -33,7 +33,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::RedisSettings;
-use crate::limiter::Limiter;
+use crate::pipeline::Limiter;
 use crate::store::StoreError;
 
 /// The largest announcement published or accepted: a reset names one key

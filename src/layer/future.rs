@@ -7,8 +7,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::ResponseBody;
-use crate::headers::{RateHeaders, Rejection};
-use crate::limiter::{Decision, DecisionFuture};
+use crate::pipeline::response::{RateHeaders, Rejection};
+use crate::pipeline::{Decision, DecisionFuture};
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): first the

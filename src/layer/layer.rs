@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tower_layer::Layer;
@@ -6,7 +5,7 @@ use tower_layer::Layer;
 use super::RateLimit;
 use crate::breaker::BreakerStats;
 use crate::config::Config;
-use crate::limiter::{Extras, Limiter};
+use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 use crate::RequestRef;
@@ -35,10 +34,7 @@ impl RateLimitLayer {
         RateLimitLayerBuilder {
             config,
             store: None,
-            extras: Extras {
-                resolver: None,
-                cost_fns: HashMap::new(),
-            },
+            extras: Extras::none(),
         }
     }
 
@@ -178,7 +174,7 @@ impl RateLimitLayerBuilder {
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
         let mut redis = None;
-        let (store, local): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
+        let (store, in_process): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
             match (self.store, &cfg.redis) {
                 (Some(s), _) => (s, None),
                 (None, Some(r)) => {
@@ -193,7 +189,7 @@ impl RateLimitLayerBuilder {
                     (m.clone(), Some(m))
                 }
             };
-        let limiter = Arc::new(Limiter::new(&cfg, store, local, self.extras));
+        let limiter = Arc::new(Limiter::new(&cfg, store, in_process, self.extras));
         if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
             let ready = crate::reset::start(
                 r,

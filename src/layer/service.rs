@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::limiter::{Decided, Limiter, Plan};
+use crate::pipeline::{Decided, Limiter, Prepared};
 
 /// Middleware that rate limits requests; see the [module docs](super).
 #[derive(Clone, Debug)]
@@ -45,11 +45,10 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let plan = self.limiter.plan(&req);
-        match plan {
-            Plan::Unlimited => ResponseFuture::serving(self.inner.call(req)),
-            Plan::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
-            Plan::Ask(pending) => match self.limiter.decide(pending) {
+        match self.limiter.prepare(&req) {
+            Prepared::Unlimited => ResponseFuture::serving(self.inner.call(req)),
+            Prepared::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
+            Prepared::Ask(pending) => match self.limiter.decide(pending) {
                 // Decided already (in-process store, remembered refusal):
                 // call the ready service now, keeping the request out of the
                 // future.

@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Bucket, Check, Store, StoreFuture};
+use super::{Bucket, Check, Outcome, Store, StoreFuture};
 use crate::algorithm::{decide, Decided, Level, LimitState, State};
 use crate::bounded::{Bounded, Evict, Shard};
-use crate::outcome::Outcome;
 
 /// In-process buckets with the same semantics as the Redis scripts.
 #[derive(Debug)]

@@ -14,8 +14,8 @@ use std::pin::Pin;
 
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
+use crate::algorithm::LimitState;
 pub use crate::algorithm::Rule;
-use crate::outcome::Outcome;
 
 /// The future a store returns: boxed, so stores are interchangeable behind
 /// `Arc<dyn Store>`.
@@ -34,6 +34,16 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     fn nodes(&self, _check: &Check) -> Vec<String> {
         Vec::new()
     }
+}
+
+/// A store's answer for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Every enforced limit had room, and each limit with room was charged.
+    /// When `false`, none was charged.
+    pub allowed: bool,
+    /// One entry per bucket of the [`Check`], in order.
+    pub limits: Vec<LimitState>,
 }
 
 /// Every limit one request is counted against, decided all or nothing.

@@ -24,8 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::deadline::within;
 use super::script::{map_err, Inner};
 use crate::algorithm::LeanArgs;
-use crate::outcome::Outcome;
-use crate::store::{Bucket, StoreError};
+use crate::store::{Bucket, Outcome, StoreError};
 
 /// Most requests in one call.
 const MAX_BATCH: usize = 64;

@@ -77,7 +77,7 @@ impl NodePools {
     /// The pool of the node at `host:port`, made (and connecting) if new.
     pub(crate) fn pool(&self, host: &str, port: u16) -> Result<Pool, StoreError> {
         let name = format!("{host}:{port}");
-        let mut pools = crate::lock(&self.pools);
+        let mut pools = crate::sync::lock(&self.pools);
         if let Some(p) = pools.get(&name) {
             return Ok(p.clone());
         }

@@ -16,8 +16,9 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::cluster::{moved_to, NodePools};
 use super::deadline::{backstop, within, Stalls};
+use crate::algorithm::LimitState;
 use crate::algorithm::{LeanArgs, LEAN, SCRIPT};
-use crate::outcome::{LimitState, Outcome};
+use crate::store::Outcome;
 use crate::store::{Bucket, Check, StoreError};
 
 /// A script by SHA, and its text for `EVAL` after a `NOSCRIPT`.

@@ -1,0 +1,393 @@
+//! Step 2: a prepared request → its decision, in this order:
+//!
+//! 1. the callers' plans (a resolver may wait);
+//! 2. each limit's rule under the caller's plan, and `413` for a cost it
+//!    can never hold;
+//! 3. a refusal remembered from Redis (`refused.rs`), answered here;
+//! 4. the store: the in-process one decides at once; one that answers
+//!    later (Redis) is asked through the hot key's lease (`lease.rs`),
+//!    behind the circuit breaker, and when it fails the route's failure
+//!    policy decides (`fallback.rs`);
+//! 5. [`Limiter::decision`]: the store's answer → headers, refund handle,
+//!    or a refusal (remembered, when Redis answered it).
+//!
+//! Without plans, steps 2 to 4 need no waiting for the in-process store or
+//! a remembered refusal: those are answered without boxing a future.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::fallback::Answer;
+use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
+use super::{Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
+use crate::algorithm::{LimitState, Rule};
+use crate::lease::LeaseUse;
+use crate::refused::Refused;
+use crate::store::{Bucket, Check, StoreError};
+
+impl Limiter {
+    /// Decides a prepared request. On a `refund = true` route every
+    /// admitted request carries a [`Refund`], a no-op one when nothing can
+    /// be given back (admitted by the `open` policy, from a lease, in shadow
+    /// mode), so a handler can take `Extension<Refund>` without a 500 on
+    /// those paths.
+    pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> Decided {
+        if !p.policy.refund {
+            return self.decide_in_store(p);
+        }
+        match self.decide_in_store(p) {
+            Decided::Now(d) => Decided::Now(with_refund(d)),
+            Decided::Later(f) => Decided::Later(Box::pin(async move { with_refund(f.await) })),
+        }
+    }
+
+    fn decide_in_store(self: &Arc<Self>, mut p: Pending) -> Decided {
+        if !p.policy.limits.iter().any(|l| !l.plans.is_empty()) {
+            // Every rule is known now.
+            return match self.decide_here(&mut p) {
+                ControlFlow::Break(d) => Decided::Now(d),
+                ControlFlow::Continue(buckets) => {
+                    let this = Arc::clone(self);
+                    Decided::Later(Box::pin(async move { this.ask_store(p, buckets).await }))
+                }
+            };
+        }
+        let this = Arc::clone(self);
+        Decided::Later(Box::pin(async move {
+            for k in &mut p.keys {
+                if let Some(pk) = &k.plan_key {
+                    k.plan = this.plans.plan_of(pk).await;
+                }
+            }
+            match this.decide_here(&mut p) {
+                ControlFlow::Break(d) => d,
+                ControlFlow::Continue(buckets) => this.ask_store(p, buckets).await,
+            }
+        }))
+    }
+
+    /// Steps 2 to 4 that need no waiting, plans known. `Continue`: ask
+    /// the store with these buckets.
+    fn decide_here(self: &Arc<Self>, p: &mut Pending) -> ControlFlow<Decision, Buckets> {
+        let buckets = match buckets(p) {
+            Ok(buckets) => buckets,
+            Err(r) => return ControlFlow::Break(Decision::Reject(r)),
+        };
+        // After plan resolution: a refusal under other numbers (the caller
+        // changed plan) no longer counts.
+        if let Some(r) = self.refused_here(p, &buckets) {
+            return ControlFlow::Break(Decision::Reject(r));
+        }
+        let Some(memory) = &self.in_process else {
+            return ControlFlow::Continue(buckets);
+        };
+        let cost = f64::from(p.cost);
+        ControlFlow::Break(if let [bucket] = buckets.as_slice() {
+            // No check or outcome vectors for a single limit.
+            let (allowed, state) = memory.check_one(bucket, cost);
+            self.decision(p, buckets, allowed, &[state], DecidedBy::Primary)
+        } else {
+            let check = Check {
+                cost,
+                buckets: buckets.into_vec(),
+            };
+            let o = memory.check_now(&check);
+            let buckets = Buckets::from_vec(check.buckets);
+            self.decision(p, buckets, o.allowed, &o.limits, DecidedBy::Primary)
+        })
+    }
+
+    /// A refusal remembered from Redis under the same rule, for a limit
+    /// that is not in shadow mode.
+    fn refused_here(&self, p: &Pending, buckets: &Buckets) -> Option<Rejection> {
+        for ((limit, b), &id) in p.policy.limits.iter().zip(buckets).zip(&p.log_ids) {
+            if b.shadow {
+                continue;
+            }
+            let Some(r) = self
+                .refused
+                .get(&b.key, f64::from(p.cost))
+                .filter(|r| r.rule == b.rule)
+            else {
+                continue;
+            };
+            let now = Instant::now();
+            let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
+            let headers = r.headers.reset_in(left(r.full_at));
+            let retry = retry_after_secs(left(r.until));
+            return Some(response::refusal(limit, id, headers, retry, false, true));
+        }
+        None
+    }
+
+    /// Step 4 for a store that answers later (Redis, or a store of the
+    /// user's): the hot key's lease, else the store behind the breaker,
+    /// else the failure policy.
+    async fn ask_store(self: &Arc<Self>, mut p: Pending, buckets: Buckets) -> Decision {
+        // Before Redis is asked: a refusal it answers from before a reset
+        // must not be remembered after it.
+        p.resets_seen = self.refused.resets();
+        let check = Check {
+            cost: f64::from(p.cost),
+            buckets: buckets.into_vec(),
+        };
+        if let Some(d) = self.leased(&p, &check).await {
+            return d;
+        }
+        match self.ask(&check).await {
+            Ok(o) => {
+                let buckets = Buckets::from_vec(check.buckets);
+                self.decision(&p, buckets, o.allowed, &o.limits, DecidedBy::Primary)
+            }
+            Err(e) => self.fall_back(&p, check, &e),
+        }
+    }
+
+    /// The store failed: the route's failure policy decides.
+    fn fall_back(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
+        match self.fallback.answer(&p.policy, check, p.log_ids[0], e) {
+            Answer::Admit => Decision::Admit(None, None),
+            Answer::Reject(r) => Decision::Reject(r),
+            Answer::Local(check, o) => {
+                let buckets = Buckets::from_vec(check.buckets);
+                self.decision(p, buckets, o.allowed, &o.limits, DecidedBy::Fallback)
+            }
+        }
+    }
+
+    /// Hot-key leases (see `lease.rs`): a request of a hot key is admitted
+    /// from this instance's lease, or takes a new lease for the next ones.
+    /// `None`: ask the store as usual.
+    async fn leased(self: &Arc<Self>, p: &Pending, check: &Check) -> Option<Decision> {
+        let ([limit], [bucket]) = (p.policy.limits.as_slice(), check.buckets.as_slice()) else {
+            return None;
+        };
+        let lease = limit.lease.filter(|_| !bucket.shadow)?;
+        let Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } = bucket.rule
+        else {
+            return None;
+        };
+        match self.leases.use_for(&bucket.key, check.cost, lease.above) {
+            LeaseUse::Normal => None,
+            LeaseUse::Spent {
+                lease_left,
+                shared_left,
+            } => {
+                // What this key can still spend: its lease here, and what
+                // Redis had left when the lease was taken.
+                let remaining = (lease_left + shared_left).min(capacity);
+                let headers = RateHeaders::token_bucket(capacity, refill_per_sec, remaining);
+                Some(Decision::Admit(Some(headers), None))
+            }
+            LeaseUse::Take => {
+                let batch = f64::from(lease.batch).max(check.cost);
+                let take = Check {
+                    cost: batch,
+                    buckets: check.buckets.clone(),
+                };
+                // Clears the key's "taking" mark however this ends, even if
+                // this future is dropped while Redis is asked.
+                let claim = self.leases.claim(&bucket.key);
+                let seen = self.leases.resets();
+                match self.ask(&take).await {
+                    Ok(o) if o.allowed => {
+                        claim.disarm();
+                        let extra = batch - check.cost;
+                        let s = o.limits[0];
+                        self.leases.granted(&bucket.key, extra, s.remaining, seen);
+                        // The lease is this key's to spend here; no refund
+                        // handle (it would give back the whole lease).
+                        let headers = RateHeaders::new(s.capacity, s.remaining + extra, s.reset);
+                        Some(Decision::Admit(Some(headers), None))
+                    }
+                    // Not enough for a whole lease: ask for this request
+                    // alone, as usual.
+                    Ok(_) => None,
+                    // Redis failed: the failure policy answers now, rather
+                    // than a second call into the same outage.
+                    Err(e) => Some(self.fall_back(p, check.clone(), &e)),
+                }
+            }
+        }
+    }
+
+    /// Step 5: the decision for a store's answer, `allowed` and each
+    /// bucket's state (`limits`, in the order of `buckets`).
+    fn decision(
+        self: &Arc<Self>,
+        p: &Pending,
+        buckets: Buckets,
+        allowed: bool,
+        limits: &[LimitState],
+        by: DecidedBy,
+    ) -> Decision {
+        let degraded = by.degraded();
+        let shadow = |i: usize| buckets[i].shadow;
+        for (i, s) in limits.iter().enumerate() {
+            if shadow(i) && !s.enough {
+                tracing::info!(
+                    target: "fleetlimit",
+                    limit = %p.policy.limits[i].name,
+                    key = %p.log_ids[i],
+                    remaining = s.remaining.floor().max(0.0),
+                    reason = "limit-exceeded",
+                    degraded,
+                    shadow = true,
+                    "would refuse (shadow mode: served)"
+                );
+            }
+        }
+        let Some(i) = reported(allowed, limits, shadow) else {
+            return Decision::Admit(None, None);
+        };
+        let s = limits[i];
+        let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
+        if allowed {
+            // Opt-in per route: the handle is an allocation and an
+            // extension insert on every admitted request.
+            let refund = if p.policy.refund {
+                Refund::new(self, buckets, limits, p.cost, by)
+            } else {
+                None
+            };
+            return Decision::Admit(Some(headers), refund);
+        }
+        let limit = &p.policy.limits[i];
+        let key = &buckets[i].key;
+        let id = p.log_ids[i];
+        if by == DecidedBy::Primary {
+            // Remember the refusal: until it can succeed, this instance
+            // answers the key by itself (see `refused.rs`).
+            let now = Instant::now();
+            let secs = |x: f64| Duration::from_secs_f64(x.clamp(0.0, 86_400.0 * 365.0));
+            self.refused.insert(
+                key,
+                secs(s.wait),
+                Refused {
+                    until: now,
+                    cost: f64::from(p.cost),
+                    rule: buckets[i].rule,
+                    headers,
+                    full_at: now + secs(s.reset),
+                },
+                p.resets_seen,
+            );
+        }
+        let retry = retry_after_secs(s.wait);
+        Decision::Reject(response::refusal(
+            limit, id, headers, retry, degraded, false,
+        ))
+    }
+}
+
+/// Each limit's bucket under the caller's plan (the key strings move into
+/// it); or `413` when the cost can never fit.
+// The refusal is rare and built once; boxing it would cost every caller.
+#[allow(clippy::result_large_err)]
+fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
+    let mut buckets = Buckets::with_capacity(p.keys.len());
+    for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
+        let rule = limit.rule_for(k.plan.as_deref());
+        let shadow = limit.shadow || p.policy.shadow;
+        if f64::from(p.cost) > rule.capacity() && !shadow {
+            return Err(response::too_costly(limit, p.cost, rule.capacity()));
+        }
+        buckets.push(Bucket {
+            key: k.key,
+            rule,
+            shadow,
+        });
+    }
+    Ok(buckets)
+}
+
+/// An admitted request of a refund route without a handle gets a no-op one.
+fn with_refund(d: Decision) -> Decision {
+    match d {
+        Decision::Admit(h, None) => Decision::Admit(h, Some(Refund::none())),
+        d => d,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::pipeline::{Extras, Prepared};
+    use crate::store::{Outcome, Store, StoreFuture};
+    use http::StatusCode;
+
+    /// A store that refuses every request for 10 s.
+    #[derive(Debug)]
+    struct Refusing;
+
+    impl Store for Refusing {
+        fn check(&self, check: &Check) -> StoreFuture {
+            let refused = LimitState {
+                enough: false,
+                remaining: 0.0,
+                wait: 10.0,
+                reset: 10.0,
+                capacity: 5.0,
+            };
+            let limits = vec![refused; check.buckets.len()];
+            Box::pin(async move {
+                Ok(Outcome {
+                    allowed: false,
+                    limits,
+                })
+            })
+        }
+    }
+
+    async fn status(limiter: &Arc<Limiter>, cost: u32) -> (StatusCode, bool) {
+        let req = http::Request::get("/")
+            .header("x-api-key", "k")
+            .body(())
+            .unwrap();
+        let Prepared::Ask(mut p) = limiter.prepare(&req) else {
+            panic!("the default policy applies");
+        };
+        p.cost = cost;
+        let (d, now) = match limiter.decide(p) {
+            Decided::Now(d) => (d, true),
+            Decided::Later(f) => (f.await, false),
+        };
+        match d {
+            Decision::Reject(r) => (r.status, now),
+            Decision::Admit(..) => (StatusCode::OK, now),
+        }
+    }
+
+    /// A cost no bucket can hold is 413 whatever the refused cache holds
+    /// for the key (it used to answer the remembered 429 on routes without
+    /// plans, and 413 on routes with plans).
+    #[tokio::test]
+    async fn too_costly_is_413_even_for_a_refused_key() {
+        let cfg = Config::from_toml_str(
+            r#"
+            [limits.per-key]
+            key = "header:x-api-key"
+            capacity = 5
+            refill = "1/s"
+
+            [default]
+            limits = ["per-key"]
+            "#,
+        )
+        .unwrap();
+        let limiter = Arc::new(Limiter::new(&cfg, Arc::new(Refusing), None, Extras::none()));
+        let refused = (StatusCode::TOO_MANY_REQUESTS, false);
+        assert_eq!(status(&limiter, 1).await, refused, "refused by the store");
+        let remembered = (StatusCode::TOO_MANY_REQUESTS, true);
+        assert_eq!(status(&limiter, 1).await, remembered, "remembered");
+        let too_costly = (StatusCode::PAYLOAD_TOO_LARGE, true);
+        assert_eq!(status(&limiter, 6).await, too_costly);
+    }
+}

@@ -1,0 +1,130 @@
+//! When the primary store fails: the route's `on_redis_error` decides.
+//!
+//! - `open`: served, unlimited (no rate-limit headers: nothing was counted);
+//! - `closed`: `503` with `Retry-After` (`closed_retry_after`);
+//! - `local`: in-process buckets sized limit ÷ fleet size, this instance's
+//!   share; their answer goes on to the usual decision (headers, refusals,
+//!   refunds to these buckets).
+//!
+//! Never a 500. One WARN a second per route says so.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use super::response::{self, Rejection};
+use crate::config::Config;
+use crate::key::LogId;
+use crate::route::FailurePolicy;
+use crate::route::Policy;
+use crate::store::{Check, MemoryStore, Outcome, Store, StoreError};
+
+/// What decides while the primary store fails.
+pub(super) struct Fallback {
+    /// The `local` policy's buckets.
+    buckets: MemoryStore,
+    /// N for the `local` policy: configured, or kept up to date by the
+    /// heartbeat (and kept at its last value while Redis is down).
+    fleet: Arc<AtomicU32>,
+    /// `Retry-After` of the `closed` policy's 503, whole seconds.
+    closed_retry_after: u64,
+}
+
+/// The failure policy's answer.
+pub(super) enum Answer {
+    /// `open`: served, unlimited.
+    Admit,
+    /// `closed`: this refusal.
+    Reject(Rejection),
+    /// `local`: the in-process buckets' answer to this check.
+    Local(Check, Outcome),
+}
+
+impl Fallback {
+    pub(super) fn new(cfg: &Config) -> Self {
+        Self {
+            buckets: MemoryStore::new(cfg.memory_max_keys),
+            fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
+            closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        }
+    }
+
+    pub(super) fn fleet_size(&self) -> u32 {
+        self.fleet.load(Ordering::Relaxed).max(1)
+    }
+
+    pub(super) fn fleet_handle(&self) -> &Arc<AtomicU32> {
+        &self.fleet
+    }
+
+    /// The primary store failed on `check` with `e`: the route's policy
+    /// answers.
+    pub(super) fn answer(
+        &self,
+        policy: &Policy,
+        check: Check,
+        key: LogId,
+        e: &StoreError,
+    ) -> Answer {
+        let limit = &policy.limits[0].name;
+        // One WARN a second per route (its policy is the route's); the
+        // decisions in between at DEBUG, counted in the next WARN's
+        // `suppressed`.
+        let log = policy.degraded_log.event();
+        macro_rules! degraded_event {
+            ($msg:literal; $($fields:tt)*) => {
+                match log {
+                    Some(suppressed) => tracing::warn!(target: "fleetlimit", $($fields)*, suppressed, $msg),
+                    None => tracing::debug!(target: "fleetlimit", $($fields)*, $msg),
+                }
+            };
+        }
+        match policy.on_redis_error {
+            FailurePolicy::Open => {
+                degraded_event!("served without limiting"; %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "open");
+                Answer::Admit
+            }
+            FailurePolicy::Closed => {
+                degraded_event!("refused: limiter unavailable"; %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "closed");
+                Answer::Reject(response::unavailable(limit, self.closed_retry_after))
+            }
+            FailurePolicy::Local => {
+                // limit ÷ N: each instance's share, assuming the balancer
+                // spreads a key's requests evenly. A request costing more
+                // than a share is charged the whole share instead, so it can
+                // pass when the local bucket is full rather than never.
+                let mut local = check;
+                for b in &mut local.buckets {
+                    b.rule = b.rule.share(self.fleet_size());
+                }
+                let smallest = local
+                    .buckets
+                    .iter()
+                    .map(|b| b.rule.capacity())
+                    .fold(f64::INFINITY, f64::min);
+                local.cost = local.cost.min(smallest);
+                let outcome = self.buckets.check_now(&local);
+                let s = response::reported(outcome.allowed, &outcome.limits, |i| {
+                    local.buckets[i].shadow
+                })
+                .map(|i| outcome.limits[i]);
+                degraded_event!(
+                    "decided locally";
+                    %limit,
+                    %key,
+                    reason = e.reason(),
+                    error = %e,
+                    degraded = true,
+                    policy = "local",
+                    allowed = outcome.allowed,
+                    remaining = s.map_or(0.0, |s| s.remaining.floor())
+                );
+                Answer::Local(local, outcome)
+            }
+        }
+    }
+
+    /// Gives units back to the `local` policy's buckets (a negative cost).
+    pub(super) async fn refund(&self, check: &Check) -> Result<(), StoreError> {
+        self.buckets.check(check).await.map(|_| ())
+    }
+}

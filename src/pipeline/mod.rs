@@ -1,0 +1,235 @@
+//! The request path, top to bottom.
+//!
+//! 1. [`prepare`] (synchronous, in the service's `call`): the route's
+//!    policy, each limit's key, the request's cost. A missing key or an
+//!    unknown client address is answered here.
+//! 2. [`decide`]: the callers' plans, then each limit's rule for the cost
+//!    (`413` when it can never fit), then a refusal remembered from Redis,
+//!    then the store — the in-process one at once, Redis through hot-key
+//!    leases and behind the circuit breaker — and the decision from its
+//!    answer.
+//! 3. [`fallback`]: when Redis fails, the route's `on_redis_error`
+//!    (`open`, `closed` or `local`) decides instead.
+//! 4. [`response`]: every header and problem body a client sees.
+//! 5. [`refund`]: the handle a handler gives unused units back with.
+//!
+//! Nothing here knows Redis or builds an HTTP response: the layer turns a
+//! [`Decision`] into one.
+
+mod decide;
+mod fallback;
+mod prepare;
+mod refund;
+// Public as `fleetlimit::headers` (the header names).
+pub mod response;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use self::fallback::Fallback;
+pub use self::prepare::CostFn;
+pub(crate) use self::prepare::{Pending, Prepared};
+pub use self::refund::Refund;
+use self::response::{RateHeaders, Rejection};
+use crate::breaker::{BreakerStats, Breakers};
+use crate::config::Config;
+use crate::key::{ClientIpRules, KeySecret};
+use crate::lease::Leases;
+use crate::plan::{PlanResolver, Plans};
+use crate::refused::RefusedCache;
+use crate::route::RouteTable;
+use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
+
+/// One layer's limiter: the configuration's routes and every cache of the
+/// request path, shared by all clones of the layer.
+pub(crate) struct Limiter {
+    routes: RouteTable,
+    client_ip: ClientIpRules,
+    prefix: Arc<str>,
+    /// API keys are hashed with it in store keys bound for Redis; `None`
+    /// when the primary store is the in-process one, whose keys never leave
+    /// the process (spared the HMAC on the request path).
+    key_secret: Option<KeySecret>,
+    /// The primary store: Redis, a store of the user's, or in-process.
+    store: Arc<dyn Store>,
+    /// The primary store again, when it is the in-process one (decided
+    /// without a future).
+    in_process: Option<Arc<MemoryStore>>,
+    /// In front of a store that can fail (not the in-process one); one per
+    /// cluster node.
+    breaker: Option<Breakers>,
+    /// What decides when the primary store fails.
+    fallback: Fallback,
+    plans: Plans,
+    cost_fns: HashMap<String, CostFn>,
+    /// Keys Redis refused, answered here until their `Retry-After`.
+    refused: RefusedCache,
+    /// Hot keys' token leases.
+    leases: Leases,
+    /// The "no `MatchedPath`" error was logged (once per layer).
+    unrouted_logged: AtomicBool,
+    /// Dropped with the limiter: tells its reset listener to stop.
+    stop: tokio::sync::watch::Sender<()>,
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("store", &self.store)
+            .field("fleet_size", &self.fleet_size())
+            .field("plans", &self.plans)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the layer does with the request.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Call the service; add these headers to its response, and give the
+    /// handler this refund handle.
+    Admit(Option<RateHeaders>, Option<Refund>),
+    /// Answer this instead of calling the service.
+    Reject(Rejection),
+}
+
+/// A decision that waits on Redis or a plan resolver.
+pub(crate) type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
+
+/// A decision: made at once (in-process store, remembered refusal,
+/// missing key) without allocating, or a boxed future.
+pub(crate) enum Decided {
+    Now(Decision),
+    Later(DecisionFuture),
+}
+
+/// A request's buckets: one limit per route is the common case, held
+/// inline.
+type Buckets = SmallVec<[Bucket; 1]>;
+
+/// Which store decided a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DecidedBy {
+    /// The primary store.
+    Primary,
+    /// The `local` failure policy's in-process buckets, the primary store
+    /// having failed (logged as `degraded`).
+    Fallback,
+}
+
+impl DecidedBy {
+    fn degraded(self) -> bool {
+        self == Self::Fallback
+    }
+}
+
+/// What the layer builder adds to the configuration.
+pub(crate) struct Extras {
+    pub(crate) resolver: Option<Arc<dyn PlanResolver>>,
+    pub(crate) cost_fns: HashMap<String, CostFn>,
+}
+
+impl Extras {
+    pub(crate) fn none() -> Self {
+        Self {
+            resolver: None,
+            cost_fns: HashMap::new(),
+        }
+    }
+}
+
+impl Limiter {
+    /// `in_process`: the in-process store, when it is the primary store.
+    pub(crate) fn new(
+        cfg: &Config,
+        store: Arc<dyn Store>,
+        in_process: Option<Arc<MemoryStore>>,
+        extras: Extras,
+    ) -> Self {
+        let can_fail = in_process.is_none();
+        Self {
+            routes: RouteTable::new(&cfg.routes, cfg.default_route.clone()),
+            client_ip: cfg.client_ip.clone(),
+            prefix: Arc::clone(&cfg.key_prefix),
+            key_secret: can_fail.then(|| cfg.key_secret.clone()),
+            store,
+            fallback: Fallback::new(cfg),
+            breaker: can_fail.then(|| Breakers::new(cfg.breaker)),
+            refused: RefusedCache::new(if can_fail { cfg.refused_cache_keys } else { 0 }),
+            leases: Leases::new(cfg.memory_max_keys),
+            in_process,
+            stop: tokio::sync::watch::channel(()).0,
+            plans: Plans::new(
+                cfg.plan_assignments.0.clone(),
+                extras.resolver,
+                cfg.plan_cache_ttl,
+                cfg.plan_cache_keys,
+            ),
+            cost_fns: extras.cost_fns,
+            unrouted_logged: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub(crate) fn breaker_stats(&self) -> Option<BreakerStats> {
+        self.breaker.as_ref().map(Breakers::stats)
+    }
+
+    pub(crate) fn node_breaker_stats(&self) -> Vec<(String, BreakerStats)> {
+        self.breaker
+            .as_ref()
+            .map(Breakers::node_stats)
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn fleet_size(&self) -> u32 {
+        self.fallback.fleet_size()
+    }
+
+    pub(crate) fn fleet_handle(&self) -> &Arc<AtomicU32> {
+        self.fallback.fleet_handle()
+    }
+
+    /// Closes when the limiter is dropped (for its reset listener).
+    pub(crate) fn stop_signal(&self) -> tokio::sync::watch::Receiver<()> {
+        self.stop.subscribe()
+    }
+
+    /// `fleetlimit reset` of `keys`: forget their remembered refusals and
+    /// leases, so their next requests go to Redis.
+    pub(crate) fn forget_reset(&self, keys: &[&str]) {
+        self.refused.forget(keys);
+        self.leases.forget(keys);
+    }
+
+    /// Forget every remembered refusal and lease (a reset may have been
+    /// announced while this instance was not listening).
+    pub(crate) fn forget_all_cached(&self) {
+        self.refused.clear();
+        self.leases.clear();
+    }
+
+    /// The primary store, behind the circuit breaker.
+    async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
+        // Per cluster node: the nodes this check goes to.
+        let guard = match &self.breaker {
+            Some(b) => Some(b.enter(&self.store.nodes(check))?),
+            None => None,
+        };
+        let answer = self.store.check(check).await;
+        if let Some(g) = guard {
+            // A script error on one key's data is an answer from a serving
+            // Redis, not a failure of the store.
+            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
+        }
+        answer
+    }
+}

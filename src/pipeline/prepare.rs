@@ -1,0 +1,140 @@
+//! Step 1, synchronous: route → policy → each limit's key → cost.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::MatchedPath;
+use http::Request;
+use smallvec::SmallVec;
+
+use super::{response, Decision, Limiter};
+use crate::key::{Extracted, KeyMaterial, LogId};
+use crate::route::OnMissing;
+use crate::route::Policy;
+use crate::RequestRef;
+
+/// Computes a request's cost (see [`RateLimitLayerBuilder::cost_fn`](crate::layer::RateLimitLayerBuilder::cost_fn)).
+pub type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u32 + Send + Sync>;
+
+/// What the synchronous half found.
+pub(crate) enum Prepared {
+    /// No limit applies to this route.
+    Unlimited,
+    /// Answered without the store (missing key, unknown client IP).
+    Now(Decision),
+    /// Decide (see `decide.rs`).
+    Ask(Pending),
+}
+
+/// A request to decide: its route's policy, cost and keys.
+pub(crate) struct Pending {
+    pub(super) policy: Arc<Policy>,
+    pub(super) cost: u32,
+    /// One per limit of the policy, in order.
+    pub(super) keys: SmallVec<[PendingKey; 1]>,
+    /// The refused cache's resets when Redis was asked (see `reset.rs`).
+    pub(super) resets_seen: u64,
+    /// Each key's id for logs, kept after the keys move into the buckets.
+    pub(super) log_ids: SmallVec<[LogId; 1]>,
+}
+
+pub(super) struct PendingKey {
+    pub(super) key: String,
+    /// The key value plans are looked up by, for limits that have plans.
+    pub(super) plan_key: Option<String>,
+    /// The caller's plan, once looked up.
+    pub(super) plan: Option<Arc<str>>,
+}
+
+impl Limiter {
+    /// Route → policy → keys → cost.
+    pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared {
+        let matched = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
+        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
+            self.check_unrouted(req.uri().path());
+        }
+        let Some(policy) = self.routes.lookup(matched, req.method()) else {
+            return Prepared::Unlimited;
+        };
+        let (headers, ext) = (req.headers(), req.extensions());
+        // The client IP is resolved once, and only if some limit needs it.
+        let mut ip: Option<Option<IpAddr>> = None;
+        let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
+        let reject = |r| Prepared::Now(Decision::Reject(r));
+
+        let mut keys = SmallVec::with_capacity(policy.limits.len());
+        let mut log_ids = SmallVec::with_capacity(policy.limits.len());
+        for limit in &policy.limits {
+            let peer = if limit.key.needs_ip() {
+                client_ip()
+            } else {
+                None
+            };
+            let material = match limit.key.extract(headers, ext, peer) {
+                Extracted::Found(m) => m,
+                Extracted::Missing => match limit.on_missing {
+                    OnMissing::Ip => match client_ip() {
+                        Some(ip) => KeyMaterial::ip(ip),
+                        None => return reject(response::no_client_ip(limit)),
+                    },
+                    OnMissing::Reject => return reject(response::missing_key(limit)),
+                },
+                Extracted::NoClientIp => return reject(response::no_client_ip(limit)),
+            };
+            let plans = !limit.plans.is_empty();
+            let k = material.store_key(&self.prefix, &limit.name, self.key_secret.as_ref(), plans);
+            log_ids.push(k.log_id());
+            keys.push(PendingKey {
+                key: k.key,
+                plan_key: k.plan_key,
+                plan: None,
+            });
+        }
+        let cost_fn = if self.cost_fns.is_empty() {
+            None
+        } else {
+            matched.and_then(|m| self.cost_fns.get(m))
+        };
+        let cost = match cost_fn {
+            // At least one unit, as a fixed cost must be: a computed 0 would
+            // be free and never refused (`?pages=0`).
+            Some(f) => f(&RequestRef::new(req)).max(1),
+            None => policy.cost,
+        };
+        Prepared::Ask(Pending {
+            policy: Arc::clone(policy),
+            cost,
+            keys,
+            resets_seen: 0,
+            log_ids,
+        })
+    }
+
+    /// A request without `MatchedPath` for a path a configured route names:
+    /// the layer is outside the `Router` (the router sets `MatchedPath`
+    /// after it), so no route entry can ever apply. Said once per layer.
+    /// Paths no route names stay quiet: inside a `Router` they are its
+    /// fallback (404s), which carry no `MatchedPath` either.
+    #[cold]
+    fn check_unrouted(&self, path: &str) {
+        let Some(template) = self.routes.template_for(path) else {
+            return;
+        };
+        if self.unrouted_logged.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(
+            target: "fleetlimit",
+            path,
+            route = template,
+            reason = "no-matched-path",
+            "the request carries no axum MatchedPath, so route {template:?} of the configuration cannot apply \
+             and only [default] (if any) limits it: add the layer with `Router::layer` or `Router::route_layer`, \
+             not around the Router (ServiceBuilder, `layer.layer(router)`); logged once"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! The [`Refund`] handle: units an admitted request gives back.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use super::{Buckets, DecidedBy, Limiter};
+use crate::algorithm::LimitState;
+use crate::store::Check;
+
+/// Gives back units an admitted request did not need (its real cost was
+/// lower than it was charged). On routes that ask for it (`refund = true`
+/// in the route's TOML, [`RouteConfig::refund`](crate::config::RouteConfig::refund)
+/// in code), the layer puts one in the extensions of every admitted,
+/// limited request, so a handler can take `Extension<Refund>`; other routes
+/// carry none (the handle costs an allocation and an extension insert per
+/// request).
+///
+/// When nothing was charged in a store that could take units back (the
+/// request was admitted by `on_redis_error = "open"` while Redis was down,
+/// from a hot key's lease, or by a limit in shadow mode) the handle is a
+/// no-op: [`refundable`](Self::refundable) is `0` and
+/// [`give_back`](Self::give_back) returns `Ok(())` and does nothing. A
+/// request admitted by the `local` policy gives back to the in-process
+/// buckets that charged it.
+///
+/// ```toml
+/// [[routes]]
+/// path = "/search"
+/// limits = ["per-key"]
+/// cost = 5
+/// refund = true
+/// ```
+///
+/// ```
+/// use axum::Extension;
+/// use fleetlimit::Refund;
+///
+/// async fn search(Extension(refund): Extension<Refund>) -> &'static str {
+///     let cheap = true; // found in the cache, say
+///     if cheap {
+///         // Charged the route's cost (e.g. 5); the real cost was 2.
+///         let _ = refund.give_back(3).await;
+///     }
+///     "results"
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Refund {
+    /// `None`: the no-op handle (nothing was charged that can be given back).
+    inner: Option<Arc<RefundInner>>,
+}
+
+struct RefundInner {
+    limiter: Arc<Limiter>,
+    /// Only the buckets that were charged.
+    buckets: Buckets,
+    /// Which store charged them: the one given back to.
+    by: DecidedBy,
+    left: AtomicU32,
+}
+
+impl Refund {
+    /// The handle of a request charged `cost` in `buckets` (those whose
+    /// state says `enough` were); `None` when none was.
+    pub(super) fn new(
+        limiter: &Arc<Limiter>,
+        mut buckets: Buckets,
+        limits: &[LimitState],
+        cost: u32,
+        by: DecidedBy,
+    ) -> Option<Self> {
+        // Keep only the buckets that were charged, in place.
+        let mut charged = limits.iter().map(|s| s.enough);
+        buckets.retain(|_| charged.next().unwrap_or(false));
+        if buckets.is_empty() {
+            return None;
+        }
+        Some(Self {
+            inner: Some(Arc::new(RefundInner {
+                limiter: Arc::clone(limiter),
+                buckets,
+                by,
+                left: AtomicU32::new(cost),
+            })),
+        })
+    }
+
+    /// The handle of a request that was charged nothing refundable.
+    pub(super) fn none() -> Self {
+        Self { inner: None }
+    }
+
+    /// Units still refundable (the request's cost, less what was given
+    /// back); `0` on a no-op handle.
+    #[must_use]
+    pub fn refundable(&self) -> u32 {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.left.load(Ordering::Acquire))
+    }
+
+    /// Gives `units` back to every limit that charged this request (never
+    /// more than it was charged, never past full). One store call, none on
+    /// a no-op handle or when nothing is left to give back.
+    pub async fn give_back(&self, units: u32) -> Result<(), crate::store::StoreError> {
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        let taken = inner
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                Some(left - units.min(left))
+            })
+            .unwrap_or(0);
+        let n = units.min(taken);
+        if n == 0 {
+            return Ok(());
+        }
+        let refund = Check {
+            cost: -f64::from(n),
+            buckets: inner.buckets.to_vec(),
+        };
+        let limiter = &inner.limiter;
+        match inner.by {
+            DecidedBy::Fallback => limiter.fallback.refund(&refund).await,
+            // Behind the breaker like any other call: while it is open a
+            // refund fails at once instead of waiting out the deadline.
+            DecidedBy::Primary => limiter.ask(&refund).await.map(|_| ()),
+        }
+    }
+}
+
+impl fmt::Debug for Refund {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refund")
+            .field("refundable", &self.refundable())
+            // Charged by the `local` failure policy's buckets.
+            .field(
+                "local",
+                &self.inner.as_ref().is_some_and(|i| i.by.degraded()),
+            )
+            .finish_non_exhaustive()
+    }
+}
