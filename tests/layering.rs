@@ -2,6 +2,10 @@
 //! `crate::…`, `super::…` and `self::…` paths are resolved to the file that
 //! defines the module they name, and the resulting graph must be acyclic.
 //!
+//! The same holds between the crate's top-level modules (a file of
+//! `pipeline/` importing `refused.rs` while `refused.rs` imports
+//! `pipeline/response.rs` is a cycle of `pipeline` and `refused`).
+//!
 //! A parent's `mod child;` and its `pub use` re-exports of its own
 //! descendants are how Rust exposes a module, not a dependency, and do not
 //! count; unit tests (`#[cfg(test)]` onwards, `tests` modules) are left out.
@@ -248,12 +252,38 @@ fn no_module_imports_itself_through_a_cycle() {
         stack.pop();
         state.insert(m.clone(), 2);
     }
-    let mut state = BTreeMap::new();
-    let mut cycles = Vec::new();
-    for m in modules.keys() {
-        if state.get(m).copied().unwrap_or(0) == 0 {
-            visit(m, &edges, &mut state, &mut Vec::new(), &mut cycles);
+    let find_cycles = |edges: &BTreeMap<ModPath, BTreeSet<ModPath>>| {
+        let mut state = BTreeMap::new();
+        let mut cycles = Vec::new();
+        for m in edges.keys() {
+            if state.get(m).copied().unwrap_or(0) == 0 {
+                visit(m, edges, &mut state, &mut Vec::new(), &mut cycles);
+            }
+        }
+        cycles
+    };
+    // Between files…
+    let cycles = find_cycles(&edges);
+    assert!(
+        cycles.is_empty(),
+        "import cycles between files:\n{}",
+        cycles.join("\n")
+    );
+    // …and between the crate's top-level modules (`pipeline`, `store`, …).
+    let mut top: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
+    for (from, to) in &edges {
+        for t in to {
+            if from[0] != t[0] {
+                top.entry(vec![from[0].clone()])
+                    .or_default()
+                    .insert(vec![t[0].clone()]);
+            }
         }
     }
-    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+    let cycles = find_cycles(&top);
+    assert!(
+        cycles.is_empty(),
+        "import cycles between top-level modules:\n{}",
+        cycles.join("\n")
+    );
 }

@@ -9,8 +9,8 @@ use ipnet::IpNet;
 use super::parts::{LimitConfig, RouteConfig};
 use super::redis::{RedisSettings, RedisSpans};
 use super::validate::Span;
+use super::BreakerConfig;
 use super::{Heartbeat, Hidden};
-use crate::breaker::BreakerConfig;
 use crate::key::{ClientIpRules, ForwardedHeader};
 
 /// Builds a [`Config`](super::Config) in code; [`build`](Self::build)

@@ -81,7 +81,7 @@ use http::Method;
 
 pub use builder::ConfigBuilder;
 pub use error::ConfigError;
-pub use parts::{LimitConfig, RouteConfig};
+pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
 pub use redis::RedisSettings;
 pub use redis_url::redact_url;
 pub use units::{ParseUnitError, Rate};
@@ -121,7 +121,7 @@ pub struct Config {
     pub(crate) plan_assignments: Hidden<HashMap<String, Arc<str>>>,
     pub(crate) plan_cache_ttl: Duration,
     pub(crate) plan_cache_keys: usize,
-    pub(crate) breaker: crate::breaker::BreakerConfig,
+    pub(crate) breaker: BreakerConfig,
     pub(crate) heartbeat: Option<Heartbeat>,
     /// Most keys the refused-key cache holds (0: off).
     pub(crate) refused_cache_keys: usize,

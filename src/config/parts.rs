@@ -222,3 +222,29 @@ impl RouteConfig {
         self
     }
 }
+
+/// Breaker settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Failed checks, with no success in between, that open it: definite
+    /// errors in a row open it at once; timeouts also need `window`.
+    pub failures: u32,
+    /// How long checks must keep failing, with no success, before it opens
+    /// (well above the deadline: one late moment is not an outage).
+    pub window: Duration,
+    /// How long it stays open before probing.
+    pub cool_off: Duration,
+    /// Probe calls allowed at once while half-open.
+    pub probes: u32,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: 3,
+            window: Duration::from_millis(100),
+            cool_off: Duration::from_millis(500),
+            probes: 1,
+        }
+    }
+}

@@ -21,11 +21,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::fallback::Answer;
+use super::lease::LeaseUse;
+use super::refused::Refused;
 use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
 use super::{Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
-use crate::lease::LeaseUse;
-use crate::refused::Refused;
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {

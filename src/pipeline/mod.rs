@@ -18,8 +18,10 @@
 
 mod decide;
 mod fallback;
+mod lease;
 mod prepare;
 mod refund;
+mod refused;
 // Public as `fleetlimit::headers` (the header names).
 pub mod response;
 
@@ -33,16 +35,16 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use self::fallback::Fallback;
+use self::lease::Leases;
 pub use self::prepare::CostFn;
 pub(crate) use self::prepare::{Pending, Prepared};
 pub use self::refund::Refund;
+use self::refused::RefusedCache;
 use self::response::{RateHeaders, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
 use crate::key::{ClientIpRules, KeySecret};
-use crate::lease::Leases;
 use crate::plan::{PlanResolver, Plans};
-use crate::refused::RefusedCache;
 use crate::route::RouteTable;
 use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
 

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::{Duration, Instant};
 
+use super::response::RateHeaders;
 use crate::algorithm::Rule;
 use crate::bounded::{Bounded, Evict};
-use crate::pipeline::response::RateHeaders;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Refused {
