@@ -108,45 +108,15 @@ impl Limit {
             self.name,
             self.key,
             self.on_missing,
-            describe_rule(&self.rule),
+            self.rule.describe(),
             if self.shadow { ", shadow" } else { "" }
         );
         let mut plans: Vec<_> = self.plans.iter().collect();
         plans.sort_by(|a, b| a.0.cmp(b.0));
         for (name, rule) in plans {
-            s.push_str(&format!("; plan {name}: {}", describe_rule(rule)));
+            s.push_str(&format!("; plan {name}: {}", rule.describe()));
         }
         s
-    }
-}
-
-fn describe_rule(rule: &Rule) -> String {
-    match rule {
-        Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } => {
-            format!("token bucket of {capacity} refilled at {refill_per_sec}/s")
-        }
-        Rule::FixedWindow { limit, window } => {
-            format!("fixed window of {limit} per {}", fmt_duration(*window))
-        }
-        Rule::SlidingWindow { limit, window } => {
-            format!("sliding window of {limit} per {}", fmt_duration(*window))
-        }
-    }
-}
-
-/// A duration as a configuration writes it: `"5ms"`, `"60s"`, `"min"`
-/// (a bare unit for exactly one of it, as in a rate's `"10/min"`).
-pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
-    match d.as_millis() {
-        1000 => "s".into(),
-        60_000 => "min".into(),
-        3_600_000 => "h".into(),
-        86_400_000 => "d".into(),
-        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
-        ms => format!("{ms}ms"),
     }
 }
 

@@ -80,6 +80,14 @@ pub(crate) fn max_ttl(window: Duration) -> Duration {
     window
 }
 
+/// The rule in words.
+pub(crate) fn rule_text(limit: f64, window: Duration) -> String {
+    format!(
+        "fixed window of {limit} per {}",
+        super::fmt_duration(window)
+    )
+}
+
 /// A stored value, for people.
 pub(crate) fn describe(limit: f64, raw: &str) -> String {
     format!("{raw} of {limit} used in this window")

@@ -144,6 +144,18 @@ impl Rule {
 
     /// A value read from Redis (`None`: no key) at `now_us` on Redis's
     /// clock, for people (the admin tools).
+    /// The rule in words, as `describe` and `fleetlimit` print it.
+    pub(crate) fn describe(&self) -> String {
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => token_bucket::rule_text(capacity, refill_per_sec),
+            Self::FixedWindow { limit, window } => fixed_window::rule_text(limit, window),
+            Self::SlidingWindow { limit, window } => sliding_window::rule_text(limit, window),
+        }
+    }
+
     pub(crate) fn describe_stored(&self, raw: Option<&str>, now_us: f64) -> String {
         let Some(raw) = raw else {
             return "no key: a full bucket".into();
@@ -309,6 +321,19 @@ pub(crate) fn decide(limits: &mut [Decided], cost: f64) -> bool {
         }
     }
     allowed
+}
+
+/// A duration as a configuration writes it: `"5ms"`, `"60s"`, `"min"`
+/// (a bare unit for exactly one of it, as in a rate's `"10/min"`).
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    match d.as_millis() {
+        1000 => "s".into(),
+        60_000 => "min".into(),
+        3_600_000 => "h".into(),
+        86_400_000 => "d".into(),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
 }
 
 #[cfg(test)]

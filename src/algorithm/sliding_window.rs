@@ -125,6 +125,14 @@ pub(crate) fn max_ttl(window: Duration) -> Duration {
     2 * window
 }
 
+/// The rule in words.
+pub(crate) fn rule_text(limit: f64, window: Duration) -> String {
+    format!(
+        "sliding window of {limit} per {}",
+        super::fmt_duration(window)
+    )
+}
+
 /// A stored value, for people.
 pub(crate) fn describe(limit: f64, raw: &str) -> String {
     let v: Vec<&str> = raw.split_whitespace().collect();

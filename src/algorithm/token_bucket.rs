@@ -201,6 +201,11 @@ pub(crate) fn max_ttl(capacity: f64, refill_per_sec: f64) -> Duration {
     Duration::from_secs_f64((capacity / refill_per_sec).min(1e9)) + Duration::from_secs(1)
 }
 
+/// The rule in words.
+pub(crate) fn rule_text(capacity: f64, refill_per_sec: f64) -> String {
+    format!("token bucket of {capacity} refilled at {refill_per_sec}/s")
+}
+
 /// A stored value, read at `now_us` on Redis's clock, for people.
 pub(crate) fn describe(capacity: f64, refill_per_sec: f64, raw: &str, now_us: f64) -> String {
     match raw.trim().parse::<f64>() {

@@ -88,8 +88,9 @@ pub use units::{ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::{FailurePolicy, OnMissing};
 
+use crate::algorithm::fmt_duration;
 use crate::key::{ClientIpRules, SecretOrigin};
-use crate::route::{fmt_duration, Limit, Policy, RouteEntry};
+use crate::route::{Limit, Policy, RouteEntry};
 
 /// A value kept out of `Debug` output (secrets, callers' API keys): `Debug`
 /// says only that it is there.

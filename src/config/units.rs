@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::route::fmt_duration;
+use crate::algorithm::fmt_duration;
 
 /// A refill rate: `amount` tokens every `per`.
 ///
