@@ -441,3 +441,76 @@ fn the_in_process_store_and_redis_decide_alike() {
     // And they are not all easy admissions of a full bucket.
     assert!(t.refused * 10 >= t.compared, "too few refusals: {t:?}");
 }
+
+/// A key whose rule changes (a caller's plan, or the `local` share when the
+/// fleet size changes) carries the time it owes over to the new rule, in
+/// the in-process store as in Redis: a downgrade does not forgive what was
+/// spent, an upgrade keeps what was left. Refill of 1/s or slower keeps the
+/// answers far from any timing doubt.
+#[test]
+fn a_rule_change_carries_the_time_owed_in_both_stores() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let redis = RedisStore::connect(
+            &server.url(),
+            2,
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        let memory = MemoryStore::new(1_000);
+        let tb = |capacity: f64, refill_per_sec: f64| Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        };
+        let check = |key: &str, rule: Rule, cost: f64| Check {
+            cost,
+            buckets: vec![Bucket {
+                key: key.into(),
+                rule,
+                shadow: false,
+            }],
+        };
+        let stores: [&dyn Store; 2] = [&redis, &memory];
+        for (name, store) in ["redis", "memory"].iter().zip(stores) {
+            // Pro (100 at 1/s) spends 60, then the key is on free (10 at 1/s):
+            // it owes 50 s, so free refuses and waits about 51 s.
+            let pro = store
+                .check(&check("rl:plan:{down}", tb(100.0, 1.0), 60.0))
+                .await
+                .unwrap();
+            assert!(pro.allowed, "{name}: {pro:?}");
+            let free = store
+                .check(&check("rl:plan:{down}", tb(10.0, 1.0), 1.0))
+                .await
+                .unwrap();
+            assert!(
+                !free.allowed,
+                "{name}: a downgrade forgave the spent tokens: {free:?}"
+            );
+            let wait = free.limits[0].wait;
+            assert!((50.0..52.0).contains(&wait), "{name}: wait {wait}");
+            // Free (10 at 1/s) spends 5, then pro (100 at 10/s): 5 s owed is
+            // 50 tokens of pro's 100, so 49 are left after one more.
+            let free = store
+                .check(&check("rl:plan:{up}", tb(10.0, 1.0), 5.0))
+                .await
+                .unwrap();
+            assert!(free.allowed, "{name}: {free:?}");
+            let pro = store
+                .check(&check("rl:plan:{up}", tb(100.0, 10.0), 1.0))
+                .await
+                .unwrap();
+            let left = pro.limits[0].remaining;
+            assert!(
+                pro.allowed && (48.5..50.5).contains(&left),
+                "{name}: {pro:?}"
+            );
+        }
+    });
+}

@@ -103,11 +103,10 @@ impl Gcra {
             enough,
             // Within the slack, TAT may pass the burst by a hair.
             remaining: self.tokens(ahead).max(0.0),
-            wait: if enough {
-                0.0
-            } else {
-                (ahead + inc - self.burst) / 1_000_000.0
-            },
+            // Until another `cost` fits, after this decision: as the general
+            // script reports it (and the in-process store did before it kept
+            // a TAT); only a refusal's is ever read by the layer.
+            wait: ((ahead + inc - self.burst) / 1_000_000.0).max(0.0),
             reset: ahead / 1_000_000.0,
             capacity: self.capacity,
         }
