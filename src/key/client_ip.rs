@@ -19,7 +19,7 @@ pub enum ForwardedHeader {
 
 /// Rules for finding a request's client IP.
 #[derive(Clone, Debug)]
-pub struct ClientIpRules {
+pub(crate) struct ClientIpRules {
     pub(crate) trusted: Vec<IpNet>,
     pub(crate) header: ForwardedHeader,
     pub(crate) ipv6_prefix: u8,

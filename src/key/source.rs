@@ -39,7 +39,9 @@ impl Account {
 pub enum KeySource {
     /// One bucket for every request.
     Global,
-    /// The client IP (see the module docs for proxies and IPv6 grouping).
+    /// The client IP: the TCP peer (`ConnectInfo`), or behind trusted
+    /// proxies the forwarded address (see [`ConfigBuilder::trusted_proxies`](crate::ConfigBuilder::trusted_proxies)); IPv6 grouped
+    /// by prefix (`/64` by default).
     ClientIp,
     /// The value of a request header, such as an API key.
     Header(HeaderName),

@@ -224,7 +224,7 @@ impl RedisStore {
 
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
     /// check also recovers by itself.
-    pub async fn load_script(&self) -> Result<(), StoreError> {
+    pub(crate) async fn load_script(&self) -> Result<(), StoreError> {
         for text in [LEAN, SCRIPT] {
             if self.pool.is_clustered() {
                 let () = self
