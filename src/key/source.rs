@@ -35,6 +35,15 @@ impl Account {
 /// In TOML: `"global"`, `"ip"`, `"header:<name>"`, `"account"` (the
 /// [`Account`] extension), `"account:<header>"` (the extension, else that
 /// header), `"ip+account"` and `"ip+account:<header>"`.
+///
+/// ```
+/// use fleetlimit::KeySource;
+///
+/// assert_eq!("header:x-api-key".parse::<KeySource>()?, KeySource::header("x-api-key"));
+/// assert_eq!("ip".parse::<KeySource>()?, KeySource::ClientIp);
+/// assert!("cookie:session".parse::<KeySource>().is_err());
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeySource {
     /// One bucket for every request.

@@ -155,6 +155,22 @@ impl<S> Layer<S> for RateLimitLayer {
 
 /// Builds a [`RateLimitLayer`] with a plan resolver, computed costs or a
 /// store of your own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fleetlimit::store::MemoryStore;
+/// use fleetlimit::{Config, RateLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cfg = Config::builder().build()?;
+/// let layer = RateLimitLayer::builder(cfg)
+///     .store(Arc::new(MemoryStore::new(10_000)))
+///     .build()
+///     .await?;
+/// # let _ = layer;
+/// # Ok(()) }
+/// ```
 #[must_use]
 pub struct RateLimitLayerBuilder {
     config: Config,
@@ -195,7 +211,7 @@ impl RateLimitLayerBuilder {
     ///
     /// ```
     /// # use fleetlimit::{Config, RateLimitLayer};
-    /// # async fn f(cfg: Config) -> Result<(), fleetlimit::store::StoreError> {
+    /// # async fn f(cfg: Config) -> Result<(), fleetlimit::StoreError> {
     /// let layer = RateLimitLayer::builder(cfg)
     ///     .cost_fn("/search", |req| {
     ///         // ?pages=N costs N.

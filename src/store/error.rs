@@ -4,6 +4,19 @@ use std::fmt;
 
 /// Why a store could not decide. The outcome of a timed-out command is
 /// unknown: Redis may still have run it.
+///
+/// ```no_run
+/// use fleetlimit::{Config, RateLimitLayer, StoreError};
+///
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let cfg = Config::from_toml_file("fleetlimit.toml")?;
+/// // Only an unusable Redis URL fails here: a Redis that is down is not.
+/// let layer: Result<RateLimitLayer, StoreError> = RateLimitLayer::new(cfg).await;
+/// if let Err(e) = &layer {
+///     eprintln!("rate limiter not started ({}): {e}", e.reason());
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
     /// No answer within the deadline.
