@@ -33,6 +33,14 @@ use crate::config::BreakerConfig;
 use crate::store::StoreError;
 
 /// Where the breaker stands.
+///
+/// ```
+/// use fleetlimit::{BreakerState, RateLimitLayer};
+///
+/// fn redis_is_shunned(layer: &RateLimitLayer) -> bool {
+///     layer.breaker().is_some_and(|b| b.state != BreakerState::Closed)
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
     /// Calls go to the store.
@@ -44,6 +52,16 @@ pub enum BreakerState {
 }
 
 /// Counters for metrics and tests.
+///
+/// ```
+/// use fleetlimit::{BreakerStats, RateLimitLayer};
+///
+/// fn export(layer: &RateLimitLayer) {
+///     if let Some(BreakerStats { state, opened, short_circuited, .. }) = layer.breaker() {
+///         println!("breaker {state:?}: opened {opened} times, {short_circuited} checks not sent");
+///     }
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BreakerStats {
     /// The state now.

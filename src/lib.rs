@@ -49,8 +49,9 @@
 //! }
 //! ```
 //!
-//! See the [`config`] module for the TOML schema and the [`layer`] module
-//! for what clients see.
+//! See [`Config`] for the TOML schema (and [`ConfigBuilder`] for the same in
+//! code), [`RateLimitLayer`] for what clients see, [`store`] to bring a store
+//! of your own, and [`admin`] for the operator's tools.
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -63,29 +64,31 @@
 pub mod admin;
 mod algorithm;
 mod bounded;
-pub mod breaker;
-pub mod config;
+mod breaker;
+mod config;
 mod fleet;
+pub mod headers;
 mod key;
-pub mod layer;
+mod layer;
 mod log_throttle;
 mod pipeline;
-pub mod plan;
+mod plan;
 mod request;
 mod reset;
 mod route;
 pub mod store;
 mod sync;
 
-pub use algorithm::LimitState;
+// Each public item has one path: the application's types here, a custom
+// store's vocabulary in `store`, the operator's tools in `admin`.
 pub use breaker::{BreakerState, BreakerStats};
-pub use config::redact_url;
-pub use config::BreakerConfig;
-pub use config::{Config, ConfigError, FailurePolicy, OnMissing, Rate};
-pub use key::{Account, ClientIpRules, ForwardedHeader, KeySource};
-pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
-pub use pipeline::response as headers;
-pub use pipeline::{CostFn, Refund};
-pub use plan::PlanResolver;
+pub use config::{
+    redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError, FailurePolicy, LimitConfig,
+    OnMissing, ParseUnitError, Rate, RouteConfig,
+};
+pub use key::{Account, ForwardedHeader, KeySource};
+pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture};
+pub use pipeline::Refund;
+pub use plan::{PlanFuture, PlanResolver};
 pub use request::RequestRef;
-pub use store::Outcome;
+pub use store::error::StoreError;

@@ -24,14 +24,23 @@ use crate::bounded::{Bounded, Evict};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-/// The future a [`PlanResolver`] returns.
+/// The future a [`PlanResolver`] returns: the caller's plan, or `None`.
+///
+/// ```
+/// use fleetlimit::PlanFuture;
+///
+/// fn everyone_is_pro(_key: &str) -> PlanFuture<'_> {
+///     Box::pin(async { Some("pro".to_owned()) })
+/// }
+/// # let _ = everyone_is_pro;
+/// ```
 pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 
 /// Finds a caller's plan by key (API key, account id...). `None`: the
 /// limit's base numbers.
 ///
 /// ```
-/// use fleetlimit::plan::{PlanFuture, PlanResolver};
+/// use fleetlimit::{PlanFuture, PlanResolver};
 ///
 /// struct FromDatabase;
 ///

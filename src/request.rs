@@ -5,6 +5,19 @@ use http::{Extensions, HeaderMap, Method, Request, Uri};
 
 /// The parts of a request a [cost function](crate::RateLimitLayerBuilder::cost_fn)
 /// can look at.
+///
+/// ```
+/// use fleetlimit::RequestRef;
+///
+/// // A cost function: a bulk request costs one unit per item it names.
+/// fn cost(req: &RequestRef<'_>) -> u32 {
+///     req.headers()
+///         .get("x-items")
+///         .and_then(|v| v.to_str().ok()?.parse().ok())
+///         .unwrap_or(1)
+/// }
+/// # let _ = cost;
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct RequestRef<'a> {
     method: &'a Method,

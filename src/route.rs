@@ -18,7 +18,16 @@ use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
 
-/// What a route does when Redis cannot answer within the deadline.
+/// What a route does when Redis cannot answer within the deadline
+/// (`on_redis_error` in TOML).
+///
+/// ```
+/// use fleetlimit::{FailurePolicy, RouteConfig};
+///
+/// let checkout = RouteConfig::new(["per-account"]).on_redis_error(FailurePolicy::Closed);
+/// let search = RouteConfig::new(["per-ip"]).on_redis_error(FailurePolicy::Local);
+/// # let _ = (checkout, search);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FailurePolicy {
@@ -31,7 +40,16 @@ pub enum FailurePolicy {
     Local,
 }
 
-/// What a limit does when a request does not carry its key.
+/// What a limit does when a request does not carry its key (`on_missing`
+/// in TOML).
+///
+/// ```
+/// use fleetlimit::{KeySource, LimitConfig, OnMissing, Rate};
+///
+/// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1.0))
+///     .on_missing(OnMissing::Ip);
+/// # let _ = per_key;
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnMissing {

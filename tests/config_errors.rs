@@ -256,8 +256,8 @@ fn plans_are_bounded_like_limits() {
 
 #[test]
 fn the_builder_applies_the_same_bounds() {
-    use fleetlimit::config::{LimitConfig, Rate, RouteConfig};
     use fleetlimit::KeySource;
+    use fleetlimit::{LimitConfig, Rate, RouteConfig};
     let build = |l: LimitConfig| {
         Config::builder()
             .limit("l", l)
@@ -423,8 +423,8 @@ fn a_breaker_window_not_above_the_deadline() {
 
 #[test]
 fn the_builder_bounds_durations_like_the_toml() {
-    use fleetlimit::config::{LimitConfig, RouteConfig};
     use fleetlimit::{BreakerConfig, KeySource};
+    use fleetlimit::{LimitConfig, RouteConfig};
     let limit = || LimitConfig::token_bucket(KeySource::Global, 5, "1/s".parse().unwrap());
     // Duration::MAX used to build, then panic on the request path when the
     // breaker first opened (an Instant overflow).

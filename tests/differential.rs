@@ -27,9 +27,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use fleetlimit::config::{LimitConfig, RouteConfig};
-use fleetlimit::store::{Bucket, Check, MemoryStore, RedisStore, Rule, Store};
-use fleetlimit::{Config, KeySource, Outcome, Rate};
+use fleetlimit::store::{Bucket, Check, MemoryStore, Outcome, RedisStore, Rule, Store};
+use fleetlimit::{Config, KeySource, LimitConfig, Rate, RouteConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use support::RedisServer;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use fleetlimit::plan::{PlanFuture, PlanResolver};
 use fleetlimit::RateLimitLayer;
+use fleetlimit::{PlanFuture, PlanResolver};
 use support::*;
 
 const LIMITS: &str = r#"

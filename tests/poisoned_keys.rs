@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::store::{Bucket, Check, RedisStore, Rule, Store, StoreError, StoreFuture};
-use fleetlimit::RateLimitLayer;
+use fleetlimit::store::{Bucket, Check, RedisStore, Rule, Store, StoreFuture};
+use fleetlimit::{RateLimitLayer, StoreError};
 use support::*;
 use tokio::task::JoinSet;
 

@@ -38,7 +38,7 @@ pub use sweep::{Skipped, SweepOptions, SweepReport};
 /// [`reset`](Self::reset) and [`sweep`](Self::sweep).
 ///
 /// ```no_run
-/// # async fn run(config: fleetlimit::Config) -> Result<(), fleetlimit::store::StoreError> {
+/// # async fn run(config: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
 /// use fleetlimit::admin::Admin;
 ///
 /// let admin = Admin::connect(&config).await?;

@@ -82,7 +82,7 @@ impl Rule {
 
     /// This rule's share for one of `n` instances (the `local` fallback).
     #[must_use]
-    pub fn share(&self, n: u32) -> Self {
+    pub(crate) fn share(&self, n: u32) -> Self {
         let n = f64::from(n.max(1));
         match *self {
             Self::TokenBucket {

@@ -143,7 +143,7 @@ async fn main() -> ExitCode {
 
 async fn run(a: Args) -> Result<(), (u8, String)> {
     let usage = |e: String| (2, e);
-    let failed = |e: fleetlimit::store::StoreError| (1, e.to_string());
+    let failed = |e: fleetlimit::StoreError| (1, e.to_string());
     match a.command.as_str() {
         "check-config" => {
             let path = a

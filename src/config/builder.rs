@@ -15,6 +15,19 @@ use crate::key::{ClientIpRules, ForwardedHeader};
 
 /// Builds a [`Config`](super::Config) in code; [`build`](Self::build)
 /// validates it as the TOML loader does (the loader goes through it).
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::{Config, FailurePolicy, KeySource, LimitConfig, Rate, RouteConfig};
+///
+/// let cfg = Config::builder()
+///     .deadline(Duration::from_millis(5))
+///     .limit("per-key", LimitConfig::token_bucket(KeySource::header("x-api-key"), 5, Rate::per_second(1.0)))
+///     .route("/search", RouteConfig::new(["per-key"]).on_redis_error(FailurePolicy::Local))
+///     .build()?;
+/// assert_eq!(cfg.deadline(), Duration::from_millis(5));
+/// # Ok::<(), fleetlimit::ConfigError>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct ConfigBuilder {

@@ -6,6 +6,15 @@ use std::path::{Path, PathBuf};
 ///
 /// Displayed as `file:line:column: message` when the problem has a place in
 /// a file, so editors and CI logs can jump to it.
+///
+/// ```
+/// use fleetlimit::Config;
+///
+/// let err = Config::from_toml_str("[limits.api]\nkey = \"header:x-api-key\"\ncapacity = 0\nrefill = \"1/s\"\n")
+///     .unwrap_err();
+/// assert_eq!(err.line(), Some(3));
+/// eprintln!("{err}"); // 3:12: ...
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     file: Option<PathBuf>,

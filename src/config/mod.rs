@@ -5,58 +5,7 @@
 //! was written; [`ConfigBuilder::build`] checks everything and assembles the
 //! [`Config`], its errors placed in the file when there is one.
 //!
-//! ```toml
-//! [redis]                       # no [redis] section: the in-process store
-//! url = "redis://127.0.0.1:6379"
-//! pool_size = 4
-//! deadline = "5ms"              # per check, NOSCRIPT recovery included
-//! key_prefix = "rl"
-//!
-//! [fleet]
-//! size = 2                      # N for the `local` fallback (limit ÷ N)
-//!
-//! [client_ip]
-//! trusted_proxies = ["10.0.0.0/8"]
-//! forwarded_header = "x-forwarded-for"   # or "forwarded"
-//! ipv6_prefix = 64
-//!
-//! [limits.per-key]              # a token bucket (the default algorithm)
-//! key = "header:x-api-key"
-//! on_missing = "ip"             # or "reject" (401)
-//! capacity = 5                  # burst
-//! refill = "1/s"
-//!
-//! [limits.api]                  # a window: "fixed-window" or "sliding-window"
-//! key = "header:x-api-key"
-//! algorithm = "fixed-window"
-//! limit = 100
-//! window = "60s"
-//! mode = "shadow"               # count and log, never refuse
-//!
-//! [plans.pro.api]               # callers on plan "pro" get these numbers
-//! limit = 500
-//!
-//! [plan_assignments]            # key → plan (or bring a PlanResolver)
-//! "key-of-a-pro-customer" = "pro"
-//!
-//! [[routes]]
-//! path = "/search"              # axum route template (MatchedPath)
-//! methods = ["GET"]             # optional; all methods when absent
-//! limits = ["per-key", "api"]   # decided together: all charged or none
-//! cost = 2
-//! on_redis_error = "local"      # "open" | "closed" | "local"
-//!
-//! [default]                     # routes not listed; absent = not limited
-//! limits = ["per-key"]
-//! on_redis_error = "open"
-//! ```
-//!
-//! Unknown fields, unknown limit or plan names, malformed rates or
-//! durations, zero capacities, costs larger than a limit's capacity and
-//! numbers beyond what both stores carry exactly (capacities above 2^53,
-//! refills above 10^6/s, buckets taking over 10 years to fill, windows that
-//! are not whole milliseconds) are all errors at start-up, reported as
-//! `file:line:column: message`.
+//! The schema is documented on [`Config`].
 
 mod build;
 mod builder;
@@ -82,7 +31,7 @@ use http::Method;
 pub use builder::ConfigBuilder;
 pub use error::ConfigError;
 pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
-pub use redis::RedisSettings;
+pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
 pub use units::{ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
@@ -103,7 +52,81 @@ impl<T> fmt::Debug for Hidden<T> {
     }
 }
 
-/// A validated configuration, ready for [`RateLimitLayer`](crate::RateLimitLayer).
+/// A validated configuration, ready for [`RateLimitLayer`](crate::RateLimitLayer):
+/// from a TOML file ([`from_toml_file`](Self::from_toml_file)) or from code
+/// ([`Config::builder`]).
+///
+/// ```
+/// use fleetlimit::Config;
+///
+/// let cfg = Config::from_toml_str(r#"
+///     [limits.per-ip]
+///     key = "ip"
+///     capacity = 10
+///     refill = "1/s"
+///
+///     [default]
+///     limits = ["per-ip"]
+/// "#)?;
+/// assert_eq!(cfg.redis_url(), None); // no [redis] section: in-process buckets
+/// println!("{}", cfg.describe());
+/// # Ok::<(), fleetlimit::ConfigError>(())
+/// ```
+///
+/// # The TOML schema
+///
+/// ```toml
+/// [redis]                       # no [redis] section: the in-process store
+/// url = "redis://127.0.0.1:6379"
+/// pool_size = 4
+/// deadline = "5ms"              # per check, NOSCRIPT recovery included
+/// key_prefix = "rl"
+///
+/// [fleet]
+/// size = 2                      # N for the `local` fallback (limit ÷ N)
+///
+/// [client_ip]
+/// trusted_proxies = ["10.0.0.0/8"]
+/// forwarded_header = "x-forwarded-for"   # or "forwarded"
+/// ipv6_prefix = 64
+///
+/// [limits.per-key]              # a token bucket (the default algorithm)
+/// key = "header:x-api-key"
+/// on_missing = "ip"             # or "reject" (401)
+/// capacity = 5                  # burst
+/// refill = "1/s"
+///
+/// [limits.api]                  # a window: "fixed-window" or "sliding-window"
+/// key = "header:x-api-key"
+/// algorithm = "fixed-window"
+/// limit = 100
+/// window = "60s"
+/// mode = "shadow"               # count and log, never refuse
+///
+/// [plans.pro.api]               # callers on plan "pro" get these numbers
+/// limit = 500
+///
+/// [plan_assignments]            # key → plan (or bring a PlanResolver)
+/// "key-of-a-pro-customer" = "pro"
+///
+/// [[routes]]
+/// path = "/search"              # axum route template (MatchedPath)
+/// methods = ["GET"]             # optional; all methods when absent
+/// limits = ["per-key", "api"]   # decided together: all charged or none
+/// cost = 2
+/// on_redis_error = "local"      # "open" | "closed" | "local"
+///
+/// [default]                     # routes not listed; absent = not limited
+/// limits = ["per-key"]
+/// on_redis_error = "open"
+/// ```
+///
+/// Unknown fields, unknown limit or plan names, malformed rates or
+/// durations, zero capacities, costs larger than a limit's capacity and
+/// numbers beyond what both stores carry exactly (capacities above 2^53,
+/// refills above 10^6/s, buckets taking over 10 years to fill, windows that
+/// are not whole milliseconds) are all errors at start-up, reported as
+/// `file:line:column: message`.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) redis: Option<RedisSettings>,
@@ -130,11 +153,11 @@ pub struct Config {
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     /// How often each instance heartbeats and re-reads the count.
-    pub every: Duration,
+    pub(crate) every: Duration,
     /// An instance silent this long is dead.
-    pub dead_after: Duration,
+    pub(crate) dead_after: Duration,
 }
 
 const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);

@@ -12,6 +12,19 @@ use crate::key::KeySource;
 use crate::route::{FailurePolicy, OnMissing};
 
 /// A limit for [`ConfigBuilder::limit`](super::ConfigBuilder::limit).
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::{Account, KeySource, LimitConfig, OnMissing, Rate};
+///
+/// // 100 requests a minute per API key; a request without one counts by IP.
+/// let api = LimitConfig::fixed_window(KeySource::header("x-api-key"), 100, Duration::from_secs(60))
+///     .on_missing(OnMissing::Ip)
+///     .plan("pro", LimitConfig::fixed_window(KeySource::header("x-api-key"), 1_000, Duration::from_secs(60)));
+/// // A burst of 5 sign-in attempts per account and address, one more every 12 s.
+/// let sign_in = LimitConfig::token_bucket(KeySource::IpAndAccount(None), 5, Rate::per_minute(5.0));
+/// # let _ = (api, sign_in, Account::new("bob"));
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct LimitConfig {
@@ -129,6 +142,19 @@ impl LimitConfig {
 }
 
 /// A route policy for [`ConfigBuilder::route`](super::ConfigBuilder::route).
+///
+/// ```
+/// use http::Method;
+/// use fleetlimit::{FailurePolicy, RouteConfig};
+///
+/// // POST /upload counts 10 units against both limits, all or nothing, and
+/// // answers 503 when Redis cannot decide.
+/// let upload = RouteConfig::new(["per-key", "per-ip"])
+///     .methods([Method::POST])
+///     .cost(10)
+///     .on_redis_error(FailurePolicy::Closed);
+/// # let _ = upload;
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct RouteConfig {
@@ -223,7 +249,19 @@ impl RouteConfig {
     }
 }
 
-/// Breaker settings.
+/// Breaker settings: when the circuit breaker in front of Redis opens, and
+/// for how long.
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::{BreakerConfig, Config};
+///
+/// let cfg = Config::builder()
+///     .breaker(BreakerConfig { cool_off: Duration::from_secs(1), ..BreakerConfig::default() })
+///     .build()?;
+/// # let _ = cfg;
+/// # Ok::<(), fleetlimit::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BreakerConfig {
     /// Failed checks, with no success in between, that open it: definite

@@ -9,7 +9,7 @@ use super::ConfigError;
 
 /// Settings of the Redis store.
 #[derive(Clone)]
-pub struct RedisSettings {
+pub(crate) struct RedisSettings {
     pub(crate) url: String,
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,

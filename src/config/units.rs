@@ -11,6 +11,16 @@ use crate::algorithm::fmt_duration;
 /// Written as `"<amount>/<period>"`, where the period is a unit (`s`, `min`,
 /// `h`, `d`) optionally preceded by a count: `"10/s"`, `"600/min"`,
 /// `"3/min"`, `"100/15min"`, `"1000/h"`.
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::Rate;
+///
+/// let rate: Rate = "100/15min".parse()?;
+/// assert_eq!(rate, Rate::new(100.0, Duration::from_secs(900)));
+/// assert_eq!(Rate::per_minute(60.0).tokens_per_second(), 1.0);
+/// # Ok::<(), fleetlimit::ParseUnitError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rate {
     amount: f64,
@@ -54,7 +64,15 @@ impl fmt::Display for Rate {
     }
 }
 
-/// Why a rate or duration string did not parse.
+/// Why a rate or duration string did not parse (the error of
+/// [`Rate`]'s `FromStr`).
+///
+/// ```
+/// use fleetlimit::{ParseUnitError, Rate};
+///
+/// let err: ParseUnitError = "ten per second".parse::<Rate>().unwrap_err();
+/// assert!(err.to_string().contains("no '/'"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseUnitError(String);
 

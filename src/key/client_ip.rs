@@ -8,6 +8,16 @@ use http::HeaderMap;
 use ipnet::IpNet;
 
 /// Which header a trusted proxy writes the client chain into.
+///
+/// ```
+/// use fleetlimit::{Config, ForwardedHeader};
+///
+/// let cfg = Config::builder()
+///     .trusted_proxies(["10.0.0.0/8".parse()?], ForwardedHeader::Forwarded)
+///     .build()?;
+/// # let _ = cfg;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2`
@@ -19,7 +29,7 @@ pub enum ForwardedHeader {
 
 /// Rules for finding a request's client IP.
 #[derive(Clone, Debug)]
-pub struct ClientIpRules {
+pub(crate) struct ClientIpRules {
     pub(crate) trusted: Vec<IpNet>,
     pub(crate) header: ForwardedHeader,
     pub(crate) ipv6_prefix: u8,

@@ -32,7 +32,8 @@ mod client_ip;
 mod source;
 mod store_key;
 
-pub use client_ip::{ClientIpRules, ForwardedHeader};
+pub(crate) use client_ip::ClientIpRules;
+pub use client_ip::ForwardedHeader;
 pub use source::{Account, KeySource};
 
 pub(crate) use source::Extracted;

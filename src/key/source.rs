@@ -35,11 +35,22 @@ impl Account {
 /// In TOML: `"global"`, `"ip"`, `"header:<name>"`, `"account"` (the
 /// [`Account`] extension), `"account:<header>"` (the extension, else that
 /// header), `"ip+account"` and `"ip+account:<header>"`.
+///
+/// ```
+/// use fleetlimit::KeySource;
+///
+/// assert_eq!("header:x-api-key".parse::<KeySource>()?, KeySource::header("x-api-key"));
+/// assert_eq!("ip".parse::<KeySource>()?, KeySource::ClientIp);
+/// assert!("cookie:session".parse::<KeySource>().is_err());
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeySource {
     /// One bucket for every request.
     Global,
-    /// The client IP (see the module docs for proxies and IPv6 grouping).
+    /// The client IP: the TCP peer (`ConnectInfo`), or behind trusted
+    /// proxies the forwarded address (see [`ConfigBuilder::trusted_proxies`](crate::ConfigBuilder::trusted_proxies)); IPv6 grouped
+    /// by prefix (`/64` by default).
     ClientIp,
     /// The value of a request header, such as an API key.
     Header(HeaderName),

@@ -8,6 +8,22 @@ use pin_project_lite::pin_project;
 pin_project! {
     /// The body of a [`RateLimit`](super::RateLimit) response: the inner
     /// service's body, or the layer's own short answer (429, 503, 401).
+    ///
+    /// ```
+    /// use axum::{body::Body, routing::get, Router};
+    /// use fleetlimit::{Config, RateLimitLayer, ResponseBody};
+    /// use http_body_util::BodyExt;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?);
+    /// let service = layer.layer(Router::new().route("/", get(|| async { "ok" })));
+    /// let response: http::Response<ResponseBody<Body>> =
+    ///     service.oneshot(http::Request::new(Body::empty())).await?;
+    /// assert_eq!(response.into_body().collect().await?.to_bytes(), "ok");
+    /// # Ok(()) }
+    /// ```
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,

@@ -13,6 +13,20 @@ use crate::pipeline::{Decision, DecisionFuture};
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): first the
     /// decision, then (if admitted) the inner service.
+    ///
+    /// ```
+    /// use axum::{body::Body, routing::get, Router};
+    /// use fleetlimit::{Config, RateLimitLayer, ResponseFuture};
+    /// use tower::{Layer, Service};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?);
+    /// let mut service = layer.layer(Router::new().route("/", get(|| async { "ok" })));
+    /// let future: ResponseFuture<Router, Body> = service.call(http::Request::new(Body::empty()));
+    /// assert_eq!(future.await?.status(), 200);
+    /// # Ok(()) }
+    /// ```
     pub struct ResponseFuture<S, ReqBody>
     where
         S: Service<Request<ReqBody>>,

@@ -8,7 +8,20 @@ use tower_service::Service;
 use super::{ResponseBody, ResponseFuture};
 use crate::pipeline::{Decided, Limiter, Prepared};
 
-/// Middleware that rate limits requests; see the [module docs](super).
+/// Middleware that rate limits requests: what [`RateLimitLayer`](crate::RateLimitLayer) wraps a
+/// service in (see it for what clients see).
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use fleetlimit::{Config, RateLimit, RateLimitLayer};
+/// use tower::Layer;
+///
+/// # fn main() -> Result<(), fleetlimit::ConfigError> {
+/// let layer = RateLimitLayer::in_memory(&Config::builder().build()?);
+/// let service: RateLimit<Router> = layer.layer(Router::new().route("/", get(|| async { "ok" })));
+/// let _router: &Router = service.get_ref();
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct RateLimit<S> {
     inner: S,

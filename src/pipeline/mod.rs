@@ -22,8 +22,8 @@ mod lease;
 mod prepare;
 mod refund;
 mod refused;
-// Public as `fleetlimit::headers` (the header names).
-pub mod response;
+// Its header names are public as `fleetlimit::headers`.
+pub(crate) mod response;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,7 +36,7 @@ use smallvec::SmallVec;
 
 use self::fallback::Fallback;
 use self::lease::Leases;
-pub use self::prepare::CostFn;
+pub(crate) use self::prepare::CostFn;
 pub(crate) use self::prepare::{Pending, Prepared};
 pub use self::refund::Refund;
 use self::refused::RefusedCache;

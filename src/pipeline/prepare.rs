@@ -15,7 +15,7 @@ use crate::route::Policy;
 use crate::RequestRef;
 
 /// Computes a request's cost (see [`RateLimitLayerBuilder::cost_fn`](crate::layer::RateLimitLayerBuilder::cost_fn)).
-pub type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u32 + Send + Sync>;
+pub(crate) type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u32 + Send + Sync>;
 
 /// What the synchronous half found.
 pub(crate) enum Prepared {

@@ -20,6 +20,28 @@ use crate::algorithm::{decide, Decided, Level, LimitState, State};
 use crate::bounded::{Bounded, Evict, Shard};
 
 /// In-process buckets with the same semantics as the Redis scripts.
+///
+/// [`check_now`](Self::check_now) and [`check_one`](Self::check_one) decide
+/// without a future, for tests and benchmarks of your own; the layer reaches
+/// the store through [`Store::check`].
+///
+/// ```
+/// use fleetlimit::store::{Bucket, Check, MemoryStore, Rule};
+///
+/// let store = MemoryStore::new(10_000);
+/// let check = Check {
+///     cost: 1.0,
+///     buckets: vec![Bucket {
+///         key: "rl:per-key:{h:abc}".to_owned(),
+///         rule: Rule::TokenBucket { capacity: 2.0, refill_per_sec: 0.001 },
+///         shadow: false,
+///     }],
+/// };
+/// assert!(store.check_now(&check).allowed);
+/// assert!(store.check_now(&check).allowed);
+/// assert!(!store.check_now(&check).allowed);
+/// assert_eq!(store.len(), 1);
+/// ```
 #[derive(Debug)]
 pub struct MemoryStore {
     buckets: Bounded<Entry>,

@@ -224,7 +224,7 @@ impl RedisStore {
 
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
     /// check also recovers by itself.
-    pub async fn load_script(&self) -> Result<(), StoreError> {
+    pub(crate) async fn load_script(&self) -> Result<(), StoreError> {
         for text in [LEAN, SCRIPT] {
             if self.pool.is_clustered() {
                 let () = self
@@ -255,14 +255,15 @@ impl RedisStore {
     }
 
     /// The SHA1 of the decision script (what `EVALSHA` sends for requests
-    /// counted against several limits, or against a window).
+    /// counted against several limits, or against a window): for checking
+    /// with `SCRIPT EXISTS` that a Redis holds it.
     #[must_use]
     pub fn script_sha() -> String {
         fred::util::sha1_hash(SCRIPT)
     }
 
     /// The SHA1 of the lean script (what `EVALSHA` sends for a request
-    /// counted against a single token bucket).
+    /// counted against a single token bucket), as [`script_sha`](Self::script_sha).
     #[must_use]
     pub fn lean_script_sha() -> String {
         fred::util::sha1_hash(LEAN)
