@@ -27,16 +27,12 @@
 //! allocation of its new size. Each case is measured twice in turn.
 //!
 //! Only public API that has not changed in a long time is used, so this
-//! file can be copied into an older checkout to compare.
+//! file (with `benches/load/redis.rs`, the harness's redis-server it
+//! borrows) can be copied into an older checkout to compare.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::routing::get;
@@ -45,6 +41,13 @@ use fleetlimit::{Config, RateLimitLayer};
 use http::header::HeaderName;
 use http::{HeaderValue, Request, StatusCode};
 use tower::ServiceExt;
+
+// The load harness's own redis-server (started on a free port, killed when
+// dropped) and its RESP client.
+#[allow(dead_code)]
+#[path = "load/redis.rs"]
+mod redis;
+use redis::RedisServer;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
@@ -315,89 +318,4 @@ fn config(limit: &str, redis_url: Option<&str>) -> Config {
          {limit}\n\n[[routes]]\npath = \"/\"\nlimits = [\"per-key\"]\n"
     );
     Config::from_toml_str(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"))
-}
-
-/// A `redis-server` of our own, killed when dropped.
-struct RedisServer {
-    port: u16,
-    dir: PathBuf,
-    child: Child,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "fleetlimit-allocs-redis-{port}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be on PATH (apt-get install redis-server)");
-        let server = Self { port, dir, child };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !server.cmd(&["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    /// One command on a fresh connection; the reply's first line, or the
-    /// whole bulk string.
-    fn cmd(&self, args: &[&str]) -> std::io::Result<String> {
-        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            let _ = write!(out, "${}\r\n{a}\r\n", a.len());
-        }
-        (&stream).write_all(out.as_bytes())?;
-        let mut r = BufReader::new(&stream);
-        let mut line = String::new();
-        r.read_line(&mut line)?;
-        if let Some(len) = line.strip_prefix('$') {
-            let len: usize = len.trim().parse().unwrap_or(0);
-            let mut buf = vec![0; len];
-            r.read_exact(&mut buf)?;
-            return Ok(String::from_utf8_lossy(&buf).into_owned());
-        }
-        Ok(line)
-    }
-
-    fn reset_stats(&self) {
-        self.cmd(&["CONFIG", "RESETSTAT"])
-            .expect("CONFIG RESETSTAT");
-    }
-
-    /// `cmdstat_evalsha` + `cmdstat_eval` calls since the last reset.
-    fn script_calls(&self) -> u64 {
-        let info = self.cmd(&["INFO", "commandstats"]).expect("INFO");
-        ["evalsha", "eval"]
-            .iter()
-            .filter_map(|c| {
-                let prefix = format!("cmdstat_{c}:calls=");
-                let rest = info.lines().find_map(|l| l.strip_prefix(&prefix))?;
-                rest.split(',').next()?.parse::<u64>().ok()
-            })
-            .sum()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
