@@ -73,7 +73,8 @@ impl<V: Evict> Bounded<V> {
     /// A map holding at most about `capacity` entries (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        let shards = capacity.min(SHARDS);
+        // A power of two, so a hash picks its shard with a mask.
+        let shards = 1 << capacity.min(SHARDS).ilog2();
         Self {
             shards: (0..shards).map(|_| Mutex::new(HashTable::new())).collect(),
             per_shard: capacity.div_ceil(shards),
@@ -100,7 +101,7 @@ impl<V: Evict> Bounded<V> {
     /// The shard of a hash: bits the tables do not use to place their
     /// entries (they use the low bits for the slot, the top seven as a tag).
     pub(crate) fn shard_of(&self, hash: u64) -> usize {
-        ((hash >> 32) as usize) % self.shards.len()
+        ((hash >> 32) as usize) & (self.shards.len() - 1)
     }
 
     /// Locks one shard. Several at once only in index order (no deadlock).

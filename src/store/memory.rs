@@ -166,15 +166,17 @@ impl MemoryStore {
     fn check_one_at(&self, b: &Bucket, cost: f64, now: Duration) -> (bool, LimitState) {
         let secs = now.as_secs_f64();
         let mut slot = self.buckets.slot(&b.key);
+        // One lookup: the entry found is read and written in place.
+        let mut entry = slot.get_mut();
         // A refused key is still a busy key (see `check_now`).
-        let stored = slot.get_mut().map(|e| {
+        let stored = entry.as_deref_mut().map(|e| {
             e.seen = secs;
             e.state
         });
         let mut one = [Decided::new(Level::read(b.rule, stored, now), b.shadow)];
         let allowed = decide(&mut one, cost);
         if let Some((state, idle_at)) = one[0].charged {
-            if let Some(e) = slot.get_mut() {
+            if let Some(e) = entry {
                 e.state = state;
                 e.idle_at = idle_at;
             } else {
