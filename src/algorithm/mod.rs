@@ -204,8 +204,10 @@ impl Level {
                     Some(State::Tat(tat)) => Some(tat),
                     _ => None,
                 };
-                // µs from whole nanoseconds: exact for whole µs.
-                let now = now.as_nanos() as f64 / 1_000.0;
+                // µs, exact for whole µs (no u128 → f64 conversion: this is
+                // every in-process check's path).
+                let now =
+                    now.as_secs() as f64 * 1_000_000.0 + f64::from(now.subsec_nanos()) / 1_000.0;
                 Self::TokenBucket(token_bucket::Level::read(
                     capacity,
                     refill_per_sec,
