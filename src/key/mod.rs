@@ -38,5 +38,5 @@ pub use source::{Account, KeySource};
 
 pub(crate) use source::Extracted;
 pub(crate) use store_key::{
-    KeyMaterial, KeySecret, LogId, SecretOrigin, StoreKey, MIN_SECRET_BYTES,
+    KeyMaterial, KeySecret, LogId, SecretOrigin, ShownId, StoreKey, MIN_SECRET_BYTES,
 };

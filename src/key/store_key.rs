@@ -158,7 +158,7 @@ impl<'a> KeyMaterial<'a> {
                 Encoding::Digest
             }
         };
-        let log_id = LogId::new(self.kind, encoding, &key.as_bytes()[value_at..]);
+        let log_id = LogId::new(self.kind, encoding, value_at..key.len());
         key.push('}');
         StoreKey {
             key,
@@ -218,10 +218,11 @@ impl StoreKey {
             return None;
         }
         let limit_at = prefix.len() + 1;
+        let value_at = key.len() - 1 - value.len();
         Some(Self {
             key: key.to_owned(),
             limit: limit_at..limit_at + name.len(),
-            log_id: LogId::new(kind, encoding, value.as_bytes()),
+            log_id: LogId::new(kind, encoding, value_at..key.len() - 1),
             plan_key: None,
         })
     }
@@ -231,7 +232,8 @@ impl StoreKey {
         &self.key[self.limit.clone()]
     }
 
-    /// How this key's caller appears in logs (see [`LogId`]).
+    /// How this key's caller appears in logs (see [`LogId`]), to be shown
+    /// with this key's text.
     pub(crate) fn log_id(&self) -> LogId {
         self.log_id
     }
@@ -240,41 +242,59 @@ impl StoreKey {
 /// How a key's caller appears in logs: IPs as they are, anything that may
 /// be a secret (API keys, accounts) as a short digest — the same digest
 /// whether the key holds the value raw or hashed, so one caller has one log
-/// id. `Copy` and heap-free, so the request path keeps one per key beside
-/// its bucket; the digest of a raw value is computed only when the id is
-/// formatted (tracing formats a field only for an enabled event).
+/// id. It records what the key was built from and where its value is in the
+/// key's text, so nothing is parsed back and nothing copied: a few bytes
+/// the request path keeps beside each bucket, shown with the bucket's key
+/// ([`of`](Self::of)); the digest of a raw value is computed only when the
+/// id is formatted (tracing formats a field only for an enabled event).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LogId {
     kind: Kind,
     encoding: Encoding,
+    /// Where the value as written (raw bytes, or the digest's hex) is in
+    /// the key's text.
+    at: u32,
     len: u8,
-    /// The value as written in the key: raw bytes, or the digest's hex.
-    text: [u8; MAX_RAW],
 }
 
 impl LogId {
-    fn new(kind: Kind, encoding: Encoding, written: &[u8]) -> Self {
-        let mut text = [0; MAX_RAW];
-        let len = written.len().min(MAX_RAW);
-        text[..len].copy_from_slice(&written[..len]);
+    fn new(kind: Kind, encoding: Encoding, value: Range<usize>) -> Self {
         Self {
             kind,
             encoding,
-            len: len as u8,
-            text,
+            at: u32::try_from(value.start).unwrap_or(u32::MAX),
+            len: value.len().min(MAX_RAW) as u8,
         }
+    }
+
+    /// This id, shown from `key`: the text of the key it was built with.
+    pub(crate) fn of(self, key: &str) -> ShownId<'_> {
+        ShownId { id: self, key }
     }
 }
 
-impl fmt::Display for LogId {
+/// A [`LogId`] with its key's text, for a log field.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShownId<'k> {
+    id: LogId,
+    key: &'k str,
+}
+
+impl fmt::Display for ShownId<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = &self.text[..usize::from(self.len)];
+        let id = &self.id;
+        let at = id.at as usize;
+        let text = self
+            .key
+            .as_bytes()
+            .get(at..at + usize::from(id.len))
+            .unwrap_or_default();
         // Raw values and digests are ASCII.
         fn as_str(b: &[u8]) -> &str {
             std::str::from_utf8(b).unwrap_or_default()
         }
-        let tag = self.kind.tag();
-        match (self.kind, self.encoding) {
+        let tag = id.kind.tag();
+        match (id.kind, id.encoding) {
             (Kind::Ip | Kind::Global, Encoding::Raw) => f.write_str(as_str(text)),
             // The first 6 bytes of the digest, as for a raw value below.
             (_, Encoding::Digest) => write!(f, "{tag}#{}", as_str(&text[..text.len().min(12)])),
@@ -376,7 +396,10 @@ mod tests {
 
     /// The log id of a key read back from Redis under prefix `rl`.
     fn log_id_string(key: &str) -> String {
-        StoreKey::parse("rl", key).unwrap().log_id().to_string()
+        {
+            let k = StoreKey::parse("rl", key).unwrap();
+            k.log_id().of(&k.key).to_string()
+        }
     }
 
     #[test]
@@ -400,8 +423,8 @@ mod tests {
                 assert_eq!(parsed.limit(), "per-key");
                 assert_eq!(built.limit(), "per-key");
                 assert_eq!(
-                    parsed.log_id().to_string(),
-                    built.log_id().to_string(),
+                    parsed.log_id().of(&parsed.key).to_string(),
+                    built.log_id().of(&built.key).to_string(),
                     "{}",
                     built.key
                 );

@@ -118,7 +118,14 @@ impl Limiter {
             let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
             let headers = r.headers.reset_in(left(r.full_at));
             let retry = retry_after_secs(left(r.until));
-            return Some(response::refusal(limit, id, headers, retry, false, true));
+            return Some(response::refusal(
+                limit,
+                id.of(&b.key),
+                headers,
+                retry,
+                false,
+                true,
+            ));
         }
         None
     }
@@ -234,7 +241,7 @@ impl Limiter {
                 tracing::info!(
                     target: "fleetlimit",
                     limit = %p.policy.limits[i].name,
-                    key = %p.log_ids[i],
+                    key = %p.log_ids[i].of(&buckets[i].key),
                     remaining = s.remaining.floor().max(0.0),
                     reason = "limit-exceeded",
                     degraded,
@@ -281,7 +288,12 @@ impl Limiter {
         }
         let retry = retry_after_secs(s.wait);
         Decision::Reject(response::refusal(
-            limit, id, headers, retry, degraded, false,
+            limit,
+            id.of(key),
+            headers,
+            retry,
+            degraded,
+            false,
         ))
     }
 }

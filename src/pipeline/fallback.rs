@@ -80,11 +80,11 @@ impl Fallback {
         }
         match policy.on_redis_error {
             FailurePolicy::Open => {
-                degraded_event!("served without limiting"; %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "open");
+                degraded_event!("served without limiting"; %limit, key = %key.of(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "open");
                 Answer::Admit
             }
             FailurePolicy::Closed => {
-                degraded_event!("refused: limiter unavailable"; %limit, %key, reason = e.reason(), error = %e, degraded = true, policy = "closed");
+                degraded_event!("refused: limiter unavailable"; %limit, key = %key.of(&check.buckets[0].key), reason = e.reason(), error = %e, degraded = true, policy = "closed");
                 Answer::Reject(response::unavailable(limit, self.closed_retry_after))
             }
             FailurePolicy::Local => {
@@ -110,7 +110,7 @@ impl Fallback {
                 degraded_event!(
                     "decided locally";
                     %limit,
-                    %key,
+                    key = %key.of(&local.buckets[0].key),
                     reason = e.reason(),
                     error = %e,
                     degraded = true,

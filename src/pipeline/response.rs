@@ -17,7 +17,7 @@ use http::{HeaderMap, StatusCode};
 use std::fmt::Write as _;
 
 use crate::algorithm::LimitState;
-use crate::key::LogId;
+use crate::key::ShownId;
 use crate::route::Limit;
 
 /// `X-RateLimit-Limit`
@@ -216,7 +216,7 @@ pub(crate) fn retry_after_secs(wait: f64) -> u64 {
 /// refusal remembered from Redis.
 pub(crate) fn refusal(
     limit: &Limit,
-    key: LogId,
+    key: ShownId<'_>,
     headers: RateHeaders,
     retry: u64,
     degraded: bool,
