@@ -6,9 +6,9 @@
 //!
 //! ## The request path
 //!
-//! 1. **Route** ([`policy`](crate::RateLimitLayer)): the route's policy is
-//!    found by axum's `MatchedPath` (the template, e.g. `/users/{id}`), else
-//!    the `[default]` policy, else the request is not limited.
+//! 1. **Route**: the route's policy is found by axum's `MatchedPath` (the
+//!    template, e.g. `/users/{id}`), else the `[default]` policy, else the
+//!    request is not limited.
 //! 2. **Key** ([`KeySource`]): each limit extracts its key — an API key
 //!    header, an [`Account`], the client IP (from `ConnectInfo`; forwarded
 //!    headers only from configured trusted proxies; IPv6 grouped by /64), IP
@@ -48,6 +48,10 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! The source reads in the same order (`docs/architecture.md` draws it):
+//! `layer/` → `pipeline/` (prepare, decide, fallback, response) → `route.rs`,
+//! `key/` → `store/` → `algorithm/`.
 //!
 //! See [`Config`] for the TOML schema (and [`ConfigBuilder`] for the same in
 //! code), [`RateLimitLayer`] for what clients see, [`store`] to bring a store
