@@ -98,17 +98,7 @@ pub(crate) async fn within<F: std::future::Future>(
     if let Poll::Ready(out) = first {
         return Some(out);
     }
-    let mut taken = std::pin::pin!(marker(io));
-    let sent = poll_fn(|cx| {
-        if let Poll::Ready(out) = call.as_mut().poll(cx) {
-            return Poll::Ready(Err(Some(out)));
-        }
-        if let Poll::Ready(at) = taken.as_mut().poll(cx) {
-            return Poll::Ready(Ok(at));
-        }
-        hard.as_mut().poll(cx).map(|()| Err(None))
-    })
-    .await;
+    let sent = io_ran(&mut call, &mut hard, io).await;
     let stalled = (deadline / 2).max(Duration::from_millis(1));
     // fred's thread runs a task within tens of microseconds on a host with
     // a free CPU: a tenth of the deadline says the host is contended.
@@ -141,17 +131,7 @@ pub(crate) async fn within<F: std::future::Future>(
             until = now + deadline;
             continue;
         }
-        let mut caught_up = std::pin::pin!(marker(io));
-        let ran = poll_fn(|cx| {
-            if let Poll::Ready(out) = call.as_mut().poll(cx) {
-                return Poll::Ready(Err(Some(out)));
-            }
-            if let Poll::Ready(at) = caught_up.as_mut().poll(cx) {
-                return Poll::Ready(Ok(at));
-            }
-            hard.as_mut().poll(cx).map(|()| Err(None))
-        })
-        .await;
+        let ran = io_ran(&mut call, &mut hard, io).await;
         match ran {
             Err(out) => return out,
             // fred's thread was not running either: the host stalled.
@@ -167,6 +147,30 @@ pub(crate) async fn within<F: std::future::Future>(
             Ok(_) => return None,
         }
     }
+}
+
+/// When fred's runtime has run once more ([`marker`]): `Ok(then)`; unless
+/// `call` answers first (`Err(Some(answer))`) or the hard bound passes
+/// (`Err(None)`).
+async fn io_ran<F: std::future::Future>(
+    call: &mut std::pin::Pin<&mut F>,
+    hard: &mut std::pin::Pin<&mut tokio::time::Sleep>,
+    io: &tokio::runtime::Handle,
+) -> Result<Instant, Option<F::Output>> {
+    use std::future::{poll_fn, Future as _};
+    use std::task::Poll;
+
+    let mut ran = std::pin::pin!(marker(io));
+    poll_fn(|cx| {
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            return Poll::Ready(Err(Some(out)));
+        }
+        if let Poll::Ready(at) = ran.as_mut().poll(cx) {
+            return Poll::Ready(Ok(at));
+        }
+        hard.as_mut().poll(cx).map(|()| Err(None))
+    })
+    .await
 }
 
 /// When checks last saw this host stall (a task late by half a deadline,
