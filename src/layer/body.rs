@@ -5,6 +5,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::pipeline::Hold;
+
 pin_project! {
     /// The body of a [`RateLimit`](super::RateLimit) response: the inner
     /// service's body, or the layer's own short answer (429, 503, 401).
@@ -27,6 +29,8 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        // Given back when the body ends (or is dropped, with it).
+        hold: Hold,
     }
 }
 
@@ -39,15 +43,18 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
+    /// The service's body, keeping `hold` until it ends.
+    pub(crate) fn inner(body: B, hold: Hold) -> Self {
         Self {
             kind: Kind::Inner { body },
+            hold,
         }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
         Self {
             kind: Kind::Full { data: Some(data) },
+            hold: Hold::default(),
         }
     }
 }
@@ -72,8 +79,17 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { body } => {
+                let frame = body.poll_frame(cx);
+                // The last frame was sent (or the body failed): what the
+                // request held is given back now, not when hyper drops it.
+                if matches!(frame, Poll::Ready(None | Some(Err(_)))) && !this.hold.is_empty() {
+                    *this.hold = Hold::default();
+                }
+                frame
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
@@ -92,5 +108,51 @@ where
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use http_body_util::{BodyExt, Full};
+
+    use super::*;
+
+    struct Flag(Arc<AtomicBool>);
+
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn held() -> (Hold, Arc<AtomicBool>) {
+        let released = Arc::new(AtomicBool::new(false));
+        let mut hold = Hold::default();
+        hold.push(Flag(Arc::clone(&released)));
+        (hold, released)
+    }
+
+    #[tokio::test]
+    async fn the_hold_is_given_back_when_the_body_ends_not_later() {
+        let (hold, released) = held();
+        let mut body = ResponseBody::inner(Full::new(Bytes::from_static(b"ok")), hold);
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "ok");
+        assert!(!released.load(Ordering::SeqCst), "held while sending");
+        assert!(body.frame().await.is_none());
+        assert!(released.load(Ordering::SeqCst), "given back at the end");
+        drop(body);
+    }
+
+    #[test]
+    fn the_hold_is_given_back_when_the_body_is_dropped() {
+        let (hold, released) = held();
+        let body = ResponseBody::inner(Full::new(Bytes::from_static(b"ok")), hold);
+        assert!(!released.load(Ordering::SeqCst));
+        drop(body);
+        assert!(released.load(Ordering::SeqCst));
     }
 }

@@ -8,7 +8,10 @@ use tower_service::Service;
 
 use super::ResponseBody;
 use crate::pipeline::response::{RateHeaders, Rejection};
-use crate::pipeline::{Decision, DecisionFuture};
+use crate::pipeline::{Admitted, After, Decision, DecisionFuture, Hold};
+
+/// Work to finish before an admitted response goes out (see [`After`]).
+type Finish = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): first the
@@ -53,6 +56,15 @@ pin_project! {
             #[pin]
             future: S::Future,
             headers: Option<RateHeaders>,
+            // What the response body keeps until it is over.
+            hold: Hold,
+            after: Option<After>,
+        },
+        // The handler answered; `After`'s work runs before the response
+        // goes out.
+        Finishing {
+            work: Finish,
+            response: Option<(S::Response, Hold)>,
         },
         Rejected {
             rejection: Option<Box<Rejection>>,
@@ -77,10 +89,7 @@ where
     /// A decision made already: call the service now (or refuse).
     pub(crate) fn decided(decision: Decision, service: &mut S, req: Request<ReqBody>) -> Self {
         let state = match decision {
-            Decision::Admit(headers, refund) => {
-                let future = admit(service, req, refund);
-                State::Serving { future, headers }
-            }
+            Decision::Admit(a) => serving(service, req, a),
             Decision::Reject(r) => State::Rejected {
                 rejection: Some(Box::new(r)),
             },
@@ -94,6 +103,8 @@ where
             state: State::Serving {
                 future,
                 headers: None,
+                hold: Hold::default(),
+                after: None,
             },
         }
     }
@@ -113,9 +124,8 @@ where
                     let decision = ready!(decision.as_mut().poll(cx));
                     let (mut service, req) = *call.take().expect("polled after completion");
                     match decision {
-                        Decision::Admit(headers, refund) => {
-                            let future = admit(&mut service, req, refund);
-                            this.state.set(State::Serving { future, headers });
+                        Decision::Admit(a) => {
+                            this.state.set(serving(&mut service, req, a));
                         }
                         Decision::Reject(r) => {
                             this.state.set(State::Done);
@@ -128,15 +138,30 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(rejected(*r)));
                 }
-                StateProj::Serving { future, headers } => {
-                    let res = ready!(future.poll(cx))?;
-                    let headers = headers.take();
-                    this.state.set(State::Done);
-                    let mut res = res.map(ResponseBody::inner);
-                    if let Some(h) = headers {
+                StateProj::Serving {
+                    future,
+                    headers,
+                    hold,
+                    after,
+                } => {
+                    let mut res = ready!(future.poll(cx))?;
+                    if let Some(h) = headers.take() {
                         h.write(res.headers_mut());
                     }
-                    return Poll::Ready(Ok(res));
+                    let hold = std::mem::take(hold);
+                    if let Some(work) = after.take().and_then(|after| after(res.status())) {
+                        let response = Some((res, hold));
+                        this.state.set(State::Finishing { work, response });
+                        continue;
+                    }
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, hold))));
+                }
+                StateProj::Finishing { work, response } => {
+                    ready!(work.as_mut().poll(cx));
+                    let (res, hold) = response.take().expect("polled after completion");
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, hold))));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
@@ -144,19 +169,23 @@ where
     }
 }
 
-/// Calls the service, giving the handler its refund handle.
-fn admit<S, ReqBody>(
-    service: &mut S,
-    mut req: Request<ReqBody>,
-    refund: Option<crate::Refund>,
-) -> S::Future
+/// Calls the service, giving the handler its refund handle and extensions.
+fn serving<S, ReqBody>(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> State<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    if let Some(refund) = refund {
+    if let Some(refund) = a.refund {
         req.extensions_mut().insert(refund);
     }
-    service.call(req)
+    if !a.extensions.is_empty() {
+        req.extensions_mut().extend(a.extensions);
+    }
+    State::Serving {
+        future: service.call(req),
+        headers: a.headers,
+        hold: a.hold,
+        after: a.after,
+    }
 }
 
 fn rejected<B>(r: Rejection) -> Response<ResponseBody<B>> {

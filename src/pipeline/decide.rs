@@ -24,7 +24,7 @@ use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
 use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
-use super::{Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
+use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
 use crate::store::{Bucket, Check, StoreError};
 
@@ -156,7 +156,7 @@ impl Limiter {
     /// The store failed: the route's failure policy decides.
     fn fall_back(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
         match self.fallback.answer(&p.policy, check, p.log_ids[0], e) {
-            Answer::Admit => Decision::Admit(None, None),
+            Answer::Admit => Decision::admit(None),
             Answer::Reject(r) => Decision::Reject(r),
             Answer::Local(check, o) => {
                 let buckets = Buckets::from_vec(check.buckets);
@@ -190,7 +190,7 @@ impl Limiter {
                 // Redis had left when the lease was taken.
                 let remaining = (lease_left + shared_left).min(capacity);
                 let headers = RateHeaders::token_bucket(capacity, refill_per_sec, remaining);
-                Some(Decision::Admit(Some(headers), None))
+                Some(Decision::admit(Some(headers)))
             }
             LeaseUse::Take => {
                 let batch = f64::from(lease.batch).max(check.cost);
@@ -211,7 +211,7 @@ impl Limiter {
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
                         let headers = RateHeaders::new(s.capacity, s.remaining + extra, s.reset);
-                        Some(Decision::Admit(Some(headers), None))
+                        Some(Decision::admit(Some(headers)))
                     }
                     // Not enough for a whole lease: ask for this request
                     // alone, as usual.
@@ -251,7 +251,7 @@ impl Limiter {
             }
         }
         let Some(i) = reported(allowed, limits, shadow) else {
-            return Decision::Admit(None, None);
+            return Decision::admit(None);
         };
         let s = limits[i];
         let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
@@ -263,7 +263,11 @@ impl Limiter {
             } else {
                 None
             };
-            return Decision::Admit(Some(headers), refund);
+            return Decision::Admit(Admitted {
+                headers: Some(headers),
+                refund,
+                ..Admitted::default()
+            });
         }
         let limit = &p.policy.limits[i];
         let key = &buckets[i].key;
@@ -320,11 +324,11 @@ fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
 }
 
 /// An admitted request of a refund route without a handle gets a no-op one.
-fn with_refund(d: Decision) -> Decision {
-    match d {
-        Decision::Admit(h, None) => Decision::Admit(h, Some(Refund::none())),
-        d => d,
+fn with_refund(mut d: Decision) -> Decision {
+    if let Decision::Admit(a) = &mut d {
+        a.refund.get_or_insert_with(Refund::none);
     }
+    d
 }
 
 #[cfg(test)]

@@ -93,12 +93,82 @@ impl fmt::Debug for Limiter {
 /// What the layer does with the request.
 #[derive(Debug)]
 pub(crate) enum Decision {
-    /// Call the service; add these headers to its response, and give the
-    /// handler this refund handle.
-    Admit(Option<RateHeaders>, Option<Refund>),
+    /// Call the service (see [`Admitted`]).
+    Admit(Admitted),
     /// Answer this instead of calling the service.
     Reject(Rejection),
 }
+
+impl Decision {
+    /// Admitted with these headers (none: nothing was counted) and nothing
+    /// else to carry.
+    pub(crate) fn admit(headers: Option<RateHeaders>) -> Self {
+        Self::Admit(Admitted {
+            headers,
+            ..Admitted::default()
+        })
+    }
+}
+
+/// An admitted request: what goes with it to the handler, onto its
+/// response, and beyond.
+#[derive(Default)]
+pub(crate) struct Admitted {
+    /// Added to the service's response.
+    pub(crate) headers: Option<RateHeaders>,
+    /// Given to the handler (routes with `refund = true`).
+    pub(crate) refund: Option<Refund>,
+    /// Given to the handler besides the refund handle.
+    pub(crate) extensions: http::Extensions,
+    /// Kept until the response body has been sent or dropped.
+    pub(crate) hold: Hold,
+    /// Run with the handler's status, before the response goes out.
+    pub(crate) after: Option<After>,
+}
+
+impl fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admitted")
+            .field("headers", &self.headers)
+            .field("refund", &self.refund)
+            .field("hold", &self.hold)
+            .field("after", &self.after.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an admitted request holds until its response is over: guards whose
+/// `Drop` gives back what the request took (a concurrency slot, a place in
+/// this instance's count of requests in flight). Dropped when the response
+/// body ends or is dropped, whichever comes first — so also when the client
+/// goes away, the handler panics or the service fails.
+#[derive(Default)]
+pub(crate) struct Hold(SmallVec<[Box<dyn std::any::Any + Send + Sync>; 1]>);
+
+impl Hold {
+    /// Keep `guard` until the response is over.
+    // Used by the layer's tests until the features that hold land.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn push(&mut self, guard: impl std::any::Any + Send + Sync) {
+        self.0.push(Box::new(guard));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hold({})", self.0.len())
+    }
+}
+
+/// Work that depends on the handler's answer (a limit that counts only
+/// failures gives its unit back for a success): given the status, the
+/// work to finish before the response goes out, if any.
+pub(crate) type After =
+    Box<dyn FnOnce(http::StatusCode) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> + Send>;
 
 /// A decision that waits on Redis or a plan resolver.
 pub(crate) type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
