@@ -13,6 +13,7 @@ use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
     DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
 };
+use super::DEFAULT_MAX_DELAYED;
 use crate::key::{KeySecret, SecretOrigin, MIN_SECRET_BYTES};
 use crate::route::{Limit, RouteEntry};
 
@@ -97,6 +98,7 @@ impl ConfigBuilder {
             if let Some((batch, above)) = l.lease {
                 v.set_lease(batch, above, l.at.lease.clone())?;
             }
+            v.set_login(l.failures.as_deref(), l.on_exceed, &l.at.login)?;
         }
         for (name, l) in &self.limits {
             for p in &l.plans {
@@ -156,6 +158,8 @@ impl ConfigBuilder {
         v.not_too_long("plan cache ttl", plan_cache_ttl, None)?;
         let plan_cache_keys = self.plan_cache_keys.unwrap_or(DEFAULT_PLAN_CACHE_KEYS);
         v.at_least_one("max_keys", plan_cache_keys, at.plan_cache_keys)?;
+        let max_delayed = self.max_delayed.unwrap_or(DEFAULT_MAX_DELAYED);
+        v.at_least_one("[escalation] max_delayed", max_delayed, at.max_delayed)?;
         Ok(Config {
             redis: self.redis,
             deadline,
@@ -176,6 +180,7 @@ impl ConfigBuilder {
             refused_cache_keys: self
                 .refused_cache_keys
                 .unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
+            max_delayed,
         })
     }
 }

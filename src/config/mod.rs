@@ -149,6 +149,8 @@ pub struct Config {
     pub(crate) heartbeat: Option<Heartbeat>,
     /// Most keys the refused-key cache holds (0: off).
     pub(crate) refused_cache_keys: usize,
+    /// Most requests held by `on_exceed = "delay"` at once per instance.
+    pub(crate) max_delayed: usize,
 }
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
@@ -165,6 +167,7 @@ const DEFAULT_MEMORY_KEYS: usize = 100_000;
 const DEFAULT_PLAN_CACHE_TTL: Duration = Duration::from_secs(5);
 const DEFAULT_PLAN_CACHE_KEYS: usize = 10_000;
 const DEFAULT_REFUSED_CACHE_KEYS: usize = 10_000;
+const DEFAULT_MAX_DELAYED: usize = 100;
 
 impl Config {
     /// Parses and validates a TOML configuration.
