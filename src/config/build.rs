@@ -9,11 +9,11 @@ use std::time::Duration;
 use super::builder::{ConfigBuilder, SecretSource};
 use super::redis::check_redis;
 use super::validate::Validator;
+use super::DEFAULT_MAX_DELAYED;
 use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
     DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
 };
-use super::DEFAULT_MAX_DELAYED;
 use crate::key::{KeySecret, SecretOrigin, MIN_SECRET_BYTES};
 use crate::route::{Limit, RouteEntry};
 

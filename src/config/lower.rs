@@ -14,8 +14,7 @@ use toml::Spanned;
 
 use super::builder::{ConfigBuilder, SecretSource};
 use super::parts::{
-    LimitConfig, LimitSpans, PlanRule, PlanSpans, RouteConfig, RouteSpans,
-    DEFAULT_FAILURE_STATUSES,
+    LimitConfig, LimitSpans, PlanRule, PlanSpans, RouteConfig, RouteSpans, DEFAULT_FAILURE_STATUSES,
 };
 use super::redis::{RedisSettings, RedisSpans};
 use super::schema::{AlgorithmName, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit};
@@ -368,9 +367,7 @@ fn login(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(
     out.on_exceed = match (exceed, &l.delay) {
         (None | Some(Exceed::Refuse), None) => OnExceed::Refuse,
         (Some(Exceed::Challenge), None) => OnExceed::Challenge,
-        (Some(Exceed::Delay), Some(d)) => {
-            OnExceed::Delay(parse_at(src, d, units::parse_duration)?)
-        }
+        (Some(Exceed::Delay), Some(d)) => OnExceed::Delay(parse_at(src, d, units::parse_duration)?),
         (Some(Exceed::Delay), None) => {
             return Err(err(
                 span(&l.on_exceed),

@@ -62,7 +62,6 @@ pub(super) struct LimitSpans {
 /// not given: a refused sign-in.
 pub(super) const DEFAULT_FAILURE_STATUSES: [u16; 2] = [401, 403];
 
-
 /// Where a `[plans.<plan>.<limit>]` table was written.
 #[derive(Clone, Debug, Default)]
 pub(super) struct PlanSpans {

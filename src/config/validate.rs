@@ -366,11 +366,15 @@ impl<'s> Validator<'s> {
         let src = self.src;
         let l = self.limits.last_mut().expect("a limit was just added");
         let name = l.name.clone();
-        let err = |span: Span, m: String| ConfigError::at(src, span, format!("limit {name:?}: {m}"));
+        let err =
+            |span: Span, m: String| ConfigError::at(src, span, format!("limit {name:?}: {m}"));
         if let Some(statuses) = failures {
             if statuses.is_empty() {
                 let span = at.statuses.first().cloned().flatten();
-                return Err(err(span, "failure_statuses needs at least one status".into()));
+                return Err(err(
+                    span,
+                    "failure_statuses needs at least one status".into(),
+                ));
             }
             for (i, &code) in statuses.iter().enumerate() {
                 if !(100..=599).contains(&code) {

@@ -37,11 +37,11 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+pub use self::challenge::{Challenge, ChallengeRequired};
 use self::fallback::Fallback;
 use self::lease::Leases;
 pub(crate) use self::prepare::CostFn;
 pub(crate) use self::prepare::{Pending, Prepared};
-pub use self::challenge::{Challenge, ChallengeRequired};
 pub use self::refund::Refund;
 use self::refused::RefusedCache;
 use self::response::{RateHeaders, Rejection};
