@@ -76,3 +76,91 @@ impl Limiter {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::pipeline::{Decided, Decision, Extras, Prepared};
+    use crate::store::{MemoryStore, Outcome, Store, StoreError, StoreFuture};
+    use http::StatusCode;
+
+    /// The in-process store, except that every refund (negative cost)
+    /// fails, as a frozen or lost Redis would. (Each failed refund follows
+    /// a successful charge, so the breaker never sees failures in a row.)
+    #[derive(Debug)]
+    struct NoRefunds(MemoryStore);
+
+    impl Store for NoRefunds {
+        fn check(&self, check: &Check) -> StoreFuture {
+            if check.cost < 0.0 {
+                return Box::pin(async { Err(StoreError::Timeout) });
+            }
+            let o: Outcome = self.0.check_now(check);
+            Box::pin(async move { Ok(o) })
+        }
+    }
+
+    /// Charges one attempt, runs the work for `status`; whether admitted.
+    async fn attempt(limiter: &Arc<Limiter>, status: StatusCode) -> bool {
+        let req = http::Request::get("/")
+            .header("x-account", "alice")
+            .body(())
+            .unwrap();
+        let Prepared::Ask(p) = limiter.prepare(&req) else {
+            panic!("the default policy applies");
+        };
+        let d = match limiter.decide(p) {
+            Decided::Now(d) => d,
+            Decided::Later(f) => f.await,
+        };
+        let Decision::Admit(a) = d else {
+            return false;
+        };
+        if let Some(work) = a.after.and_then(|after| after(status)) {
+            work.await;
+        }
+        true
+    }
+
+    fn limiter(store: Arc<dyn Store>) -> Arc<Limiter> {
+        let cfg = Config::from_toml_str(
+            r#"
+            [limits.failures]
+            key = "header:x-account"
+            count = "failures"
+            capacity = 3
+            refill = "1/h"
+
+            [default]
+            limits = ["failures"]
+            "#,
+        )
+        .unwrap();
+        Arc::new(Limiter::new(&cfg, store, None, Extras::none()))
+    }
+
+    #[tokio::test]
+    async fn successes_are_given_back_failures_are_not() {
+        let l = limiter(Arc::new(MemoryStore::new(100)));
+        for _ in 0..10 {
+            assert!(attempt(&l, StatusCode::OK).await);
+        }
+        for _ in 0..3 {
+            assert!(attempt(&l, StatusCode::UNAUTHORIZED).await);
+        }
+        assert!(!attempt(&l, StatusCode::OK).await, "3 failures: refused");
+    }
+
+    #[tokio::test]
+    async fn a_refund_the_store_fails_leaves_the_unit_charged() {
+        let l = limiter(Arc::new(NoRefunds(MemoryStore::new(100))));
+        for _ in 0..3 {
+            assert!(attempt(&l, StatusCode::OK).await);
+        }
+        assert!(
+            !attempt(&l, StatusCode::OK).await,
+            "the successes stayed charged"
+        );
+    }
+}
