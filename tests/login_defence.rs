@@ -566,6 +566,12 @@ fn config_errors_point_at_the_field() {
     let (m, line, _) = config_error(&format!("[escalation]\nmax_delayed = 0\n{}", limit("")));
     assert!(m.contains("max_delayed must be at least 1"), "{m}");
     assert_eq!(line, Some(2));
+    let (m, line, _) = config_error(&format!(
+        "[escalation]\nmax_delayed = 2000000\n{}",
+        limit("")
+    ));
+    assert!(m.contains("max_delayed must be at most 1000000"), "{m}");
+    assert_eq!(line, Some(2));
 }
 
 /// The lockout rule: a per-account failure limit that refuses is refused

@@ -10,6 +10,10 @@ use super::builder::{ConfigBuilder, SecretSource};
 use super::redis::check_redis;
 use super::validate::Validator;
 use super::DEFAULT_MAX_DELAYED;
+
+/// The most requests `delay` may hold at once per instance (each is a
+/// parked request and its connection).
+const MAX_DELAYED: usize = 1_000_000;
 use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
     DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
@@ -159,7 +163,17 @@ impl ConfigBuilder {
         let plan_cache_keys = self.plan_cache_keys.unwrap_or(DEFAULT_PLAN_CACHE_KEYS);
         v.at_least_one("max_keys", plan_cache_keys, at.plan_cache_keys)?;
         let max_delayed = self.max_delayed.unwrap_or(DEFAULT_MAX_DELAYED);
-        v.at_least_one("[escalation] max_delayed", max_delayed, at.max_delayed)?;
+        v.at_least_one(
+            "[escalation] max_delayed",
+            max_delayed,
+            at.max_delayed.clone(),
+        )?;
+        if max_delayed > MAX_DELAYED {
+            return Err(v.err(
+                at.max_delayed,
+                format!("[escalation] max_delayed must be at most {MAX_DELAYED}"),
+            ));
+        }
         Ok(Config {
             redis: self.redis,
             deadline,
