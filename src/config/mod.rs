@@ -119,6 +119,17 @@ impl<T> fmt::Debug for Hidden<T> {
 /// [default]                     # routes not listed; absent = not limited
 /// limits = ["per-key"]
 /// on_redis_error = "open"
+///
+/// [limits.failed-sign-ins]      # login defence (docs/algorithms.md)
+/// key = "account:x-account"
+/// count = "failures"            # only answers in failure_statuses count
+/// failure_statuses = [401, 403]
+/// on_exceed = "challenge"       # or "refuse" (429), or "delay" + delay = "2s"
+/// capacity = 10
+/// refill = "10/h"
+///
+/// [escalation]
+/// max_delayed = 100             # requests held by `delay` at once per instance
 /// ```
 ///
 /// Unknown fields, unknown limit or plan names, malformed rates or
