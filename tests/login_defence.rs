@@ -611,3 +611,86 @@ fn an_account_keyed_failure_limit_that_refuses_is_a_config_error() {
         .unwrap_err();
     assert!(e.message().contains("lock its owner out"), "{e}");
 }
+
+/// Escalations are logged one line a second per limit, with the count held
+/// back: an attack must not become a log flood.
+#[tokio::test(start_paused = true)]
+async fn escalations_log_one_line_a_second_per_limit() {
+    let cfg = Config::from_toml_str(
+        r#"
+        [limits.per-account]
+        key = "account:x-account"
+        count = "failures"
+        on_exceed = "challenge"
+        capacity = 1
+        refill = "1/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["per-account"]
+        "#,
+    )
+    .unwrap();
+    let app = app(RateLimitLayer::in_memory(&cfg));
+    let (statuses, log) = logged(async {
+        let mut statuses = Vec::new();
+        for _ in 0..51 {
+            statuses.push(wrong(&app, "192.0.2.1", "alice").await.0);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        statuses.push(wrong(&app, "192.0.2.1", "alice").await.0);
+        statuses
+    })
+    .await;
+    assert_eq!(statuses, [401; 52], "challenged, never refused");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("challenged")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].contains("suppressed=0") && lines[0].contains("per-account"));
+    assert!(lines[1].contains("suppressed=49"), "{}", lines[1]);
+}
+
+/// `max_delayed` is per instance: with Redis shared by two instances, the
+/// places of one being full refuses its next delayed request, while the
+/// other still holds its own.
+#[tokio::test]
+async fn max_delayed_is_per_instance() {
+    let server = RedisServer::start();
+    let prefix = prefix("login-held");
+    let body = DELAY.replace("\"2s\"", "\"1s\"");
+    let apps = Arc::new(fleet(&server, &prefix, "500ms", &body).await);
+    assert_eq!(right(&apps[0], "192.0.2.1", false).await.0, 200);
+    // Two held on instance 0 (its max_delayed)...
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let apps = Arc::clone(&apps);
+            tokio::spawn(async move { right(&apps[0], "192.0.2.1", false).await.0 })
+        })
+        .collect();
+    // ...once both are waiting (polled, bounded: each is held 1 s, far
+    // longer than the Redis call before it).
+    let mut refused = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let t = Instant::now();
+        let (s, _) = right(&apps[0], "192.0.2.1", false).await;
+        if s == 429 {
+            refused = Some(t.elapsed());
+            break;
+        }
+        // Not refused: it took a place while one was still free; it was
+        // held like the others.
+        assert_eq!(s, 200);
+    }
+    let took = refused.expect("a third request held on a full instance is refused");
+    assert!(
+        took < Duration::from_secs(1),
+        "refused without being held: {took:?}"
+    );
+    // Instance 1 has its own places.
+    let t = Instant::now();
+    assert_eq!(right(&apps[1], "192.0.2.1", false).await.0, 200);
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+}
