@@ -694,3 +694,47 @@ async fn max_delayed_is_per_instance() {
         assert_eq!(h.await.unwrap(), 200);
     }
 }
+
+/// A `refund = true` route's handle gives back to the limits that count
+/// requests only; the status settles those that count failures, so a
+/// failure is never given back by the handle (nor a unit twice).
+#[tokio::test(start_paused = true)]
+async fn the_refund_handle_leaves_failure_counting_limits_to_the_status() {
+    let cfg = Config::from_toml_str(
+        r#"
+        [limits.requests]
+        key = "ip"
+        capacity = 2
+        refill = "1/h"
+
+        [limits.failures]
+        key = "ip"
+        count = "failures"
+        capacity = 2
+        refill = "1/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["requests", "failures"]
+        refund = true
+        "#,
+    )
+    .unwrap();
+    let handler = |Extension(refund): Extension<fleetlimit::Refund>| async move {
+        // Requests are free here; failures are not.
+        refund.give_back(1).await.unwrap();
+        StatusCode::UNAUTHORIZED
+    };
+    let app = Router::new()
+        .route("/login", post(handler))
+        .layer(RateLimitLayer::in_memory(&cfg));
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let req = request("POST", "/login", "192.0.2.1:1", &[]);
+        statuses.push(send(&app, req).await.status().as_u16());
+    }
+    // `requests` got every unit back; `failures` counted two and refuses.
+    assert_eq!(statuses, [401, 401, 429]);
+    let res = send(&app, request("POST", "/login", "192.0.2.1:1", &[])).await;
+    assert!(body_text(res).await.contains("\"limit\":\"failures\""));
+}
