@@ -738,3 +738,52 @@ async fn the_refund_handle_leaves_failure_counting_limits_to_the_status() {
     let res = send(&app, request("POST", "/login", "192.0.2.1:1", &[])).await;
     assert!(body_text(res).await.contains("\"limit\":\"failures\""));
 }
+
+/// Garbage in a failure-counting key (another type, written while the
+/// handler ran) is a fresh key for that key alone: the success is still
+/// answered, the refund leaves it full with an expiry, and failures then
+/// have the whole budget.
+#[tokio::test]
+async fn garbage_in_the_key_between_charge_and_refund_is_a_fresh_key() {
+    let server = Arc::new(RedisServer::start());
+    let prefix = prefix("login-garbage");
+    let body = r#"
+        [limits.per-ip-account]
+        key = "ip+account:x-account"
+        count = "failures"
+        capacity = 4
+        refill = "4/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["per-ip-account"]
+        on_redis_error = "closed"
+    "#;
+    let apps = fleet(&server, &prefix, "500ms", body).await;
+    assert_eq!(wrong(&apps[0], "192.0.2.1", "alice").await.0, 401);
+    let keys = server.keys_with_pttl(&prefix);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = keys[0].0.clone();
+    // A layer whose handler poisons the key, then answers a success.
+    let cfg = redis_config(&server, &prefix, "500ms", body);
+    let poisoner = Arc::clone(&server);
+    let poisoning = Router::new()
+        .route(
+            "/login",
+            post(move || {
+                let server = Arc::clone(&poisoner);
+                let key = key.clone();
+                async move {
+                    server.cli(&["DEL", &key]).unwrap();
+                    server.cli(&["LPUSH", &key, "garbage"]).unwrap();
+                    "ok"
+                }
+            }),
+        )
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let (s, body) = attempt(&poisoning, "192.0.2.1", &[("x-account", "alice")]).await;
+    assert_eq!((s, body.as_str()), (200, "ok"));
+    server.assert_every_key_expires(&prefix);
+    let fails: Vec<u16> = futures_join(&apps, "192.0.2.1", 5).await;
+    assert_eq!(fails, [401, 401, 401, 401, 429], "a fresh, full bucket");
+}
