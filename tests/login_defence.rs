@@ -787,3 +787,41 @@ async fn garbage_in_the_key_between_charge_and_refund_is_a_fresh_key() {
     let fails: Vec<u16> = futures_join(&apps, "192.0.2.1", 5).await;
     assert_eq!(fails, [401, 401, 401, 401, 429], "a fresh, full bucket");
 }
+
+/// Redis down under `local`: escalation still works from this instance's
+/// share (4 ÷ 2): past 2 failures the account is challenged, not refused.
+#[tokio::test]
+async fn redis_down_local_still_challenges_instead_of_refusing() {
+    let server = RedisServer::start();
+    let prefix = prefix("login-down-challenge");
+    let body = r#"
+        [fleet]
+        size = 2
+
+        [limits.per-account]
+        key = "account:x-account"
+        count = "failures"
+        on_exceed = "challenge"
+        capacity = 4
+        refill = "4/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["per-account"]
+        on_redis_error = "local"
+    "#;
+    let apps = fleet(&server, &prefix, "100ms", body).await;
+    server.kill();
+    let mut seen = Vec::new();
+    for ip in 1..=4 {
+        let (s, body) = wrong(&apps[0], &format!("192.0.2.{ip}"), "alice").await;
+        seen.push((s, body.contains(CHALLENGE_TYPE)));
+    }
+    assert_eq!(
+        seen,
+        [(401, false), (401, false), (401, true), (401, true)],
+        "two failures of this instance's share, then challenged"
+    );
+    let (s, body) = right(&apps[0], "192.0.2.9", true).await;
+    assert_eq!((s, body.as_str()), (200, "ok challenge=per-account"));
+}
