@@ -93,6 +93,9 @@ pub use config::{
 pub use key::{Account, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture};
 pub use pipeline::Refund;
+// Login defence: what a challenged request carries, and the answer for it.
+pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanFuture, PlanResolver};
 pub use request::RequestRef;
+pub use route::OnExceed;
 pub use store::error::StoreError;

@@ -61,6 +61,42 @@ pub enum OnMissing {
     Ip,
 }
 
+/// What exceeding a limit does (`on_exceed` in TOML): refuse, as every
+/// limit does by default, or escalate while still serving the request.
+///
+/// A limit that escalates is decided with the request's other limits in
+/// the same atomic call, counted while it has room; once it has none, the
+/// request goes on (unless another limit refuses it) and is held for the
+/// delay, or reaches the handler with a [`Challenge`](crate::Challenge).
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::{KeySource, LimitConfig, OnExceed, Rate};
+///
+/// // Sign-in failures per account: 10, one more a minute; past them, ask
+/// // for a CAPTCHA instead of locking the owner out.
+/// let per_account = LimitConfig::token_bucket(KeySource::Account(None), 10, Rate::per_minute(1.0))
+///     .count_failures([401, 403])
+///     .on_exceed(OnExceed::Challenge);
+/// // Per IP: past 30 a minute, each request waits 2 s first.
+/// let per_ip = LimitConfig::token_bucket(KeySource::ClientIp, 30, Rate::per_minute(30.0))
+///     .on_exceed(OnExceed::Delay(Duration::from_secs(2)));
+/// # let _ = (per_account, per_ip);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnExceed {
+    /// `429 Too Many Requests` (the default).
+    #[default]
+    Refuse,
+    /// Hold the request this long before the handler (at most
+    /// `[escalation] max_delayed` held at once per instance; beyond that,
+    /// `429`).
+    Delay(std::time::Duration),
+    /// Serve it, with a [`Challenge`](crate::Challenge) in its extensions
+    /// for the handler to act on.
+    Challenge,
+}
+
 /// A named limit: its key, its rule, and other numbers per plan.
 #[derive(Debug)]
 pub(crate) struct Limit {
@@ -81,6 +117,14 @@ pub(crate) struct Limit {
     /// The lines of requests answered before the store, one a second each:
     /// a missing key, a cost above capacity, no client address.
     pub(crate) early_log: [Throttle; 3],
+    /// Counted only when the handler answers one of these statuses
+    /// (`count = "failures"`); `None`: every request counts.
+    pub(crate) failures: Option<Box<[u16]>>,
+    /// What exceeding it does.
+    pub(crate) on_exceed: OnExceed,
+    /// The INFO lines of its escalations (delayed or challenged), and of
+    /// failed refunds of a success, one a second each.
+    pub(crate) escalation_log: [Throttle; 2],
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per
@@ -110,7 +154,22 @@ impl Limit {
             lease: None,
             refusal_log: Default::default(),
             early_log: Default::default(),
+            failures: None,
+            on_exceed: OnExceed::Refuse,
+            escalation_log: Default::default(),
         }
+    }
+
+    /// Whether a request with response `status` counts against it.
+    pub(crate) fn counts(&self, status: http::StatusCode) -> bool {
+        self.failures
+            .as_ref()
+            .is_none_or(|f| f.contains(&status.as_u16()))
+    }
+
+    /// Exceeding it escalates (`delay`, `challenge`) instead of refusing.
+    pub(crate) fn escalates(&self) -> bool {
+        self.on_exceed != OnExceed::Refuse
     }
 
     /// The rule for a caller on `plan` (the base rule for an unknown plan).
@@ -129,6 +188,14 @@ impl Limit {
             self.rule.describe(),
             if self.shadow { ", shadow" } else { "" }
         );
+        if let Some(f) = &self.failures {
+            s.push_str(&format!(", counts failures {f:?}"));
+        }
+        match self.on_exceed {
+            OnExceed::Refuse => {}
+            OnExceed::Delay(d) => s.push_str(&format!(", on exceed: delay {d:?}")),
+            OnExceed::Challenge => s.push_str(", on exceed: challenge"),
+        }
         let mut plans: Vec<_> = self.plans.iter().collect();
         plans.sort_by(|a, b| a.0.cmp(b.0));
         for (name, rule) in plans {

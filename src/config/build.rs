@@ -9,6 +9,11 @@ use std::time::Duration;
 use super::builder::{ConfigBuilder, SecretSource};
 use super::redis::check_redis;
 use super::validate::Validator;
+use super::DEFAULT_MAX_DELAYED;
+
+/// The most requests `delay` may hold at once per instance (each is a
+/// parked request and its connection).
+const MAX_DELAYED: usize = 1_000_000;
 use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
     DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
@@ -97,6 +102,7 @@ impl ConfigBuilder {
             if let Some((batch, above)) = l.lease {
                 v.set_lease(batch, above, l.at.lease.clone())?;
             }
+            v.set_login(l.failures.as_deref(), l.on_exceed, &l.at.login)?;
         }
         for (name, l) in &self.limits {
             for p in &l.plans {
@@ -156,6 +162,18 @@ impl ConfigBuilder {
         v.not_too_long("plan cache ttl", plan_cache_ttl, None)?;
         let plan_cache_keys = self.plan_cache_keys.unwrap_or(DEFAULT_PLAN_CACHE_KEYS);
         v.at_least_one("max_keys", plan_cache_keys, at.plan_cache_keys)?;
+        let max_delayed = self.max_delayed.unwrap_or(DEFAULT_MAX_DELAYED);
+        v.at_least_one(
+            "[escalation] max_delayed",
+            max_delayed,
+            at.max_delayed.clone(),
+        )?;
+        if max_delayed > MAX_DELAYED {
+            return Err(v.err(
+                at.max_delayed,
+                format!("[escalation] max_delayed must be at most {MAX_DELAYED}"),
+            ));
+        }
         Ok(Config {
             redis: self.redis,
             deadline,
@@ -176,6 +194,7 @@ impl ConfigBuilder {
             refused_cache_keys: self
                 .refused_cache_keys
                 .unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
+            max_delayed,
         })
     }
 }

@@ -51,6 +51,8 @@ pub struct ConfigBuilder {
     pub(super) breaker_window: Option<Duration>,
     pub(super) heartbeat: Option<Heartbeat>,
     pub(super) key_secret: Option<SecretSource>,
+    /// Most requests held by `on_exceed = "delay"` at once, per instance.
+    pub(super) max_delayed: Option<usize>,
     /// Where the TOML wrote each setting (nothing for code).
     pub(super) at: Spans,
 }
@@ -87,6 +89,7 @@ pub(super) struct Spans {
     pub(super) ipv6_prefix: Span,
     pub(super) memory_max_keys: Span,
     pub(super) plan_cache_keys: Span,
+    pub(super) max_delayed: Span,
 }
 
 impl ConfigBuilder {
@@ -257,6 +260,14 @@ impl ConfigBuilder {
     /// Discover the fleet size by heartbeats in Redis.
     pub fn heartbeat(mut self, every: Duration, dead_after: Duration) -> Self {
         self.heartbeat = Some(Heartbeat { every, dead_after });
+        self
+    }
+
+    /// Most requests held by [`OnExceed::Delay`](crate::OnExceed::Delay) at
+    /// once on this instance (default 100; `[escalation] max_delayed` in
+    /// TOML): beyond it, a request that would be delayed is refused (`429`).
+    pub fn max_delayed(mut self, n: usize) -> Self {
+        self.max_delayed = Some(n);
         self
     }
 }

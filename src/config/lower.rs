@@ -13,14 +13,16 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use super::builder::{ConfigBuilder, SecretSource};
-use super::parts::{LimitConfig, LimitSpans, PlanRule, PlanSpans, RouteConfig, RouteSpans};
+use super::parts::{
+    LimitConfig, LimitSpans, PlanRule, PlanSpans, RouteConfig, RouteSpans, DEFAULT_FAILURE_STATUSES,
+};
 use super::redis::{RedisSettings, RedisSpans};
-use super::schema::{AlgorithmName, Mode, RawConfig, RawLimit, RawPlanLimit};
-use super::validate::{exact_count, unknown_limit, RuleSpans, Span};
+use super::schema::{AlgorithmName, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit};
+use super::validate::{exact_count, unknown_limit, LoginSpans, RuleSpans, Span};
 use super::{units, ConfigError, Heartbeat, Rate};
 use crate::algorithm::Rule;
 use crate::key::{ForwardedHeader, KeySource};
-use crate::route::FailurePolicy;
+use crate::route::{FailurePolicy, OnExceed};
 
 fn parse_at<T, E: std::fmt::Display>(
     source: &str,
@@ -282,6 +284,8 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
     }
     b.at.plan_cache_keys = span(&raw.plan_cache.max_keys);
     b.plan_cache_keys = raw.plan_cache.max_keys.map(Spanned::into_inner);
+    b.at.max_delayed = span(&raw.escalation.max_delayed);
+    b.max_delayed = raw.escalation.max_delayed.map(Spanned::into_inner);
     Ok(b)
 }
 
@@ -318,8 +322,68 @@ fn limit(
         name: Some(name.span()),
         rule: numbers.spans(l_span),
         lease: span(&l.lease_batch),
+        login: LoginSpans::default(),
     };
+    login(src, name.get_ref(), l, &mut out)?;
     Ok(out)
+}
+
+/// A limit's `count`, `failure_statuses`, `on_exceed` and `delay`: the
+/// fields that only make sense together are paired here, the rest is
+/// checked by `build` (statuses, the lockout rule, the delay's bounds).
+fn login(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(), ConfigError> {
+    let err = |s: Span, m: String| ConfigError::at(src, s, format!("limit {name:?}: {m}"));
+    let counts_failures = l.count.as_ref().map(|c| *c.get_ref()) == Some(Count::Failures);
+    let mut spans = LoginSpans {
+        key: Some(l.key.span()),
+        on_exceed: span(&l.on_exceed),
+        delay: span(&l.delay),
+        ..LoginSpans::default()
+    };
+    match (&l.failure_statuses, counts_failures) {
+        (Some(f), false) => {
+            return Err(err(
+                Some(f.span()),
+                "`failure_statuses` needs `count = \"failures\"`".into(),
+            ))
+        }
+        (Some(f), true) => {
+            let mut statuses = Vec::new();
+            for s in f.get_ref() {
+                let code = u16::try_from(*s.get_ref()).unwrap_or(0);
+                statuses.push(code);
+                spans.statuses.push(Some(s.span()));
+            }
+            if statuses.is_empty() {
+                // Pointed at by `build`'s "at least one status".
+                spans.statuses.push(Some(f.span()));
+            }
+            out.failures = Some(statuses);
+        }
+        (None, true) => out.failures = Some(DEFAULT_FAILURE_STATUSES.to_vec()),
+        (None, false) => {}
+    }
+    let exceed = l.on_exceed.as_ref().map(|e| *e.get_ref());
+    out.on_exceed = match (exceed, &l.delay) {
+        (None | Some(Exceed::Refuse), None) => OnExceed::Refuse,
+        (Some(Exceed::Challenge), None) => OnExceed::Challenge,
+        (Some(Exceed::Delay), Some(d)) => OnExceed::Delay(parse_at(src, d, units::parse_duration)?),
+        (Some(Exceed::Delay), None) => {
+            return Err(err(
+                span(&l.on_exceed),
+                "`on_exceed = \"delay\"` needs `delay`, how long to hold a request (e.g. \"2s\")"
+                    .into(),
+            ))
+        }
+        (_, Some(d)) => {
+            return Err(err(
+                Some(d.span()),
+                "`delay` needs `on_exceed = \"delay\"`".into(),
+            ))
+        }
+    };
+    out.at.login = spans;
+    Ok(())
 }
 
 /// `[plans.<plan>.<limit>]`: the numbers it does not give are `base`'s.

@@ -119,6 +119,17 @@ impl<T> fmt::Debug for Hidden<T> {
 /// [default]                     # routes not listed; absent = not limited
 /// limits = ["per-key"]
 /// on_redis_error = "open"
+///
+/// [limits.failed-sign-ins]      # login defence (docs/algorithms.md)
+/// key = "account:x-account"
+/// count = "failures"            # only answers in failure_statuses count
+/// failure_statuses = [401, 403]
+/// on_exceed = "challenge"       # or "refuse" (429), or "delay" + delay = "2s"
+/// capacity = 10
+/// refill = "10/h"
+///
+/// [escalation]
+/// max_delayed = 100             # requests held by `delay` at once per instance
 /// ```
 ///
 /// Unknown fields, unknown limit or plan names, malformed rates or
@@ -149,6 +160,8 @@ pub struct Config {
     pub(crate) heartbeat: Option<Heartbeat>,
     /// Most keys the refused-key cache holds (0: off).
     pub(crate) refused_cache_keys: usize,
+    /// Most requests held by `on_exceed = "delay"` at once per instance.
+    pub(crate) max_delayed: usize,
 }
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
@@ -165,6 +178,7 @@ const DEFAULT_MEMORY_KEYS: usize = 100_000;
 const DEFAULT_PLAN_CACHE_TTL: Duration = Duration::from_secs(5);
 const DEFAULT_PLAN_CACHE_KEYS: usize = 10_000;
 const DEFAULT_REFUSED_CACHE_KEYS: usize = 10_000;
+const DEFAULT_MAX_DELAYED: usize = 100;
 
 impl Config {
     /// Parses and validates a TOML configuration.

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::validate::{exact_count, RouteSettings, RuleSpans, Span};
+use super::validate::{exact_count, LoginSpans, RouteSettings, RuleSpans, Span};
 use super::Rate;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
-use crate::route::{FailurePolicy, OnMissing};
+use crate::route::{FailurePolicy, OnExceed, OnMissing};
 
 /// A limit for [`ConfigBuilder::limit`](super::ConfigBuilder::limit).
 ///
@@ -36,6 +36,9 @@ pub struct LimitConfig {
     pub(super) lease: Option<(u32, u32)>,
     pub(super) plans: Vec<PlanRule>,
     pub(super) at: LimitSpans,
+    /// Failure-only counting: the statuses that count (`None`: all do).
+    pub(super) failures: Option<Vec<u16>>,
+    pub(super) on_exceed: OnExceed,
 }
 
 /// A limit's numbers for callers on one plan.
@@ -52,7 +55,12 @@ pub(super) struct LimitSpans {
     pub(super) name: Span,
     pub(super) rule: RuleSpans,
     pub(super) lease: Span,
+    pub(super) login: LoginSpans,
 }
+
+/// The statuses `count = "failures"` counts when `failure_statuses` is
+/// not given: a refused sign-in.
+pub(super) const DEFAULT_FAILURE_STATUSES: [u16; 2] = [401, 403];
 
 /// Where a `[plans.<plan>.<limit>]` table was written.
 #[derive(Clone, Debug, Default)]
@@ -106,6 +114,8 @@ impl LimitConfig {
             lease: None,
             plans: Vec::new(),
             at: LimitSpans::default(),
+            failures: None,
+            on_exceed: OnExceed::Refuse,
         }
     }
 
@@ -126,6 +136,22 @@ impl LimitConfig {
     /// instance (`lease_batch` and `lease_above` in TOML; 50 there when unset).
     pub fn lease(mut self, batch: u32, above: u32) -> Self {
         self.lease = Some((batch, above));
+        self
+    }
+
+    /// Count only requests whose response has one of these statuses (e.g.
+    /// `[401, 403]`, failed sign-ins); `count = "failures"` and
+    /// `failure_statuses` in TOML. A request is charged up front like any
+    /// other, and its unit given back in one atomic call when the handler
+    /// answers another status.
+    pub fn count_failures(mut self, statuses: impl IntoIterator<Item = u16>) -> Self {
+        self.failures = Some(statuses.into_iter().collect());
+        self
+    }
+
+    /// What exceeding the limit does (default [`OnExceed::Refuse`]).
+    pub fn on_exceed(mut self, on_exceed: OnExceed) -> Self {
+        self.on_exceed = on_exceed;
         self
     }
 

@@ -34,6 +34,15 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) routes: Vec<RawRoute>,
     pub(super) default: Option<RawDefault>,
+    #[serde(default)]
+    pub(super) escalation: RawEscalation,
+}
+
+/// `[escalation]`: bounds of `on_exceed` per instance.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEscalation {
+    pub(super) max_delayed: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +142,29 @@ pub(super) struct RawLimit {
     pub(super) mode: Mode,
     pub(super) lease_batch: Option<Spanned<u32>>,
     pub(super) lease_above: Option<Spanned<u32>>,
+    /// `"requests"` (the default) or `"failures"`.
+    pub(super) count: Option<Spanned<Count>>,
+    pub(super) failure_statuses: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub(super) on_exceed: Option<Spanned<Exceed>>,
+    pub(super) delay: Option<Spanned<String>>,
+}
+
+/// `count`: what a limit counts.
+#[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Count {
+    #[default]
+    Requests,
+    Failures,
+}
+
+/// `on_exceed`, as written (`delay` takes its duration from `delay`).
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Exceed {
+    Refuse,
+    Delay,
+    Challenge,
 }
 
 #[derive(Deserialize)]

@@ -10,7 +10,7 @@ use http::Method;
 use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::key::KeySource;
-use crate::route::{FailurePolicy, LeaseConfig, Limit, OnMissing, Policy};
+use crate::route::{FailurePolicy, LeaseConfig, Limit, OnExceed, OnMissing, Policy};
 
 pub(super) struct Validator<'s> {
     src: &'s str,
@@ -34,6 +34,10 @@ pub(super) const MAX_REFILL_PER_SEC: f64 = 1_000_000.0;
 /// 2^53, i.e. spans under 2^51 µs (26 years); TAT = now + span must also stay
 /// a double with a sub-µs step. 10 years is a round number well inside both.
 pub(super) const MAX_SPAN: Duration = Duration::from_secs(3650 * 86_400);
+
+/// The longest `delay` of `on_exceed = "delay"`: a held request keeps its
+/// connection and a place among `max_delayed`.
+pub(super) const MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// A count from the configuration as the stores hold it: above 2^53 a
 /// double would round it, so it becomes infinity, which `check_rule` rejects
@@ -85,6 +89,16 @@ impl RuleSpans {
     fn both(&self) -> Span {
         self.rate.clone().or_else(|| self.count())
     }
+}
+
+/// Where a limit's failure counting and escalation were written.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LoginSpans {
+    pub(super) key: Span,
+    /// One per failure status, in order.
+    pub(super) statuses: Vec<Span>,
+    pub(super) on_exceed: Span,
+    pub(super) delay: Span,
 }
 
 /// A route's settings besides its limit names, as either front end gives them.
@@ -337,6 +351,73 @@ impl<'s> Validator<'s> {
             ));
         }
         l.lease = Some(LeaseConfig { batch, above });
+        Ok(())
+    }
+
+    /// Failure-only counting and escalation for the limit just added.
+    /// A limit keyed by the account alone that counts failures must not
+    /// refuse: whoever knows an account's name could lock its owner out.
+    pub(super) fn set_login(
+        &mut self,
+        failures: Option<&[u16]>,
+        on_exceed: OnExceed,
+        at: &LoginSpans,
+    ) -> Result<(), ConfigError> {
+        let src = self.src;
+        let l = self.limits.last_mut().expect("a limit was just added");
+        let name = l.name.clone();
+        let err =
+            |span: Span, m: String| ConfigError::at(src, span, format!("limit {name:?}: {m}"));
+        if let Some(statuses) = failures {
+            if statuses.is_empty() {
+                let span = at.statuses.first().cloned().flatten();
+                return Err(err(
+                    span,
+                    "failure_statuses needs at least one status".into(),
+                ));
+            }
+            for (i, &code) in statuses.iter().enumerate() {
+                if !(100..=599).contains(&code) {
+                    let span = at.statuses.get(i).cloned().flatten();
+                    return Err(err(
+                        span,
+                        "failure_statuses: each must be an HTTP status from 100 to 599".into(),
+                    ));
+                }
+            }
+            if l.lease.is_some() {
+                return Err(err(
+                    at.key.clone(),
+                    "a limit that counts failures cannot take hot-key leases (lease_batch): \
+                     a leased request is not charged alone, so a success could not be given back"
+                        .into(),
+                ));
+            }
+            let by_account_alone = matches!(l.key, KeySource::Account(_));
+            if by_account_alone && on_exceed == OnExceed::Refuse && !l.shadow {
+                return Err(err(
+                    at.on_exceed.clone().or(at.key.clone()),
+                    "counts failures per account and refuses when exceeded: an attacker who \
+                     knows only the account name could lock its owner out. Use \
+                     `on_exceed = \"challenge\"` or `on_exceed = \"delay\"` (and refuse per \
+                     IP or per IP+account instead)"
+                        .into(),
+                ));
+            }
+            l.failures = Some(statuses.into());
+        }
+        if let OnExceed::Delay(d) = on_exceed {
+            if d.is_zero() || d > MAX_DELAY {
+                return Err(err(
+                    at.delay.clone(),
+                    format!(
+                        "delay must be longer than zero and at most {} s (a request is held that long)",
+                        MAX_DELAY.as_secs()
+                    ),
+                ));
+            }
+        }
+        l.on_exceed = on_exceed;
         Ok(())
     }
 

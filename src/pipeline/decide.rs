@@ -20,12 +20,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use smallvec::SmallVec;
+
+use super::escalate;
 use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
 use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
+use crate::route::OnExceed;
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {
@@ -35,6 +39,21 @@ impl Limiter {
     /// mode), so a handler can take `Extension<Refund>` without a 500 on
     /// those paths.
     pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> Decided {
+        // A request over a `delay` limit waits before the handler.
+        let delays = p
+            .policy
+            .limits
+            .iter()
+            .any(|l| matches!(l.on_exceed, OnExceed::Delay(_)));
+        let d = self.decide_refund(p);
+        if delays {
+            escalate::held(d)
+        } else {
+            d
+        }
+    }
+
+    fn decide_refund(self: &Arc<Self>, p: Pending) -> Decided {
         if !p.policy.refund {
             return self.decide_in_store(p);
         }
@@ -235,9 +254,11 @@ impl Limiter {
         by: DecidedBy,
     ) -> Decision {
         let degraded = by.degraded();
+        // Soft in the store: in shadow mode, or escalating instead of refusing.
         let shadow = |i: usize| buckets[i].shadow;
+        let in_shadow_mode = |i: usize| p.policy.shadow || p.policy.limits[i].shadow;
         for (i, s) in limits.iter().enumerate() {
-            if shadow(i) && !s.enough {
+            if in_shadow_mode(i) && !s.enough {
                 tracing::info!(
                     target: "fleetlimit",
                     limit = %p.policy.limits[i].name,
@@ -256,18 +277,39 @@ impl Limiter {
         let s = limits[i];
         let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
         if allowed {
-            // Opt-in per route: the handle is an allocation and an
-            // extension insert on every admitted request.
-            let refund = if p.policy.refund {
-                Refund::new(self, buckets, limits, p.cost, by)
-            } else {
-                None
-            };
-            return Decision::Admit(Admitted {
+            let mut admitted = Admitted {
                 headers: Some(headers),
-                refund,
                 ..Admitted::default()
-            });
+            };
+            let counts_failures = p.policy.limits.iter().any(|l| l.failures.is_some());
+            if counts_failures {
+                admitted.after = self.settle(p, &buckets, limits, by);
+            }
+            if p.policy.limits.iter().any(|l| l.escalates()) {
+                if let Err(r) = self.escalate(p, &buckets, limits, by, &mut admitted) {
+                    return Decision::Reject(r);
+                }
+            }
+            // Opt-in per route: the handle is an allocation and an
+            // extension insert on every admitted request. It gives back
+            // to the limits that count requests: the status settles those
+            // that count failures.
+            if p.policy.refund {
+                admitted.refund = if counts_failures {
+                    let requests_only: SmallVec<[LimitState; 1]> = limits
+                        .iter()
+                        .zip(&p.policy.limits)
+                        .map(|(s, l)| LimitState {
+                            enough: s.enough && l.failures.is_none(),
+                            ..*s
+                        })
+                        .collect();
+                    Refund::new(self, buckets, &requests_only, p.cost, by)
+                } else {
+                    Refund::new(self, buckets, limits, p.cost, by)
+                };
+            }
+            return Decision::Admit(admitted);
         }
         let limit = &p.policy.limits[i];
         let key = &buckets[i].key;
@@ -317,7 +359,8 @@ fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
         buckets.push(Bucket {
             key: k.key,
             rule,
-            shadow,
+            // A limit that escalates is soft in the store (see escalate.rs).
+            shadow: shadow || limit.escalates(),
         });
     }
     Ok(buckets)

@@ -16,7 +16,10 @@
 //! Nothing here knows Redis or builds an HTTP response: the layer turns a
 //! [`Decision`] into one.
 
+mod challenge;
 mod decide;
+mod escalate;
+mod failures;
 mod fallback;
 mod lease;
 mod prepare;
@@ -34,6 +37,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+pub use self::challenge::{Challenge, ChallengeRequired};
 use self::fallback::Fallback;
 use self::lease::Leases;
 pub(crate) use self::prepare::CostFn;
@@ -78,6 +82,8 @@ pub(crate) struct Limiter {
     unrouted_logged: AtomicBool,
     /// Dropped with the limiter: tells its reset listener to stop.
     stop: tokio::sync::watch::Sender<()>,
+    /// Places for requests held by `on_exceed = "delay"` at once.
+    delayed: Arc<tokio::sync::Semaphore>,
 }
 
 impl fmt::Debug for Limiter {
@@ -244,6 +250,7 @@ impl Limiter {
             ),
             cost_fns: extras.cost_fns,
             unrouted_logged: AtomicBool::new(false),
+            delayed: Arc::new(tokio::sync::Semaphore::new(cfg.max_delayed)),
         }
     }
 

@@ -119,11 +119,25 @@ pub(crate) struct Rejection {
 impl Rejection {
     /// An `application/problem+json` answer (RFC 9457).
     pub(crate) fn problem(status: StatusCode, detail: &str, extra: &[(&str, String)]) -> Self {
+        let title = status.canonical_reason().unwrap_or("");
+        Self::typed_problem(status, "about:blank", title, detail, extra)
+    }
+
+    /// A problem of its own `type` (a URI) and `title`.
+    pub(crate) fn typed_problem(
+        status: StatusCode,
+        kind: &str,
+        title: &str,
+        detail: &str,
+        extra: &[(&str, String)],
+    ) -> Self {
         // One buffer for the whole body: refusals are the abuse path, where
         // the layer answers by itself, so they are built without waste.
         let mut body = String::with_capacity(96 + detail.len());
-        body.push_str("{\"type\":\"about:blank\",\"title\":");
-        push_json_str(&mut body, status.canonical_reason().unwrap_or(""));
+        body.push_str("{\"type\":");
+        push_json_str(&mut body, kind);
+        body.push_str(",\"title\":");
+        push_json_str(&mut body, title);
         body.push_str(",\"status\":");
         body.push_str(status.as_str());
         body.push_str(",\"detail\":");
