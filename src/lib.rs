@@ -80,6 +80,7 @@ mod plan;
 mod request;
 mod reset;
 mod route;
+mod shed;
 pub mod store;
 mod sync;
 
@@ -95,4 +96,5 @@ pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, 
 pub use pipeline::Refund;
 pub use plan::{PlanFuture, PlanResolver};
 pub use request::RequestRef;
+pub use shed::{Accepted, LoadSignal, Priority, SheddingConfig};
 pub use store::error::StoreError;

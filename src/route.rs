@@ -17,6 +17,7 @@ use serde::Deserialize;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
+use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline
 /// (`on_redis_error` in TOML).
@@ -152,12 +153,17 @@ pub(crate) struct Policy {
     pub(crate) refund: bool,
     /// The WARN line of its degraded decisions, one a second.
     pub(crate) degraded_log: Throttle,
+    /// When its requests are shed (only with `[shedding]`).
+    pub(crate) priority: Priority,
 }
 
 impl Policy {
     pub(crate) fn describe(&self) -> String {
         if self.limits.is_empty() {
-            return "not limited".into();
+            return match self.priority {
+                Priority::Normal => "not limited".into(),
+                p => format!("not limited, priority {}", p.as_str()),
+            };
         }
         let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
         format!(
@@ -167,7 +173,10 @@ impl Policy {
             self.on_redis_error,
             if self.shadow { ", shadow" } else { "" },
             if self.refund { ", refund" } else { "" }
-        )
+        ) + &match self.priority {
+            Priority::Normal => String::new(),
+            p => format!(", priority {}", p.as_str()),
+        }
     }
 }
 
@@ -213,6 +222,21 @@ impl RouteTable {
         matched_path: Option<&str>,
         method: &Method,
     ) -> Option<&Arc<Policy>> {
+        self.policy_of(matched_path, method)
+            .filter(|p| !p.limits.is_empty())
+    }
+
+    /// The priority of a request's route for load shedding: its policy's
+    /// even when it has no limits (`limits = []` with a priority), else
+    /// `normal`.
+    pub(crate) fn priority(&self, matched_path: Option<&str>, method: &Method) -> Priority {
+        self.policy_of(matched_path, method)
+            .map_or(Priority::Normal, |p| p.priority)
+    }
+
+    /// The policy of a request's route entry, else the default one, with or
+    /// without limits.
+    fn policy_of(&self, matched_path: Option<&str>, method: &Method) -> Option<&Arc<Policy>> {
         let hit = matched_path
             .and_then(|p| self.by_path.get(p))
             .and_then(|entries| {
@@ -225,7 +249,6 @@ impl RouteTable {
                     .map(|(_, p)| p)
             });
         hit.or(self.default.as_ref())
-            .filter(|p| !p.limits.is_empty())
     }
 
     /// The configured route template `path` would match, if any: a request
@@ -301,6 +324,7 @@ mod tests {
             shadow: false,
             refund: false,
             degraded_log: Default::default(),
+            priority: Priority::Normal,
         })
     }
 

@@ -156,6 +156,9 @@ impl ConfigBuilder {
         v.not_too_long("plan cache ttl", plan_cache_ttl, None)?;
         let plan_cache_keys = self.plan_cache_keys.unwrap_or(DEFAULT_PLAN_CACHE_KEYS);
         v.at_least_one("max_keys", plan_cache_keys, at.plan_cache_keys)?;
+        if let Some(s) = &self.shedding {
+            super::shedding::check(&v, s, &at.shedding)?;
+        }
         Ok(Config {
             redis: self.redis,
             deadline,
@@ -176,6 +179,7 @@ impl ConfigBuilder {
             refused_cache_keys: self
                 .refused_cache_keys
                 .unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
+            shedding: self.shedding,
         })
     }
 }

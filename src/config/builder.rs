@@ -12,6 +12,7 @@ use super::validate::Span;
 use super::BreakerConfig;
 use super::{Heartbeat, Hidden};
 use crate::key::{ClientIpRules, ForwardedHeader};
+use crate::shed::SheddingConfig;
 
 /// Builds a [`Config`](super::Config) in code; [`build`](Self::build)
 /// validates it as the TOML loader does (the loader goes through it).
@@ -53,6 +54,8 @@ pub struct ConfigBuilder {
     pub(super) key_secret: Option<SecretSource>,
     /// Where the TOML wrote each setting (nothing for code).
     pub(super) at: Spans,
+    /// Load shedding (`None`: off).
+    pub(super) shedding: Option<SheddingConfig>,
 }
 
 /// Where the key secret comes from.
@@ -87,6 +90,7 @@ pub(super) struct Spans {
     pub(super) ipv6_prefix: Span,
     pub(super) memory_max_keys: Span,
     pub(super) plan_cache_keys: Span,
+    pub(super) shedding: super::shedding::SheddingSpans,
 }
 
 impl ConfigBuilder {
@@ -257,6 +261,14 @@ impl ConfigBuilder {
     /// Discover the fleet size by heartbeats in Redis.
     pub fn heartbeat(mut self, every: Duration, dead_after: Duration) -> Self {
         self.heartbeat = Some(Heartbeat { every, dead_after });
+        self
+    }
+
+    /// Shed load when the backend is saturated: refuse requests by their
+    /// route's [`Priority`](crate::Priority) with `503`, before any limit is
+    /// charged (`[shedding]` in TOML; see [`SheddingConfig`]).
+    pub fn shedding(mut self, shedding: SheddingConfig) -> Self {
+        self.shedding = Some(shedding);
         self
     }
 }

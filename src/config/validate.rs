@@ -11,6 +11,7 @@ use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::route::{FailurePolicy, LeaseConfig, Limit, OnMissing, Policy};
+use crate::shed::Priority;
 
 pub(super) struct Validator<'s> {
     src: &'s str,
@@ -95,6 +96,7 @@ pub(super) struct RouteSettings {
     pub(super) on_redis_error: FailurePolicy,
     pub(super) shadow: bool,
     pub(super) refund: bool,
+    pub(super) priority: Priority,
 }
 
 impl<'s> Validator<'s> {
@@ -400,6 +402,7 @@ impl<'s> Validator<'s> {
             on_redis_error,
             shadow,
             refund,
+            priority,
         } = route;
         if cost == 0 {
             return Err(self.err(cost_span, "cost must be at least 1"));
@@ -438,6 +441,7 @@ impl<'s> Validator<'s> {
             shadow,
             refund,
             degraded_log: Default::default(),
+            priority,
         }))
     }
 }

@@ -46,6 +46,7 @@ use crate::config::Config;
 use crate::key::{ClientIpRules, KeySecret};
 use crate::plan::{PlanResolver, Plans};
 use crate::route::RouteTable;
+use crate::shed::{LoadSignal, Shedder, Ticket};
 use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
 
 /// One layer's limiter: the configuration's routes and every cache of the
@@ -78,6 +79,8 @@ pub(crate) struct Limiter {
     unrouted_logged: AtomicBool,
     /// Dropped with the limiter: tells its reset listener to stop.
     stop: tokio::sync::watch::Sender<()>,
+    /// Load shedding (`None`: off, nothing on the request path).
+    shed: Option<Arc<Shedder>>,
 }
 
 impl fmt::Debug for Limiter {
@@ -107,6 +110,19 @@ impl Decision {
             headers,
             ..Admitted::default()
         })
+    }
+
+    /// An admitted request keeps its place in flight (see `shed/`) until
+    /// its response is over, and its queueing delay is measured now, as
+    /// the handler is called; a refused one gives it back at once.
+    pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
+        match (self, ticket) {
+            (Self::Admit(mut a), Some(t)) => {
+                a.hold.push(t.start());
+                Self::Admit(a)
+            }
+            (d, _) => d,
+        }
     }
 }
 
@@ -204,6 +220,8 @@ impl DecidedBy {
 pub(crate) struct Extras {
     pub(crate) resolver: Option<Arc<dyn PlanResolver>>,
     pub(crate) cost_fns: HashMap<String, CostFn>,
+    /// The application's load signal, for shedding.
+    pub(crate) load_signal: Option<Arc<dyn LoadSignal>>,
 }
 
 impl Extras {
@@ -211,6 +229,7 @@ impl Extras {
         Self {
             resolver: None,
             cost_fns: HashMap::new(),
+            load_signal: None,
         }
     }
 }
@@ -244,7 +263,15 @@ impl Limiter {
             ),
             cost_fns: extras.cost_fns,
             unrouted_logged: AtomicBool::new(false),
+            shed: cfg
+                .shedding
+                .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
         }
+    }
+
+    /// The shedder, when shedding is on.
+    pub(crate) fn shedder(&self) -> Option<&Arc<Shedder>> {
+        self.shed.as_ref()
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn Store> {

@@ -119,10 +119,22 @@ pub(crate) struct Rejection {
 impl Rejection {
     /// An `application/problem+json` answer (RFC 9457).
     pub(crate) fn problem(status: StatusCode, detail: &str, extra: &[(&str, String)]) -> Self {
+        Self::typed_problem("about:blank", status, detail, extra)
+    }
+
+    /// A problem body of its own `type` (a URI naming the kind of problem).
+    pub(crate) fn typed_problem(
+        kind: &str,
+        status: StatusCode,
+        detail: &str,
+        extra: &[(&str, String)],
+    ) -> Self {
         // One buffer for the whole body: refusals are the abuse path, where
         // the layer answers by itself, so they are built without waste.
         let mut body = String::with_capacity(96 + detail.len());
-        body.push_str("{\"type\":\"about:blank\",\"title\":");
+        body.push_str("{\"type\":");
+        push_json_str(&mut body, kind);
+        body.push_str(",\"title\":");
         push_json_str(&mut body, status.canonical_reason().unwrap_or(""));
         body.push_str(",\"status\":");
         body.push_str(status.as_str());
@@ -265,6 +277,29 @@ pub(crate) fn unavailable(limit: &str, retry: u64) -> Rejection {
         StatusCode::SERVICE_UNAVAILABLE,
         "the rate limiter cannot decide right now; retry shortly",
         &[("limit", json_str(limit))],
+    )
+    .retry_after(retry)
+}
+
+/// The problem `type` of a shed request.
+pub(crate) const OVERLOADED_TYPE: &str = "urn:fleetlimit:overloaded";
+
+/// `503`: shed, the backend being saturated (no limit was exceeded, so not
+/// 429); logged by the shedder, one line a second.
+pub(crate) fn overloaded(priority: &str, signal: &str, pressure: f64, retry: u64) -> Rejection {
+    Rejection::typed_problem(
+        OVERLOADED_TYPE,
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!(
+            "the service is overloaded and sheds {priority} requests first; retry in {retry} s"
+        ),
+        &[
+            ("priority", json_str(priority)),
+            ("signal", json_str(signal)),
+            // Rounded: a pressure, not a measurement to the last digit.
+            ("pressure", format!("{:.2}", pressure.min(1e9))),
+            ("retry_after", retry.to_string()),
+        ],
     )
     .retry_after(retry)
 }
