@@ -24,6 +24,8 @@ use support::{body_text, header, send, RedisServer};
 /// does.
 struct Backend {
     in_flight: AtomicU32,
+    /// The most requests it ever had at once.
+    peak: AtomicU32,
     capacity: u32,
     base: Duration,
 }
@@ -32,6 +34,7 @@ impl Backend {
     fn new(capacity: u32, base: Duration) -> Arc<Self> {
         Arc::new(Self {
             in_flight: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
             capacity,
             base,
         })
@@ -45,6 +48,7 @@ impl Backend {
             }
         }
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(n, Ordering::Relaxed);
         let _leave = Leave(&self.in_flight);
         let factor = (f64::from(n) / f64::from(self.capacity)).max(1.0);
         tokio::time::sleep(self.base.mul_f64(factor)).await;
@@ -131,7 +135,7 @@ async fn drive(app: &Router, path: &'static str, clients: usize, span: Duration)
                             "{body}"
                         );
                         t.shed += 1;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     _ => t.other += 1,
                 }
@@ -151,20 +155,26 @@ async fn drive(app: &Router, path: &'static str, clients: usize, span: Duration)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_four_times_capacity_critical_is_served_and_sheddable_is_shed() {
-    // Capacity 8: 8 critical + 24 sheddable clients keep 32 requests
+    // Capacity 8: 4 critical + 28 sheddable clients keep 32 requests
     // wanted at once, 4× what the backend serves.
     let backend = Backend::new(8, Duration::from_millis(20));
     let app = shedding_app(&backend, "").await;
     let span = Duration::from_millis(1500);
     let (critical, sheddable) = tokio::join!(
-        drive(&app, "/critical", 8, span),
-        drive(&app, "/sheddable", 24, span)
+        drive(&app, "/critical", 4, span),
+        drive(&app, "/sheddable", 28, span)
     );
-    eprintln!("critical {critical:?}, sheddable {sheddable:?}");
+    let peak = backend.peak.load(Ordering::Relaxed);
+    eprintln!("critical {critical:?}, sheddable {sheddable:?}, backend peak {peak}");
+    // Sheddable work stops at pressure 0.8 (6.4 of 8), so the backend never
+    // gets near 4× its capacity: at most the critical clients beyond that,
+    // plus the one or two admissions that race on the 2 worker threads.
+    assert!(peak <= 14, "backend peak {peak}");
+    assert!(sheddable.ok > 0, "below 0.8 sheddable work is still served");
     assert_eq!(critical.other + sheddable.other, 0);
     let rate = critical.ok as f64 / (critical.ok + critical.shed) as f64;
     assert!(
-        critical.ok >= 100 && rate >= 0.9,
+        critical.ok >= 50 && rate >= 0.9,
         "critical success {rate:.3}"
     );
     let shed_rate = sheddable.shed as f64 / (sheddable.ok + sheddable.shed) as f64;
@@ -219,7 +229,11 @@ async fn the_shed_answer_names_priority_and_signal_and_charges_nothing() {
         header(&res, "content-type").as_deref(),
         Some("application/problem+json")
     );
-    assert_eq!(header(&res, "x-ratelimit-remaining"), None, "no limit was consulted");
+    assert_eq!(
+        header(&res, "x-ratelimit-remaining"),
+        None,
+        "no limit was consulted"
+    );
     let body = body_text(res).await;
     for part in [
         r#""type":"urn:fleetlimit:overloaded""#,
@@ -240,7 +254,11 @@ async fn the_shed_answer_names_priority_and_signal_and_charges_nothing() {
     assert_eq!(res.status(), 503);
     assert!(body_text(res).await.contains(r#""priority":"critical""#));
     set(f64::NAN);
-    assert_eq!(send(&app, get_req("/sheddable")).await.status(), 200, "NaN is no load");
+    assert_eq!(
+        send(&app, get_req("/sheddable")).await.status(),
+        200,
+        "NaN is no load"
+    );
 
     // The shed request charged nothing: the one-token limit still admits.
     set(0.0);
@@ -343,10 +361,23 @@ async fn a_standing_queue_sheds_normal_work_and_a_short_wait_ends_it() {
     let res = send(&app, queued("/normal", Duration::ZERO)).await;
     assert_eq!(res.status(), 503);
     assert!(body_text(res).await.contains(r#""signal":"queue_delay""#));
-    assert_eq!(send(&app, queued("/sheddable", Duration::ZERO)).await.status(), 503);
+    assert_eq!(
+        send(&app, queued("/sheddable", Duration::ZERO))
+            .await
+            .status(),
+        503
+    );
     // One request that did not wait ends it.
-    assert_eq!(send(&app, queued("/critical", Duration::ZERO)).await.status(), 200);
-    assert_eq!(send(&app, queued("/normal", Duration::ZERO)).await.status(), 200);
+    assert_eq!(
+        send(&app, queued("/critical", Duration::ZERO))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        send(&app, queued("/normal", Duration::ZERO)).await.status(),
+        200
+    );
 }
 
 #[tokio::test]
@@ -456,7 +487,11 @@ async fn the_fleet_signal_reaches_every_instance_within_its_refresh_period() {
     for app in &instances {
         let res = send(app, get_req("/sheddable")).await;
         assert!(body_text(res).await.contains(r#""signal":"fleet""#));
-        assert_eq!(send(app, get_req("/normal")).await.status(), 200, "0.9 < 1.0");
+        assert_eq!(
+            send(app, get_req("/normal")).await.status(),
+            200,
+            "0.9 < 1.0"
+        );
     }
     server.cli(&["DEL", &key]).unwrap();
     for app in &instances {
@@ -520,7 +555,10 @@ async fn redis_frozen_or_down_neither_blocks_requests_nor_keeps_shedding() {
         assert_eq!(res.status(), 503, "the last value is kept for a while");
     }
     let forgotten = time_until(&app, "/sheddable", 200, REFRESH * 4 + READ_MARGIN * 2).await;
-    assert!(forgotten >= REFRESH, "kept at least one refresh: {forgotten:?}");
+    assert!(
+        forgotten >= REFRESH,
+        "kept at least one refresh: {forgotten:?}"
+    );
     // Requests never wait on the fleet task: limited and unlimited routes
     // answer within the deadline's reach while Redis is frozen (the
     // limited one by its `open` failure policy).
@@ -528,7 +566,11 @@ async fn redis_frozen_or_down_neither_blocks_requests_nor_keeps_shedding() {
         let t = Instant::now();
         let res = send(&app, get_req(path)).await;
         assert_eq!(res.status(), 200, "{path}");
-        assert!(t.elapsed() < Duration::from_millis(500), "{path}: {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{path}: {:?}",
+            t.elapsed()
+        );
     }
     // Local signals still shed.
     load.store(0.9f64.to_bits(), Ordering::Relaxed);
@@ -560,7 +602,11 @@ fn bad_shedding_settings_are_errors_at_their_place() {
         ("[shedding]\nmax_in_flight = 0\n", 2, "max_in_flight"),
         ("[shedding]\nretry_after = \"500ms\"\n", 2, "retry_after"),
         ("[shedding]\nretry_after = \"1500ms\"\n", 2, "retry_after"),
-        ("[shedding]\nqueue_delay_target = \"0ms\"\n", 2, "queue_delay_target"),
+        (
+            "[shedding]\nqueue_delay_target = \"0ms\"\n",
+            2,
+            "queue_delay_target",
+        ),
         (
             "[shedding]\nqueue_delay_target = \"50ms\"\nqueue_delay_interval = \"10ms\"\n",
             3,
@@ -615,6 +661,10 @@ fn the_builder_checks_the_same_bounds() {
         "[[routes]]\npath = \"/x\"\nlimits = []\npriority = \"sheddable\"\n[shedding]\n",
     )
     .unwrap();
-    assert!(cfg.describe().contains("priority sheddable"), "{}", cfg.describe());
+    assert!(
+        cfg.describe().contains("priority sheddable"),
+        "{}",
+        cfg.describe()
+    );
     assert!(cfg.describe().contains("shedding:"), "{}", cfg.describe());
 }

@@ -309,7 +309,7 @@ impl RateLimitLayerBuilder {
             }
         }
         if let (Some(store), Some(shedder)) = (&redis, limiter.shedder()) {
-            shedder.start_fleet_signal(store.clone(), cfg.shed_fleet_key());
+            shedder.start_fleet_signal(store.pool().clone(), cfg.shed_fleet_key());
         }
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = cfg.heartbeat_key();

@@ -31,7 +31,6 @@ use self::codel::Codel;
 pub use self::signal::LoadSignal;
 use self::signal::{app_pressure, FleetSignal};
 use crate::log_throttle::Throttle;
-use crate::store::RedisStore;
 
 /// How early a route's requests are shed (`priority` in TOML): `sheddable`
 /// first, `critical` last.
@@ -192,11 +191,11 @@ impl Shedder {
         }
     }
 
-    /// Starts reading the fleet-wide signal from `key` on `store`; the task
-    /// ends when this shedder is dropped.
-    pub(crate) fn start_fleet_signal(&self, store: RedisStore, key: String) {
+    /// Starts reading the fleet-wide signal from `key` on the layer's Redis
+    /// pool; the task ends when this shedder is dropped.
+    pub(crate) fn start_fleet_signal(&self, pool: fred::clients::Pool, key: String) {
         signal::start(
-            store,
+            pool,
             Arc::downgrade(&self.fleet),
             key,
             self.cfg.fleet_signal_refresh,

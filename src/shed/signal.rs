@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::config::Options;
 use tokio::time::Instant;
 
 use crate::log_throttle::Throttle;
-use crate::store::RedisStore;
 
 /// The load of the resource the layer protects, as the application sees
 /// it (for example the search cluster's queue depth ÷ what it can hold):
@@ -97,16 +97,11 @@ impl FleetSignal {
 
 /// Starts the task refreshing `signal` from `key` every `refresh`; it ends
 /// when `signal` is dropped with the last clone of the layer.
-pub(crate) fn start(store: RedisStore, signal: Weak<FleetSignal>, key: String, refresh: Duration) {
-    tokio::spawn(refresh_loop(store, signal, key, refresh));
+pub(crate) fn start(pool: Pool, signal: Weak<FleetSignal>, key: String, refresh: Duration) {
+    tokio::spawn(refresh_loop(pool, signal, key, refresh));
 }
 
-async fn refresh_loop(
-    store: RedisStore,
-    signal: Weak<FleetSignal>,
-    key: String,
-    refresh: Duration,
-) {
+async fn refresh_loop(pool: Pool, signal: Weak<FleetSignal>, key: String, refresh: Duration) {
     let mut tick = tokio::time::interval(refresh);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let garbage_log = Throttle::default();
@@ -119,7 +114,7 @@ async fn refresh_loop(
         };
         // A hard bound besides fred's own timeout: a frozen Redis must not
         // hold the task past its next refresh.
-        let read = tokio::time::timeout(refresh, read(&store, &key, refresh)).await;
+        let read = tokio::time::timeout(refresh, read(&pool, &key, refresh)).await;
         match read {
             Ok(Ok(None)) => s.set(0.0),
             Ok(Ok(Some((text, pttl)))) => match parse(&text) {
@@ -165,7 +160,7 @@ async fn refresh_loop(
 
 /// The key's text and PTTL, `None` when it is not set.
 async fn read(
-    store: &RedisStore,
+    pool: &Pool,
     key: &str,
     refresh: Duration,
 ) -> Result<Option<(String, i64)>, fred::error::Error> {
@@ -175,7 +170,7 @@ async fn read(
         max_attempts: Some(1),
         ..Options::default()
     };
-    let client = store.pool().with_options(&opts);
+    let client = pool.with_options(&opts);
     let text: Option<String> = client.get(key).await?;
     let Some(text) = text else {
         return Ok(None);
