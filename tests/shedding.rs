@@ -668,3 +668,50 @@ fn the_builder_checks_the_same_bounds() {
     );
     assert!(cfg.describe().contains("shedding:"), "{}", cfg.describe());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleetlimit_shed_sets_the_signal_with_an_expiry_and_clears_it() {
+    let server = RedisServer::start();
+    let prefix = support::prefix("shed-cli");
+    let app = fleet_app(&server, &prefix, Arc::new(AtomicU64::new(0))).await;
+    let dir = std::env::temp_dir().join(format!("fleetlimit-shed-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fleetlimit.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n[shedding]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let cli = |args: &[&str]| support::run_cli(args, &[]);
+
+    let (code, out, err) = cli(&["shed", "0.9", "--for", "10m", "--config", file]);
+    assert_eq!(code, 0, "{out}{err}");
+    let keys = server.keys_with_pttl(&prefix);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(keys[0].0, fleet_key(&prefix));
+    assert!(
+        (590_000..=600_000).contains(&keys[0].1),
+        "expires in 10 min: {keys:?}"
+    );
+    time_until(&app, "/sheddable", 503, REFRESH + READ_MARGIN).await;
+
+    let (code, out, err) = cli(&["shed", "off", "--config", file]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(server.keys_with_pttl(&prefix).is_empty());
+    time_until(&app, "/sheddable", 200, REFRESH + READ_MARGIN).await;
+
+    // Bad usage: no expiry, not a number, a negative pressure.
+    for args in [
+        &["shed", "1.2", "--config", file][..],
+        &["shed", "banana", "--for", "1m", "--config", file],
+        &["shed", "-1", "--for", "1m", "--config", file],
+    ] {
+        let (code, _, err) = cli(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+    }
+    assert!(server.keys_with_pttl(&prefix).is_empty());
+}
