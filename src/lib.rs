@@ -96,5 +96,5 @@ pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, 
 pub use pipeline::Refund;
 pub use plan::{PlanFuture, PlanResolver};
 pub use request::RequestRef;
-pub use shed::{Accepted, LoadSignal, Priority, SheddingConfig};
+pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};
 pub use store::error::StoreError;

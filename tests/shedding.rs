@@ -715,3 +715,42 @@ async fn fleetlimit_shed_sets_the_signal_with_an_expiry_and_clears_it() {
     }
     assert!(server.keys_with_pttl(&prefix).is_empty());
 }
+
+#[tokio::test]
+async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
+    use std::sync::atomic::AtomicBool;
+    use tower::{Layer, ServiceExt};
+
+    let backend = Backend::new(1000, Duration::from_millis(1));
+    let slow = Arc::new(AtomicBool::new(true));
+    let s = Arc::clone(&slow);
+    // Something in front of the limiter that makes requests wait 60 ms (a
+    // queue), three times the target.
+    let queue = axum::middleware::from_fn(move |req, next: axum::middleware::Next| {
+        let s = Arc::clone(&s);
+        async move {
+            if s.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+            next.run(req).await
+        }
+    });
+    let router = shedding_app(
+        &backend,
+        "queue_delay_target = \"20ms\"\nqueue_delay_interval = \"100ms\"",
+    )
+    .await
+    .layer(queue);
+    let app = fleetlimit::AcceptedLayer.layer(router);
+    let call = |path: &str| app.clone().oneshot(get_req(path));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(200) {
+        assert_eq!(call("/critical").await.unwrap().status(), 200);
+    }
+    let res = call("/normal").await.unwrap();
+    assert_eq!(res.status(), 503);
+    assert!(body_text(res).await.contains(r#""signal":"queue_delay""#));
+    slow.store(false, Ordering::Relaxed);
+    assert_eq!(call("/critical").await.unwrap().status(), 200);
+    assert_eq!(call("/normal").await.unwrap().status(), 200);
+}

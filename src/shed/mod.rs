@@ -17,6 +17,7 @@
 //! `critical_at` (1.5). A shed request is answered `503` with `Retry-After`
 //! and touches no store.
 
+mod accepted;
 mod codel;
 mod signal;
 
@@ -27,6 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+pub use self::accepted::{Accepted, AcceptedLayer, StampAccepted};
 use self::codel::Codel;
 pub use self::signal::LoadSignal;
 use self::signal::{app_pressure, FleetSignal};
@@ -111,21 +113,6 @@ impl Default for SheddingConfig {
         }
     }
 }
-
-/// When the request was accepted, for the queueing delay the shedder
-/// measures: set it as early as possible (for example in the first layer,
-/// or the accept loop); without it the delay counts from when the request
-/// reached the rate-limit layer. Only the first one set counts.
-///
-/// ```
-/// use std::time::Instant;
-/// use fleetlimit::Accepted;
-///
-/// let mut req = http::Request::new(());
-/// req.extensions_mut().insert(Accepted(Instant::now()));
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct Accepted(pub std::time::Instant);
 
 /// Which signal set the pressure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
