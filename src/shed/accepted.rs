@@ -35,7 +35,7 @@ pub struct Accepted(pub Instant);
 ///
 /// # fn main() -> Result<(), fleetlimit::ConfigError> {
 /// let cfg = Config::builder().build()?;
-/// let router = Router::new()
+/// let router: Router = Router::new()
 ///     .route("/", get(|| async { "ok" }))
 ///     .layer(RateLimitLayer::in_memory(&cfg));
 /// // Serve this one (e.g. with `axum::serve(listener, app.into_make_service())`).
