@@ -6,6 +6,10 @@
 //!
 //! ## The request path
 //!
+//! 0. **Shed** (with `[shedding]` only): when the backend is saturated
+//!    (requests in flight, queueing delay, the application's
+//!    [`LoadSignal`], a fleet-wide value in Redis), routes are refused by
+//!    [`Priority`] with `503` before any limit is charged.
 //! 1. **Route**: the route's policy is found by axum's `MatchedPath` (the
 //!    template, e.g. `/users/{id}`), else the `[default]` policy, else the
 //!    request is not limited.

@@ -1,5 +1,9 @@
 //! The request path, top to bottom.
 //!
+//! 0. With `[shedding]` only, [`prepare`]'s `shed` (synchronous): a
+//!    request whose route's priority the current pressure sheds is answered
+//!    `503` before anything is charged (see `shed/`); an admitted one is
+//!    counted in flight until its response is over.
 //! 1. [`prepare`] (synchronous, in the service's `call`): the route's
 //!    policy, each limit's key, the request's cost. A missing key or an
 //!    unknown client address is answered here.
@@ -163,8 +167,6 @@ pub(crate) struct Hold(SmallVec<[Box<dyn std::any::Any + Send + Sync>; 1]>);
 
 impl Hold {
     /// Keep `guard` until the response is over.
-    // Used by the layer's tests until the features that hold land.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push(&mut self, guard: impl std::any::Any + Send + Sync) {
         self.0.push(Box::new(guard));
     }
