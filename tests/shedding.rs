@@ -754,3 +754,27 @@ async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
     assert_eq!(call("/critical").await.unwrap().status(), 200);
     assert_eq!(call("/normal").await.unwrap().status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_signal_task_reads_each_refresh_and_ends_with_the_layer() {
+    let server = RedisServer::start();
+    let prefix = support::prefix("shed-task");
+    let app = fleet_app(&server, &prefix, Arc::new(AtomicU64::new(0))).await;
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    let span = REFRESH * 10;
+    tokio::time::sleep(span).await;
+    let reads = server.calls_of("get");
+    // One GET a refresh: 10 over the span, give or take the busy machine's
+    // late ticks (missed ticks are delayed, never bunched up).
+    assert!((5..=11).contains(&reads), "{reads} reads in {span:?}");
+    drop(app);
+    // The task notices at its next tick.
+    tokio::time::sleep(REFRESH * 2).await;
+    let after_drop = server.calls_of("get");
+    tokio::time::sleep(REFRESH * 5).await;
+    assert_eq!(
+        server.calls_of("get"),
+        after_drop,
+        "the task ended with the layer"
+    );
+}
