@@ -384,6 +384,44 @@ mod tests {
     }
 
     #[test]
+    fn a_route_without_limits_still_has_its_priority() {
+        let with = |names: &[&str], priority| {
+            let mut p = Arc::into_inner(policy(names)).unwrap();
+            p.priority = priority;
+            Arc::new(p)
+        };
+        let routes = [
+            RouteEntry {
+                path: "/export".into(),
+                methods: None,
+                policy: with(&[], Priority::Sheddable),
+            },
+            RouteEntry {
+                path: "/pay".into(),
+                methods: Some(vec![Method::POST]),
+                policy: with(&["a"], Priority::Critical),
+            },
+        ];
+        let t = RouteTable::new(&routes, Some(with(&[], Priority::Normal)));
+        assert!(
+            t.lookup(Some("/export"), &Method::GET).is_none(),
+            "not limited"
+        );
+        assert_eq!(
+            t.priority(Some("/export"), &Method::GET),
+            Priority::Sheddable
+        );
+        assert_eq!(t.priority(Some("/pay"), &Method::POST), Priority::Critical);
+        assert_eq!(t.priority(Some("/pay"), &Method::GET), Priority::Normal);
+        assert_eq!(t.priority(None, &Method::GET), Priority::Normal);
+        let bare = RouteTable::new(&routes, None);
+        assert_eq!(
+            bare.priority(Some("/other"), &Method::GET),
+            Priority::Normal
+        );
+    }
+
+    #[test]
     fn templates_match_paths_segment_by_segment() {
         assert!(template_matches("/", "/"));
         assert!(template_matches("/users/{id}", "/users/7"));
