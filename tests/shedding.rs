@@ -698,6 +698,11 @@ async fn fleetlimit_shed_sets_the_signal_with_an_expiry_and_clears_it() {
         "expires in 10 min: {keys:?}"
     );
     time_until(&app, "/sheddable", 503, REFRESH + READ_MARGIN).await;
+    // The sweep leaves the operator's signal alone, and says why.
+    let (code, out, err) = cli(&["sweep", "--config", file]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("fleet-wide shedding signal"), "{out}");
+    assert_eq!(server.keys_with_pttl(&prefix).len(), 1);
 
     let (code, out, err) = cli(&["shed", "off", "--config", file]);
     assert_eq!(code, 0, "{out}{err}");
