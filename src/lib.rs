@@ -6,6 +6,10 @@
 //!
 //! ## The request path
 //!
+//! 0. **Shed** (with `[shedding]` only): when the backend is saturated
+//!    (requests in flight, queueing delay, the application's
+//!    [`LoadSignal`], a fleet-wide value in Redis), routes are refused by
+//!    [`Priority`] with `503` before any limit is charged.
 //! 1. **Route**: the route's policy is found by axum's `MatchedPath` (the
 //!    template, e.g. `/users/{id}`), else the `[default]` policy, else the
 //!    request is not limited.
@@ -80,6 +84,7 @@ mod plan;
 mod request;
 mod reset;
 mod route;
+mod shed;
 pub mod store;
 mod sync;
 
@@ -98,4 +103,5 @@ pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanFuture, PlanResolver};
 pub use request::RequestRef;
 pub use route::OnExceed;
+pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};
 pub use store::error::StoreError;

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
+use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline
 /// (`on_redis_error` in TOML).
@@ -219,12 +220,17 @@ pub(crate) struct Policy {
     pub(crate) refund: bool,
     /// The WARN line of its degraded decisions, one a second.
     pub(crate) degraded_log: Throttle,
+    /// When its requests are shed (only with `[shedding]`).
+    pub(crate) priority: Priority,
 }
 
 impl Policy {
     pub(crate) fn describe(&self) -> String {
         if self.limits.is_empty() {
-            return "not limited".into();
+            return match self.priority {
+                Priority::Normal => "not limited".into(),
+                p => format!("not limited, priority {}", p.as_str()),
+            };
         }
         let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
         format!(
@@ -234,7 +240,10 @@ impl Policy {
             self.on_redis_error,
             if self.shadow { ", shadow" } else { "" },
             if self.refund { ", refund" } else { "" }
-        )
+        ) + &match self.priority {
+            Priority::Normal => String::new(),
+            p => format!(", priority {}", p.as_str()),
+        }
     }
 }
 
@@ -280,6 +289,21 @@ impl RouteTable {
         matched_path: Option<&str>,
         method: &Method,
     ) -> Option<&Arc<Policy>> {
+        self.policy_of(matched_path, method)
+            .filter(|p| !p.limits.is_empty())
+    }
+
+    /// The priority of a request's route for load shedding: its policy's
+    /// even when it has no limits (`limits = []` with a priority), else
+    /// `normal`.
+    pub(crate) fn priority(&self, matched_path: Option<&str>, method: &Method) -> Priority {
+        self.policy_of(matched_path, method)
+            .map_or(Priority::Normal, |p| p.priority)
+    }
+
+    /// The policy of a request's route entry, else the default one, with or
+    /// without limits.
+    fn policy_of(&self, matched_path: Option<&str>, method: &Method) -> Option<&Arc<Policy>> {
         let hit = matched_path
             .and_then(|p| self.by_path.get(p))
             .and_then(|entries| {
@@ -292,7 +316,6 @@ impl RouteTable {
                     .map(|(_, p)| p)
             });
         hit.or(self.default.as_ref())
-            .filter(|p| !p.limits.is_empty())
     }
 
     /// The configured route template `path` would match, if any: a request
@@ -368,6 +391,7 @@ mod tests {
             shadow: false,
             refund: false,
             degraded_log: Default::default(),
+            priority: Priority::Normal,
         })
     }
 
@@ -424,6 +448,44 @@ mod tests {
         assert_eq!(head("/x"), Some("b"), "GET's entry before the catch-all");
         assert_eq!(head("/y"), Some("c"), "an explicit HEAD entry wins");
         assert_eq!(head("/z"), None, "POST does not govern HEAD");
+    }
+
+    #[test]
+    fn a_route_without_limits_still_has_its_priority() {
+        let with = |names: &[&str], priority| {
+            let mut p = Arc::into_inner(policy(names)).unwrap();
+            p.priority = priority;
+            Arc::new(p)
+        };
+        let routes = [
+            RouteEntry {
+                path: "/export".into(),
+                methods: None,
+                policy: with(&[], Priority::Sheddable),
+            },
+            RouteEntry {
+                path: "/pay".into(),
+                methods: Some(vec![Method::POST]),
+                policy: with(&["a"], Priority::Critical),
+            },
+        ];
+        let t = RouteTable::new(&routes, Some(with(&[], Priority::Normal)));
+        assert!(
+            t.lookup(Some("/export"), &Method::GET).is_none(),
+            "not limited"
+        );
+        assert_eq!(
+            t.priority(Some("/export"), &Method::GET),
+            Priority::Sheddable
+        );
+        assert_eq!(t.priority(Some("/pay"), &Method::POST), Priority::Critical);
+        assert_eq!(t.priority(Some("/pay"), &Method::GET), Priority::Normal);
+        assert_eq!(t.priority(None, &Method::GET), Priority::Normal);
+        let bare = RouteTable::new(&routes, None);
+        assert_eq!(
+            bare.priority(Some("/other"), &Method::GET),
+            Priority::Normal
+        );
     }
 
     #[test]

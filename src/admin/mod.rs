@@ -20,6 +20,7 @@
 //! | `mod.rs` | [`Admin`], the handle: connect, and the keys a caller's value maps to |
 //! | `inspect.rs` | `inspect` and `reset` (with its announcement to the instances) |
 //! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
+//! | `shed.rs` | `shed`: the fleet-wide load-shedding signal |
 
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use crate::route::Limit;
 use crate::store::{RedisStore, StoreError};
 
 mod inspect;
+mod shed;
 mod sweep;
 
 pub use inspect::BucketInfo;

@@ -202,6 +202,15 @@ impl Admin {
                 key: key.clone(),
                 why,
             };
+            if *key == config.shed_fleet_key() {
+                // An operator's, honoured even without an expiry (see
+                // `fleetlimit shed`): not the sweep's to end.
+                report.skipped.push(skip(
+                    "the fleet-wide shedding signal (set by an operator; `fleetlimit shed` gives it an expiry)"
+                        .into(),
+                ));
+                continue;
+            }
             let Some(shape) = shape(config, key) else {
                 report
                     .skipped

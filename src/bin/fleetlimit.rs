@@ -7,7 +7,12 @@
 //! fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
 //! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
 //!                  [--include-unknown-limits]
+//! fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]
 //! ```
+//!
+//! `shed` sets the fleet-wide load-shedding signal (`<prefix>:shed:{fleet}`)
+//! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
+//! routes, `0.9` sheddable ones only, `0` clears it. It always expires.
 //!
 //! `KEY` is the caller's key value: an API key (raw, as clients send it: the
 //! command computes the keyed digest Redis holds), an account, an IP, or
@@ -34,7 +39,8 @@ const USAGE: &str = "usage:
   fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
   fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
   fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl DURATION]
-                   [--include-unknown-limits]";
+                   [--include-unknown-limits]
+  fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]";
 
 /// Skipped keys listed by `sweep`; the rest are counted.
 const SKIPPED_SHOWN: usize = 100;
@@ -48,6 +54,8 @@ struct Args {
     dry_run: bool,
     default_ttl: Duration,
     include_unknown_limits: bool,
+    /// `shed --for`.
+    shed_for: Option<Duration>,
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -61,6 +69,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         dry_run: false,
         default_ttl: Duration::from_secs(3600),
         include_unknown_limits: false,
+        shed_for: None,
     };
     while let Some(arg) = argv.next() {
         let mut value = |name: &str| argv.next().ok_or(format!("{name} needs a value"));
@@ -78,6 +87,10 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
                     // A zero TTL would delete the keys, not repair them.
                     return Err(format!("--default-ttl must be longer than 0s, not {v:?}"));
                 }
+            }
+            "--for" => {
+                let v = value("--for")?;
+                a.shed_for = Some(parse_secs(&v).ok_or(format!("--for: cannot read {v:?}"))?);
             }
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}")),
@@ -214,6 +227,34 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                 println!("repaired: {}", r.repaired);
             }
             println!("without expiry after: {}", r.after);
+            Ok(())
+        }
+        "shed" => {
+            let value = a
+                .positional
+                .first()
+                .ok_or_else(|| usage("shed PRESSURE --for DURATION".into()))?;
+            let pressure: f64 = match value.as_str() {
+                "off" => 0.0,
+                v => v
+                    .parse()
+                    .map_err(|_| usage(format!("cannot read the pressure {v:?}")))?,
+            };
+            let duration = a.shed_for.unwrap_or(Duration::ZERO);
+            Admin::check_shed(pressure, duration).map_err(usage)?;
+            let cfg = load(&a).map_err(usage)?;
+            let admin = Admin::connect(&cfg).await.map_err(failed)?;
+            let key = admin.shed(pressure, duration).await.map_err(failed)?;
+            if pressure == 0.0 {
+                println!(
+                    "{key}: cleared; instances stop shedding within their fleet_signal_refresh"
+                );
+            } else {
+                println!(
+                    "{key} = {pressure} for {} s; every instance reads it within its fleet_signal_refresh",
+                    duration.as_secs()
+                );
+            }
             Ok(())
         }
         other => Err(usage(format!("unknown command {other:?}\n{USAGE}"))),

@@ -174,6 +174,9 @@ impl ConfigBuilder {
                 format!("[escalation] max_delayed must be at most {MAX_DELAYED}"),
             ));
         }
+        if let Some(s) = &self.shedding {
+            super::shedding::check(&v, s, &at.shedding)?;
+        }
         Ok(Config {
             redis: self.redis,
             deadline,
@@ -195,6 +198,7 @@ impl ConfigBuilder {
                 .refused_cache_keys
                 .unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
             max_delayed,
+            shedding: self.shedding,
         })
     }
 }

@@ -12,6 +12,7 @@ use super::validate::Span;
 use super::BreakerConfig;
 use super::{Heartbeat, Hidden};
 use crate::key::{ClientIpRules, ForwardedHeader};
+use crate::shed::SheddingConfig;
 
 /// Builds a [`Config`](super::Config) in code; [`build`](Self::build)
 /// validates it as the TOML loader does (the loader goes through it).
@@ -55,6 +56,8 @@ pub struct ConfigBuilder {
     pub(super) max_delayed: Option<usize>,
     /// Where the TOML wrote each setting (nothing for code).
     pub(super) at: Spans,
+    /// Load shedding (`None`: off).
+    pub(super) shedding: Option<SheddingConfig>,
 }
 
 /// Where the key secret comes from.
@@ -90,6 +93,7 @@ pub(super) struct Spans {
     pub(super) memory_max_keys: Span,
     pub(super) plan_cache_keys: Span,
     pub(super) max_delayed: Span,
+    pub(super) shedding: super::shedding::SheddingSpans,
 }
 
 impl ConfigBuilder {
@@ -268,6 +272,14 @@ impl ConfigBuilder {
     /// TOML): beyond it, a request that would be delayed is refused (`429`).
     pub fn max_delayed(mut self, n: usize) -> Self {
         self.max_delayed = Some(n);
+        self
+    }
+
+    /// Shed load when the backend is saturated: refuse requests by their
+    /// route's [`Priority`](crate::Priority) with `503`, before any limit is
+    /// charged (`[shedding]` in TOML; see [`SheddingConfig`]).
+    pub fn shedding(mut self, shedding: SheddingConfig) -> Self {
+        self.shedding = Some(shedding);
         self
     }
 }

@@ -264,6 +264,7 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
             ),
         };
         let mut route = route(&r.limits, &r.cost, r.on_redis_error, r.mode, r.refund);
+        route.priority = r.priority.unwrap_or_default();
         route.methods = methods;
         route.at.path = Some(r.path.span());
         b.routes.push((r.path.get_ref().clone(), route));
@@ -276,6 +277,14 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
             d.mode,
             d.refund,
         ));
+    }
+    if let (Some(route), Some(d)) = (&mut b.default_route, &raw.default) {
+        route.priority = d.priority.unwrap_or_default();
+    }
+    if let Some(sh) = &raw.shedding {
+        let (cfg, spans) = super::shedding::lower(src, sh)?;
+        b.shedding = Some(cfg);
+        b.at.shedding = spans;
     }
     b.at.memory_max_keys = span(&raw.memory.max_keys);
     b.memory_max_keys = raw.memory.max_keys.map(Spanned::into_inner);

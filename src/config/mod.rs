@@ -17,6 +17,7 @@ pub(crate) mod pem;
 mod redis;
 pub(crate) mod redis_url;
 mod schema;
+mod shedding;
 mod units;
 mod validate;
 
@@ -115,6 +116,7 @@ impl<T> fmt::Debug for Hidden<T> {
 /// limits = ["per-key", "api"]   # decided together: all charged or none
 /// cost = 2
 /// on_redis_error = "local"      # "open" | "closed" | "local"
+/// priority = "critical"         # with [shedding]: "critical" | "normal" | "sheddable"
 ///
 /// [default]                     # routes not listed; absent = not limited
 /// limits = ["per-key"]
@@ -130,6 +132,14 @@ impl<T> fmt::Debug for Hidden<T> {
 ///
 /// [escalation]
 /// max_delayed = 100             # requests held by `delay` at once per instance
+/// [shedding]                    # load shedding; absent = off
+/// max_in_flight = 200           # this instance's requests in flight at pressure 1.0
+/// queue_delay_target = "5ms"    # CoDel: overloaded while the shortest wait
+/// queue_delay_interval = "100ms"#   over an interval stays above target
+/// fleet_signal_refresh = "1s"   # how often <key_prefix>:shed:{fleet} is read
+/// retry_after = "1s"
+/// sheddable_at = 0.8            # priority = "sheddable" shed from this pressure
+/// critical_at = 1.5             # priority = "critical" shed from this one ("normal": 1.0)
 /// ```
 ///
 /// Unknown fields, unknown limit or plan names, malformed rates or
@@ -162,6 +172,8 @@ pub struct Config {
     pub(crate) refused_cache_keys: usize,
     /// Most requests held by `on_exceed = "delay"` at once per instance.
     pub(crate) max_delayed: usize,
+    /// Load shedding (`[shedding]`; `None`: off).
+    pub(crate) shedding: Option<crate::shed::SheddingConfig>,
 }
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
@@ -202,6 +214,13 @@ impl Config {
     /// other). No limit's key can be it: theirs end in a tagged key value.
     pub(crate) fn heartbeat_key(&self) -> String {
         format!("{}:fleet:{{instances}}", self.key_prefix)
+    }
+
+    /// The Redis key of the fleet-wide shedding signal, which an operator
+    /// sets (`SET <prefix>:shed:{fleet} 1.2 EX 600`). No limit's key can be
+    /// it: theirs end in a tagged key value.
+    pub(crate) fn shed_fleet_key(&self) -> String {
+        format!("{}:shed:{{fleet}}", self.key_prefix)
     }
 
     /// A configuration built in code.
@@ -316,6 +335,19 @@ impl Config {
                 "the built-in secret of the prefix (not secret: set [keys] secret_env)".to_owned()
             }
         };
+        if let Some(s) = &self.shedding {
+            let _ = writeln!(
+                out,
+                "shedding: max_in_flight {:?}, queue delay {} over {}, sheddable from {}, critical from {}, \
+                 fleet signal every {}",
+                s.max_in_flight,
+                fmt_duration(s.queue_delay_target),
+                fmt_duration(s.queue_delay_interval),
+                s.sheddable_at,
+                s.critical_at,
+                fmt_duration(s.fleet_signal_refresh)
+            );
+        }
         let _ = writeln!(
             out,
             "keys: header values (API keys) stored as HMAC-SHA256 digests with {secret}"

@@ -10,6 +10,7 @@ use super::Rate;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::route::{FailurePolicy, OnExceed, OnMissing};
+use crate::shed::Priority;
 
 /// A limit for [`ConfigBuilder::limit`](super::ConfigBuilder::limit).
 ///
@@ -191,6 +192,8 @@ pub struct RouteConfig {
     pub(super) shadow: bool,
     pub(super) refund: bool,
     pub(super) at: RouteSpans,
+    /// When its requests are shed (`[shedding]`).
+    pub(super) priority: Priority,
 }
 
 /// Where a route's settings were written.
@@ -217,6 +220,7 @@ impl RouteConfig {
             shadow: false,
             refund: false,
             at: RouteSpans::default(),
+            priority: Priority::Normal,
         }
     }
 
@@ -227,6 +231,7 @@ impl RouteConfig {
             on_redis_error: self.on_redis_error,
             shadow: self.shadow,
             refund: self.refund,
+            priority: self.priority,
         }
     }
 
@@ -271,6 +276,15 @@ impl RouteConfig {
     /// request an allocation and an extension insert.
     pub fn refund(mut self) -> Self {
         self.refund = true;
+        self
+    }
+
+    /// How early the route's requests are shed when the backend is
+    /// saturated (`priority` in TOML; default [`Priority::Normal`]; only
+    /// with [`ConfigBuilder::shedding`](super::ConfigBuilder::shedding)).
+    /// A route with no limits and a priority is still shed.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
         self
     }
 }

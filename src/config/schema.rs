@@ -8,6 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::route::{FailurePolicy, OnMissing};
+use crate::shed::Priority;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +37,7 @@ pub(super) struct RawConfig {
     pub(super) default: Option<RawDefault>,
     #[serde(default)]
     pub(super) escalation: RawEscalation,
+    pub(super) shedding: Option<RawShedding>,
 }
 
 /// `[escalation]`: bounds of `on_exceed` per instance.
@@ -188,6 +190,7 @@ pub(super) struct RawRoute {
     pub(super) mode: Mode,
     #[serde(default)]
     pub(super) refund: bool,
+    pub(super) priority: Option<Priority>,
 }
 
 #[derive(Deserialize)]
@@ -200,4 +203,18 @@ pub(super) struct RawDefault {
     pub(super) mode: Mode,
     #[serde(default)]
     pub(super) refund: bool,
+    pub(super) priority: Option<Priority>,
+}
+
+/// `[shedding]`: load shedding (absent: off).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShedding {
+    pub(super) max_in_flight: Option<Spanned<u32>>,
+    pub(super) queue_delay_target: Option<Spanned<String>>,
+    pub(super) queue_delay_interval: Option<Spanned<String>>,
+    pub(super) fleet_signal_refresh: Option<Spanned<String>>,
+    pub(super) retry_after: Option<Spanned<String>>,
+    pub(super) sheddable_at: Option<Spanned<f64>>,
+    pub(super) critical_at: Option<Spanned<f64>>,
 }

@@ -11,6 +11,7 @@ use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::route::{FailurePolicy, LeaseConfig, Limit, OnExceed, OnMissing, Policy};
+use crate::shed::Priority;
 
 pub(super) struct Validator<'s> {
     src: &'s str,
@@ -109,6 +110,7 @@ pub(super) struct RouteSettings {
     pub(super) on_redis_error: FailurePolicy,
     pub(super) shadow: bool,
     pub(super) refund: bool,
+    pub(super) priority: Priority,
 }
 
 impl<'s> Validator<'s> {
@@ -481,6 +483,7 @@ impl<'s> Validator<'s> {
             on_redis_error,
             shadow,
             refund,
+            priority,
         } = route;
         if cost == 0 {
             return Err(self.err(cost_span, "cost must be at least 1"));
@@ -519,6 +522,7 @@ impl<'s> Validator<'s> {
             shadow,
             refund,
             degraded_log: Default::default(),
+            priority,
         }))
     }
 }

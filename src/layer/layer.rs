@@ -7,6 +7,7 @@ use crate::breaker::BreakerStats;
 use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
+use crate::shed::LoadSignal;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 use crate::RequestRef;
 
@@ -138,6 +139,13 @@ impl RateLimitLayer {
         self.limiter.node_breaker_stats()
     }
 
+    /// Requests in flight through this layer (counted with `[shedding]`
+    /// only; `None` without it).
+    #[must_use]
+    pub fn in_flight(&self) -> Option<u32> {
+        self.limiter.shedder().map(|s| s.in_flight())
+    }
+
     /// N, the fleet size the `local` fallback divides limits by now.
     #[must_use]
     pub fn fleet_size(&self) -> u32 {
@@ -233,12 +241,40 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The application's load signal for `[shedding]` (see [`LoadSignal`]:
+    /// `1.0` is saturated; read on every request, so it must be cheap).
+    /// Without `[shedding]` in the configuration it is never read.
+    ///
+    /// ```
+    /// # use std::sync::atomic::{AtomicU32, Ordering};
+    /// # use std::sync::Arc;
+    /// # use fleetlimit::{Config, RateLimitLayer, SheddingConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cfg = Config::builder().shedding(SheddingConfig::default()).build()?;
+    /// // Kept up to date by the code that calls the search cluster.
+    /// let queued = Arc::new(AtomicU32::new(0));
+    /// let seen = Arc::clone(&queued);
+    /// let layer = RateLimitLayer::builder(cfg)
+    ///     .load_signal(move || f64::from(seen.load(Ordering::Relaxed)) / 500.0)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn load_signal(mut self, signal: impl LoadSignal) -> Self {
+        self.extras.load_signal = Some(Arc::new(signal));
+        self
+    }
+
     /// Connects (see [`RateLimitLayer::new`]) and builds the layer. On
     /// Redis it also starts the reset listener (a connection of its own,
     /// subscribed to `<key_prefix>:reset`, so `fleetlimit reset` reaches
     /// this instance's refused-key cache and leases), and with
-    /// `[fleet] discover = true` the heartbeat task; both end by themselves
-    /// when the last clone of the layer is dropped.
+    /// `[fleet] discover = true` the heartbeat task, and with `[shedding]`
+    /// the task reading the fleet-wide shedding signal
+    /// (`<key_prefix>:shed:{fleet}`); all end by themselves when the last
+    /// clone of the layer is dropped.
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
         let mut redis = None;
@@ -271,6 +307,9 @@ impl RateLimitLayerBuilder {
             if fred::interfaces::ClientLike::is_connected(store.pool()) {
                 let _ = tokio::time::timeout(r.connect_timeout, ready).await;
             }
+        }
+        if let (Some(store), Some(shedder)) = (&redis, limiter.shedder()) {
+            shedder.start_fleet_signal(store.pool().clone(), cfg.shed_fleet_key());
         }
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = cfg.heartbeat_key();

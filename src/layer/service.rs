@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::pipeline::{Decided, Limiter, Prepared};
+use crate::pipeline::{Decided, Decision, DecisionFuture, Limiter, Prepared};
 
 /// Middleware that rate limits requests: what [`RateLimitLayer`](crate::RateLimitLayer) wraps a
 /// service in (see it for what clients see).
@@ -58,15 +58,37 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // Shedding (off: `None`, nothing else to do) comes before any limit
+        // is charged; an admitted request's ticket rides on its decision.
+        let ticket = match self.limiter.shed(&req) {
+            None => None,
+            Some(Ok(ticket)) => Some(ticket),
+            Some(Err(shed)) => return ResponseFuture::decided(shed, &mut self.inner, req),
+        };
         match self.limiter.prepare(&req) {
-            Prepared::Unlimited => ResponseFuture::serving(self.inner.call(req)),
-            Prepared::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
+            Prepared::Unlimited if ticket.is_none() => {
+                ResponseFuture::serving(self.inner.call(req))
+            }
+            Prepared::Unlimited => {
+                let decision = Decision::admit(None).with_ticket(ticket);
+                ResponseFuture::decided(decision, &mut self.inner, req)
+            }
+            Prepared::Now(decision) => {
+                ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
+            }
             Prepared::Ask(pending) => match self.limiter.decide(pending) {
                 // Decided already (in-process store, remembered refusal):
                 // call the ready service now, keeping the request out of the
                 // future.
-                Decided::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
+                Decided::Now(decision) => {
+                    ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
+                }
                 Decided::Later(decision) => {
+                    let decision: DecisionFuture = match ticket {
+                        None => decision,
+                        // Resolved as the service is called (same poll).
+                        Some(t) => Box::pin(async move { decision.await.with_ticket(Some(t)) }),
+                    };
                     // The service is called later: take the one that was
                     // driven to ready and leave a fresh clone behind (calling
                     // an unready clone breaks backpressure).

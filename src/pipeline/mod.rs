@@ -1,5 +1,9 @@
 //! The request path, top to bottom.
 //!
+//! 0. With `[shedding]` only, [`prepare`]'s `shed` (synchronous): a
+//!    request whose route's priority the current pressure sheds is answered
+//!    `503` before anything is charged (see `shed/`); an admitted one is
+//!    counted in flight until its response is over.
 //! 1. [`prepare`] (synchronous, in the service's `call`): the route's
 //!    policy, each limit's key, the request's cost. A missing key or an
 //!    unknown client address is answered here.
@@ -50,6 +54,7 @@ use crate::config::Config;
 use crate::key::{ClientIpRules, KeySecret};
 use crate::plan::{PlanResolver, Plans};
 use crate::route::RouteTable;
+use crate::shed::{LoadSignal, Shedder, Ticket};
 use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
 
 /// One layer's limiter: the configuration's routes and every cache of the
@@ -84,6 +89,8 @@ pub(crate) struct Limiter {
     stop: tokio::sync::watch::Sender<()>,
     /// Places for requests held by `on_exceed = "delay"` at once.
     delayed: Arc<tokio::sync::Semaphore>,
+    /// Load shedding (`None`: off, nothing on the request path).
+    shed: Option<Arc<Shedder>>,
 }
 
 impl fmt::Debug for Limiter {
@@ -113,6 +120,19 @@ impl Decision {
             headers,
             ..Admitted::default()
         })
+    }
+
+    /// An admitted request keeps its place in flight (see `shed/`) until
+    /// its response is over, and its queueing delay is measured now, as
+    /// the handler is called; a refused one gives it back at once.
+    pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
+        match (self, ticket) {
+            (Self::Admit(mut a), Some(t)) => {
+                a.hold.push(t.start());
+                Self::Admit(a)
+            }
+            (d, _) => d,
+        }
     }
 }
 
@@ -153,8 +173,6 @@ pub(crate) struct Hold(SmallVec<[Box<dyn std::any::Any + Send + Sync>; 1]>);
 
 impl Hold {
     /// Keep `guard` until the response is over.
-    // Used by the layer's tests until the features that hold land.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push(&mut self, guard: impl std::any::Any + Send + Sync) {
         self.0.push(Box::new(guard));
     }
@@ -210,6 +228,8 @@ impl DecidedBy {
 pub(crate) struct Extras {
     pub(crate) resolver: Option<Arc<dyn PlanResolver>>,
     pub(crate) cost_fns: HashMap<String, CostFn>,
+    /// The application's load signal, for shedding.
+    pub(crate) load_signal: Option<Arc<dyn LoadSignal>>,
 }
 
 impl Extras {
@@ -217,6 +237,7 @@ impl Extras {
         Self {
             resolver: None,
             cost_fns: HashMap::new(),
+            load_signal: None,
         }
     }
 }
@@ -251,7 +272,15 @@ impl Limiter {
             cost_fns: extras.cost_fns,
             unrouted_logged: AtomicBool::new(false),
             delayed: Arc::new(tokio::sync::Semaphore::new(cfg.max_delayed)),
+            shed: cfg
+                .shedding
+                .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
         }
+    }
+
+    /// The shedder, when shedding is on.
+    pub(crate) fn shedder(&self) -> Option<&Arc<Shedder>> {
+        self.shed.as_ref()
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn Store> {

@@ -12,6 +12,7 @@ use super::{response, Decision, Limiter};
 use crate::key::{Extracted, KeyMaterial, LogId};
 use crate::route::OnMissing;
 use crate::route::Policy;
+use crate::shed::{Accepted, Ticket};
 use crate::RequestRef;
 
 /// Computes a request's cost (see [`RateLimitLayerBuilder::cost_fn`](crate::layer::RateLimitLayerBuilder::cost_fn)).
@@ -48,6 +49,25 @@ pub(super) struct PendingKey {
 }
 
 impl Limiter {
+    /// Step 0, with `[shedding]` only: shed the request by its route's
+    /// priority, before any key is charged, or count it in flight. `None`
+    /// when shedding is off.
+    pub(crate) fn shed<B>(&self, req: &Request<B>) -> Option<Result<Ticket, Decision>> {
+        let shedder = self.shed.as_ref()?;
+        let ext = req.extensions();
+        let matched = ext.get::<MatchedPath>().map(MatchedPath::as_str);
+        let priority = self.routes.priority(matched, req.method());
+        let accepted = ext.get::<Accepted>().map(|a| a.0);
+        Some(shedder.admit(priority, accepted).map_err(|s| {
+            Decision::Reject(response::overloaded(
+                s.priority.as_str(),
+                s.signal.as_str(),
+                s.pressure,
+                s.retry_after,
+            ))
+        }))
+    }
+
     /// Route → policy → keys → cost.
     pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared {
         let matched = req

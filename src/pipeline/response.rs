@@ -283,6 +283,30 @@ pub(crate) fn unavailable(limit: &str, retry: u64) -> Rejection {
     .retry_after(retry)
 }
 
+/// The problem `type` of a shed request.
+pub(crate) const OVERLOADED_TYPE: &str = "urn:fleetlimit:overloaded";
+
+/// `503`: shed, the backend being saturated (no limit was exceeded, so not
+/// 429); logged by the shedder, one line a second.
+pub(crate) fn overloaded(priority: &str, signal: &str, pressure: f64, retry: u64) -> Rejection {
+    Rejection::typed_problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        OVERLOADED_TYPE,
+        "Service Unavailable",
+        &format!(
+            "the service is overloaded and sheds {priority} requests first; retry in {retry} s"
+        ),
+        &[
+            ("priority", json_str(priority)),
+            ("signal", json_str(signal)),
+            // Rounded: a pressure, not a measurement to the last digit.
+            ("pressure", format!("{:.2}", pressure.min(1e9))),
+            ("retry_after", retry.to_string()),
+        ],
+    )
+    .retry_after(retry)
+}
+
 /// Which of a limit's `early_log` throttles a line uses.
 const MISSING_KEY: usize = 0;
 const TOO_COSTLY: usize = 1;

@@ -1,0 +1,81 @@
+//! [`AcceptedLayer`]: stamps each request with when it was accepted, for
+//! the queueing delay shedding measures.
+
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::Request;
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// When the request was accepted, for the queueing delay the shedder
+/// measures (`[shedding]`, CoDel): set it as early as possible — with
+/// [`AcceptedLayer`] around the whole router, or in the accept loop.
+/// Without it the delay counts from when the request reached the rate-limit
+/// layer. The first one set is kept.
+///
+/// ```
+/// use std::time::Instant;
+/// use fleetlimit::Accepted;
+///
+/// let mut req = http::Request::new(());
+/// req.extensions_mut().insert(Accepted(Instant::now()));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Accepted(pub Instant);
+
+/// Stamps every request with [`Accepted`] (unless it has one), as the
+/// outermost layer: around the whole `Router`, not added with
+/// `Router::layer` (which runs after routing).
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use fleetlimit::{AcceptedLayer, Config, RateLimitLayer};
+/// use tower::Layer;
+///
+/// # fn main() -> Result<(), fleetlimit::ConfigError> {
+/// let cfg = Config::builder().build()?;
+/// let router: Router = Router::new()
+///     .route("/", get(|| async { "ok" }))
+///     .layer(RateLimitLayer::in_memory(&cfg));
+/// // Serve this one (e.g. with `axum::serve(listener, app.into_make_service())`).
+/// let app = AcceptedLayer.layer(router);
+/// # let _ = app;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AcceptedLayer;
+
+impl<S> Layer<S> for AcceptedLayer {
+    type Service = StampAccepted<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StampAccepted { inner }
+    }
+}
+
+/// The service [`AcceptedLayer`] wraps a service in.
+#[derive(Clone, Debug)]
+pub struct StampAccepted<S> {
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for StampAccepted<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if req.extensions().get::<Accepted>().is_none() {
+            req.extensions_mut().insert(Accepted(Instant::now()));
+        }
+        self.inner.call(req)
+    }
+}
