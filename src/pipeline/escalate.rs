@@ -107,7 +107,7 @@ pub(super) fn held(d: Decided) -> Decided {
     match d {
         Decided::Now(Decision::Admit(mut a)) => match a.extensions.remove::<Delay>() {
             Some(delay) => Decided::Later(Box::pin(async move {
-                hold(delay).await;
+                a.held_for = hold(delay).await;
                 Decision::Admit(a)
             })),
             None => Decided::Now(Decision::Admit(a)),
@@ -117,7 +117,7 @@ pub(super) fn held(d: Decided) -> Decided {
             let mut d = f.await;
             if let Decision::Admit(a) = &mut d {
                 if let Some(delay) = a.extensions.remove::<Delay>() {
-                    hold(delay).await;
+                    a.held_for = hold(delay).await;
                 }
             }
             d
@@ -125,8 +125,11 @@ pub(super) fn held(d: Decided) -> Decided {
     }
 }
 
-async fn hold(delay: Delay) {
+/// Holds the request; how long it was held.
+async fn hold(delay: Delay) -> Duration {
+    let start = tokio::time::Instant::now();
     tokio::time::sleep(delay.hold).await;
     // The place is given up once the wait is over.
     drop(delay);
+    start.elapsed()
 }
