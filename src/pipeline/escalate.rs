@@ -107,7 +107,7 @@ pub(super) fn held(d: Decided) -> Decided {
     match d {
         Decided::Now(Decision::Admit(mut a)) => match a.extensions.remove::<Delay>() {
             Some(delay) => Decided::Later(Box::pin(async move {
-                a.held_for = hold(delay).await;
+                hold(delay).await;
                 Decision::Admit(a)
             })),
             None => Decided::Now(Decision::Admit(a)),
@@ -117,7 +117,7 @@ pub(super) fn held(d: Decided) -> Decided {
             let mut d = f.await;
             if let Decision::Admit(a) = &mut d {
                 if let Some(delay) = a.extensions.remove::<Delay>() {
-                    a.held_for = hold(delay).await;
+                    hold(delay).await;
                 }
             }
             d
@@ -125,11 +125,8 @@ pub(super) fn held(d: Decided) -> Decided {
     }
 }
 
-/// Holds the request; how long it was held.
-async fn hold(delay: Delay) -> Duration {
-    let start = tokio::time::Instant::now();
+async fn hold(delay: Delay) {
     tokio::time::sleep(delay.hold).await;
     // The place is given up once the wait is over.
     drop(delay);
-    start.elapsed()
 }

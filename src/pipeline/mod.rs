@@ -128,7 +128,7 @@ impl Decision {
     pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
         match (self, ticket) {
             (Self::Admit(mut a), Some(t)) => {
-                a.hold.push(t.start(a.held_for));
+                a.hold.push(t.start());
                 Self::Admit(a)
             }
             (d, _) => d,
@@ -150,9 +150,6 @@ pub(crate) struct Admitted {
     pub(crate) hold: Hold,
     /// Run with the handler's status, before the response goes out.
     pub(crate) after: Option<After>,
-    /// How long the request was held on purpose (`on_exceed = "delay"`):
-    /// not queueing, so not counted as such by the shedder.
-    pub(crate) held_for: std::time::Duration,
 }
 
 impl fmt::Debug for Admitted {

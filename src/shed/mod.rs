@@ -276,15 +276,13 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// The handler is being called now: its queueing delay (less the time
-    /// it was `held` on purpose by an escalating limit) goes to CoDel, and
-    /// the returned guard is held until the response is over.
-    pub(crate) fn start(self, held: std::time::Duration) -> InFlight {
+    /// The handler is being called now: its queueing delay goes to CoDel,
+    /// and the returned guard is held until the response is over.
+    pub(crate) fn start(self) -> InFlight {
         let delay = match self.accepted {
             Some(at) => at.elapsed(),
             None => self.entered.elapsed(),
         };
-        let delay = delay.saturating_sub(held);
         crate::sync::lock(&self.shedder.codel).sample(delay, Instant::now());
         self.guard
     }
