@@ -91,7 +91,7 @@ pub enum OnExceed {
     Refuse,
     /// Hold the request this long before the handler (at most
     /// `[escalation] max_delayed` held at once per instance; beyond that,
-    /// `429`).
+    /// challenged as with `Challenge`, never refused).
     Delay(std::time::Duration),
     /// Serve it, with a [`Challenge`](crate::Challenge) in its extensions
     /// for the handler to act on.

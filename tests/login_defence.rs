@@ -316,7 +316,8 @@ const DELAY: &str = r#"
 
 /// In-process, on tokio's paused clock: past the limit a request is held
 /// exactly the delay before the handler; with `max_delayed` (2) held at
-/// once, the next one is refused at once.
+/// once, the next one is challenged at once (never refused: whoever fills
+/// the places must not lock the others out).
 #[tokio::test(start_paused = true)]
 async fn delay_holds_the_request_and_bounds_how_many_are_held() {
     let cfg = Config::from_toml_str(DELAY).unwrap();
@@ -338,7 +339,15 @@ async fn delay_holds_the_request_and_bounds_how_many_are_held() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     let t = tokio::time::Instant::now();
     let (s, body) = right(&app, "192.0.2.1", false).await;
-    assert_eq!(s, 429, "{body}");
+    assert_eq!(s, 401, "{body}");
+    assert!(
+        body.contains(CHALLENGE_TYPE) && body.contains("per-ip"),
+        "{body}"
+    );
+    assert_eq!(t.elapsed(), Duration::ZERO);
+    // Solving the challenge gets it through, still without waiting.
+    let (s, body) = right(&app, "192.0.2.1", true).await;
+    assert_eq!((s, body.as_str()), (200, "ok challenge=per-ip"));
     assert_eq!(t.elapsed(), Duration::ZERO);
     for h in held {
         assert_eq!(h.await.unwrap(), 200);
@@ -651,7 +660,7 @@ async fn escalations_log_one_line_a_second_per_limit() {
 }
 
 /// `max_delayed` is per instance: with Redis shared by two instances, the
-/// places of one being full refuses its next delayed request, while the
+/// places of one being full challenges its next delayed request, while the
 /// other still holds its own.
 #[tokio::test]
 async fn max_delayed_is_per_instance() {
@@ -673,8 +682,9 @@ async fn max_delayed_is_per_instance() {
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(10)).await;
         let t = Instant::now();
-        let (s, _) = right(&apps[0], "192.0.2.1", false).await;
-        if s == 429 {
+        let (s, body) = right(&apps[0], "192.0.2.1", false).await;
+        if s == 401 {
+            assert!(body.contains(CHALLENGE_TYPE), "{body}");
             refused = Some(t.elapsed());
             break;
         }
@@ -682,10 +692,10 @@ async fn max_delayed_is_per_instance() {
         // held like the others.
         assert_eq!(s, 200);
     }
-    let took = refused.expect("a third request held on a full instance is refused");
+    let took = refused.expect("a third request held on a full instance is challenged");
     assert!(
         took < Duration::from_secs(1),
-        "refused without being held: {took:?}"
+        "challenged without being held: {took:?}"
     );
     // Instance 1 has its own places.
     let t = Instant::now();
@@ -825,4 +835,107 @@ async fn redis_down_local_still_challenges_instead_of_refusing() {
     );
     let (s, body) = right(&apps[0], "192.0.2.9", true).await;
     assert_eq!((s, body.as_str()), (200, "ok challenge=per-account"));
+}
+
+/// A challenge asked for is not a failed attempt: once the global failure
+/// limit challenges everyone, an office behind one address whose users are
+/// prompted many times is never refused by its per-IP failure limit; only
+/// real failures (challenge solved, wrong password) count.
+#[tokio::test]
+async fn challenge_prompts_are_not_counted_as_failures() {
+    let server = RedisServer::start();
+    let prefix = prefix("login-prompts");
+    let body = r#"
+        [limits.per-ip]
+        key = "ip"
+        count = "failures"
+        capacity = 3
+        refill = "1/h"
+
+        [limits.global]
+        key = "global"
+        count = "failures"
+        on_exceed = "challenge"
+        capacity = 1
+        refill = "1/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["per-ip", "global"]
+    "#;
+    let apps = fleet(&server, &prefix, "500ms", body).await;
+    // Someone elsewhere spends the global budget: everyone is challenged.
+    assert_eq!(wrong(&apps[0], "198.51.100.9", "bob").await.0, 401);
+    for i in 0..20 {
+        let (s, body) = wrong(&apps[i % 2], "192.0.2.1", "alice").await;
+        assert_eq!(s, 401, "prompt {i}: {body}");
+        assert!(body.contains(CHALLENGE_TYPE), "prompt {i}: {body}");
+    }
+    // Real failures from that address count: 3, then refused.
+    let solved = [
+        ("x-account", "alice"),
+        ("x-password", "guess"),
+        ("x-captcha", "solved"),
+    ];
+    for i in 0..3 {
+        let (s, body) = attempt(&apps[i % 2], "192.0.2.1", &solved).await;
+        assert_eq!((s, body.as_str()), (401, "wrong challenge=global"), "{i}");
+    }
+    assert_eq!(attempt(&apps[0], "192.0.2.1", &solved).await.0, 429);
+    server.assert_every_key_expires(&prefix);
+}
+
+/// A refusal of a limit that counts failures is not remembered by the
+/// instance (pipeline/refused.rs): a success in flight holds its unit
+/// only until its status is known, so the limit may have room again long
+/// before the refusal's `Retry-After` (an hour here).
+#[tokio::test]
+async fn refusals_of_failure_limits_are_not_remembered() {
+    let server = RedisServer::start();
+    let prefix = prefix("login-no-cache");
+    let body = r#"
+        [limits.per-ip-account]
+        key = "ip+account:x-account"
+        count = "failures"
+        capacity = 1
+        refill = "1/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["per-ip-account"]
+    "#;
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let gate = Arc::new(std::sync::Mutex::new(Some((entered_tx, go_rx))));
+    // The first request is a success that waits in the handler until told.
+    let slow = move || {
+        let gate = Arc::clone(&gate);
+        async move {
+            let taken = gate.lock().unwrap().take();
+            if let Some((entered, go)) = taken {
+                let _ = entered.send(());
+                let _ = go.await;
+            }
+            "ok"
+        }
+    };
+    let layer = RateLimitLayer::new(redis_config(&server, &prefix, "500ms", body))
+        .await
+        .unwrap();
+    let app = Router::new().route("/login", post(slow)).layer(layer);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { right(&app, "192.0.2.1", false).await.0 })
+    };
+    // Bounded: the handler is entered after one Redis call.
+    tokio::time::timeout(Duration::from_secs(10), entered_rx)
+        .await
+        .expect("the first request reached the handler")
+        .unwrap();
+    // Its unit is held: the same address and account is refused...
+    assert_eq!(right(&app, "192.0.2.1", false).await.0, 429);
+    let _ = go_tx.send(());
+    assert_eq!(first.await.unwrap(), 200);
+    // ...until the success is settled; then it has room again at once.
+    assert_eq!(right(&app, "192.0.2.1", false).await.0, 200);
 }

@@ -269,7 +269,7 @@ impl ConfigBuilder {
 
     /// Most requests held by [`OnExceed::Delay`](crate::OnExceed::Delay) at
     /// once on this instance (default 100; `[escalation] max_delayed` in
-    /// TOML): beyond it, a request that would be delayed is refused (`429`).
+    /// TOML): beyond it, a request that would be delayed is challenged instead.
     pub fn max_delayed(mut self, n: usize) -> Self {
         self.max_delayed = Some(n);
         self

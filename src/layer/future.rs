@@ -149,7 +149,10 @@ where
                         h.write(res.headers_mut());
                     }
                     let hold = std::mem::take(hold);
-                    if let Some(work) = after.take().and_then(|after| after(res.status())) {
+                    if let Some(work) = after
+                        .take()
+                        .and_then(|after| after(res.status(), res.extensions()))
+                    {
                         let response = Some((res, hold));
                         this.state.set(State::Finishing { work, response });
                         continue;

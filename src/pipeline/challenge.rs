@@ -60,6 +60,8 @@ impl Challenge {
 /// A ready answer for a handler that asks the client to complete a
 /// challenge first: `401 Unauthorized`, `application/problem+json` with
 /// `"type": "urn:fleetlimit:challenge-required"` and the limits exceeded.
+/// Limits with `count = "failures"` do not count it as a failure: the
+/// client was asked a question, it tried nothing.
 ///
 /// ```
 /// use axum::response::IntoResponse;
@@ -94,9 +96,16 @@ impl IntoResponse for ChallengeRequired {
         let mut res = Response::new(axum::body::Body::from(r.body));
         *res.status_mut() = r.status;
         *res.headers_mut() = r.headers;
+        // Its 401 is a question, not a failed attempt (see `failures.rs`).
+        res.extensions_mut().insert(Prompted);
         res
     }
 }
+
+/// On a [`ChallengeRequired`] answer: limits that count failures do not
+/// count it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Prompted;
 
 #[cfg(test)]
 mod tests {

@@ -286,9 +286,7 @@ impl Limiter {
                 admitted.after = self.settle(p, &buckets, limits, by);
             }
             if p.policy.limits.iter().any(|l| l.escalates()) {
-                if let Err(r) = self.escalate(p, &buckets, limits, by, &mut admitted) {
-                    return Decision::Reject(r);
-                }
+                self.escalate(p, &buckets, limits, by, &mut admitted);
             }
             // Opt-in per route: the handle is an allocation and an
             // extension insert on every admitted request. It gives back
@@ -314,7 +312,9 @@ impl Limiter {
         let limit = &p.policy.limits[i];
         let key = &buckets[i].key;
         let id = p.log_ids[i];
-        if by == DecidedBy::Primary {
+        // A limit that counts failures gives units back after successes in
+        // flight: its refusal may end long before `Retry-After` says.
+        if by == DecidedBy::Primary && limit.failures.is_none() {
             // Remember the refusal: until it can succeed, this instance
             // answers the key by itself (see `refused.rs`).
             let now = Instant::now();

@@ -3,7 +3,8 @@
 //! like a limit in shadow mode), so the request's other limits still decide
 //! all or nothing; an admitted request over a soft limit is then challenged
 //! (a [`Challenge`] for the handler) or held before the handler, at most
-//! `[escalation] max_delayed` at once per instance (beyond: `429`).
+//! `[escalation] max_delayed` at once per instance (beyond: challenged, never
+//! refused, so filling the places locks nobody out).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,6 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::challenge::Challenge;
-use super::response::{self, retry_after_secs, RateHeaders, Rejection};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending};
 use crate::algorithm::LimitState;
 use crate::route::OnExceed;
@@ -28,10 +28,8 @@ struct Delay {
 impl Limiter {
     /// The escalations of an admitted request: each limit that escalates,
     /// is not in shadow mode, and had no room. Challenges go into the
-    /// request's extensions; the longest delay is held by [`held`]. `Err`:
-    /// a delay with no place left among the held requests, refused.
-    // The refusal is rare and built once, as in `decide.rs`.
-    #[allow(clippy::result_large_err)]
+    /// request's extensions; the longest delay is held by [`held`], or,
+    /// with no place left among the held requests, challenged.
     pub(super) fn escalate(
         &self,
         p: &Pending,
@@ -39,7 +37,7 @@ impl Limiter {
         limits: &[LimitState],
         by: DecidedBy,
         admitted: &mut Admitted,
-    ) -> Result<(), Rejection> {
+    ) {
         let mut challenged = Vec::new();
         let mut delay: Option<(Duration, usize)> = None;
         for (i, (limit, s)) in p.policy.limits.iter().zip(limits).enumerate() {
@@ -72,32 +70,23 @@ impl Limiter {
                 ),
             }
         }
+        if let Some((hold, i)) = delay {
+            match Arc::clone(&self.delayed).try_acquire_owned() {
+                Ok(permit) => {
+                    admitted.extensions.insert(Delay {
+                        hold,
+                        _permit: Arc::new(permit),
+                    });
+                }
+                // Every place is taken: challenged instead. Refusing would
+                // let whoever fills the places (100 requests on one account)
+                // lock everyone else out, the account's owner included.
+                Err(_) => challenged.push(Arc::clone(&p.policy.limits[i].name)),
+            }
+        }
         if !challenged.is_empty() {
             admitted.extensions.insert(Challenge::new(challenged));
         }
-        if let Some((hold, i)) = delay {
-            let Ok(permit) = Arc::clone(&self.delayed).try_acquire_owned() else {
-                // Every place is taken: refused, as without escalation.
-                let s = limits[i];
-                let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
-                let key = p.log_ids[i].of(&buckets[i].key);
-                let limit = &p.policy.limits[i];
-                let retry = retry_after_secs(s.wait);
-                return Err(response::refusal(
-                    limit,
-                    key,
-                    headers,
-                    retry,
-                    by.degraded(),
-                    false,
-                ));
-            };
-            admitted.extensions.insert(Delay {
-                hold,
-                _permit: Arc::new(permit),
-            });
-        }
-        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::challenge::Prompted;
 use super::{After, Buckets, DecidedBy, Limiter, Pending};
 use crate::algorithm::LimitState;
 use crate::route::Limit;
@@ -38,10 +39,14 @@ impl Limiter {
         }
         let this = Arc::clone(self);
         let cost = f64::from(p.cost);
-        Some(Box::new(move |status| {
+        Some(Box::new(move |status, extensions| {
+            // A challenge asked for (`ChallengeRequired`) is not a failed
+            // attempt: nothing was tried. Counting it would turn a
+            // challenge, meant to spare the owner, into a lockout.
+            let prompted = extensions.get::<Prompted>().is_some();
             let (back, limits): (Vec<Bucket>, Vec<Arc<Limit>>) = charged
                 .into_iter()
-                .filter(|(l, _)| !l.counts(status))
+                .filter(|(l, _)| prompted || !l.counts(status))
                 .map(|(l, b)| (b, l))
                 .unzip();
             if back.is_empty() {
@@ -117,7 +122,10 @@ mod tests {
         let Decision::Admit(a) = d else {
             return false;
         };
-        if let Some(work) = a.after.and_then(|after| after(status)) {
+        if let Some(work) = a
+            .after
+            .and_then(|after| after(status, &http::Extensions::new()))
+        {
             work.await;
         }
         true

@@ -189,10 +189,16 @@ impl fmt::Debug for Hold {
 }
 
 /// Work that depends on the handler's answer (a limit that counts only
-/// failures gives its unit back for a success): given the status, the
-/// work to finish before the response goes out, if any.
-pub(crate) type After =
-    Box<dyn FnOnce(http::StatusCode) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> + Send>;
+/// failures gives its unit back for a success): given the status and the
+/// response's extensions, the work to finish before the response goes
+/// out, if any.
+pub(crate) type After = Box<
+    dyn FnOnce(
+            http::StatusCode,
+            &http::Extensions,
+        ) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>>
+        + Send,
+>;
 
 /// A decision that waits on Redis or a plan resolver.
 pub(crate) type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
