@@ -107,6 +107,7 @@ pub(super) enum AlgorithmName {
     TokenBucket,
     FixedWindow,
     SlidingWindow,
+    Concurrency,
 }
 
 #[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
@@ -133,6 +134,9 @@ pub(super) struct RawLimit {
     pub(super) mode: Mode,
     pub(super) lease_batch: Option<Spanned<u32>>,
     pub(super) lease_above: Option<Spanned<u32>>,
+    /// `algorithm = "concurrency"`: slots per key, and the longest a slot counts.
+    pub(super) max_in_flight: Option<Spanned<u64>>,
+    pub(super) max_hold: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +146,7 @@ pub(super) struct RawPlanLimit {
     pub(super) refill: Option<Spanned<String>>,
     pub(super) limit: Option<Spanned<u64>>,
     pub(super) window: Option<Spanned<String>>,
+    pub(super) max_in_flight: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]

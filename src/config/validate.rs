@@ -35,6 +35,13 @@ pub(super) const MAX_REFILL_PER_SEC: f64 = 1_000_000.0;
 /// a double with a sub-µs step. 10 years is a round number well inside both.
 pub(super) const MAX_SPAN: Duration = Duration::from_secs(3650 * 86_400);
 
+/// A concurrency slot's longest hold when the configuration gives none.
+pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// The longest `max_hold`: a slot is a request in flight, and a day is far
+/// beyond any request (and any timeout in front of one).
+pub(super) const MAX_HOLD: Duration = Duration::from_secs(86_400);
+
 /// A count from the configuration as the stores hold it: above 2^53 a
 /// double would round it, so it becomes infinity, which `check_rule` rejects
 /// instead of accepting a different number.
@@ -225,6 +232,7 @@ impl<'s> Validator<'s> {
         let cap = rule.capacity();
         let what = match rule {
             Rule::TokenBucket { .. } => "capacity",
+            Rule::Concurrency { .. } => "max_in_flight",
             _ => "limit",
         };
         let bad = |span: Span, msg: String| Err(self.err(span, format!("limit {limit:?}: {msg}")));
@@ -282,6 +290,20 @@ impl<'s> Validator<'s> {
                             "window must be at most {} days (10 years)",
                             MAX_SPAN.as_secs() / 86_400
                         ),
+                    );
+                }
+            }
+            Rule::Concurrency { max_hold, .. } => {
+                if max_hold.as_millis() < 1 || max_hold.subsec_nanos() % 1_000_000 != 0 {
+                    return bad(
+                        spans.rate(),
+                        "max_hold must be a whole number of milliseconds, at least 1ms (Redis keeps slots' deadlines in ms)".into(),
+                    );
+                }
+                if max_hold > MAX_HOLD {
+                    return bad(
+                        spans.rate(),
+                        format!("max_hold must be at most {} h (a slot is one request in flight)", MAX_HOLD.as_secs() / 3600),
                     );
                 }
             }
@@ -415,7 +437,8 @@ impl<'s> Validator<'s> {
                 .values()
                 .map(Rule::capacity)
                 .fold(l.rule.capacity(), f64::min);
-            if f64::from(cost) > smallest {
+            // A concurrency limit takes one slot whatever the cost.
+            if f64::from(cost) > smallest && !l.rule.is_concurrency() {
                 let holds = if l.plans.is_empty() {
                     format!("capacity {smallest}")
                 } else {

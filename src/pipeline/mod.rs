@@ -22,6 +22,7 @@ mod lease;
 mod prepare;
 mod refund;
 mod refused;
+mod slot;
 // Its header names are public as `fleetlimit::headers`.
 pub(crate) mod response;
 
@@ -78,6 +79,8 @@ pub(crate) struct Limiter {
     unrouted_logged: AtomicBool,
     /// Dropped with the limiter: tells its reset listener to stop.
     stop: tokio::sync::watch::Sender<()>,
+    /// Concurrency limits' slot ids, unique fleet-wide.
+    slot_ids: slot::SlotIds,
 }
 
 impl fmt::Debug for Limiter {
@@ -147,8 +150,6 @@ pub(crate) struct Hold(SmallVec<[Box<dyn std::any::Any + Send + Sync>; 1]>);
 
 impl Hold {
     /// Keep `guard` until the response is over.
-    // Used by the layer's tests until the features that hold land.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push(&mut self, guard: impl std::any::Any + Send + Sync) {
         self.0.push(Box::new(guard));
     }
@@ -244,6 +245,7 @@ impl Limiter {
             ),
             cost_fns: extras.cost_fns,
             unrouted_logged: AtomicBool::new(false),
+            slot_ids: slot::SlotIds::new(),
         }
     }
 

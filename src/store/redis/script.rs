@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
+    /// Slots that could not be given back (one WARN a second).
+    pub(crate) release_log: crate::log_throttle::Throttle,
     options: Options,
 }
 
@@ -63,6 +65,7 @@ impl Inner {
             lean: Script::new(LEAN),
             decide: Script::new(SCRIPT),
             deadline,
+            release_log: crate::log_throttle::Throttle::default(),
             options: Options {
                 // A backstop only: `within` enforces the deadline.
                 timeout: Some(backstop(deadline)),
@@ -88,7 +91,7 @@ impl Inner {
             &self.decide
         };
         let args = |head: &Value| {
-            let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
+            let mut args: Vec<Value> = Vec::with_capacity(4 + 5 * n);
             args.push(head.clone());
             args.push(Value::Integer(n as i64));
             args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
@@ -99,7 +102,8 @@ impl Inner {
                 args.push(burst);
             } else {
                 args.push(Value::from(check.cost.to_string()));
-                // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
+                args.push(Value::from(check.slot.as_deref().unwrap_or("")));
+                // EVALSHA sha numkeys key.. cost slot (algorithm p1 p2 shadow)..
                 for b in &check.buckets {
                     let (code, p1, p2) = b.rule.script_args();
                     args.push(Value::from(code));
@@ -180,6 +184,27 @@ impl Inner {
         }
     }
 
+    /// `ZREM` of a concurrency slot from its key's set, on the primary
+    /// owning the key on a cluster; fail-fast, one attempt, the caller
+    /// bounds it by the deadline.
+    pub(crate) async fn release(&self, pool: &Pool, key: &str, slot: &str) -> Result<(), StoreError> {
+        let node_pool;
+        let pool = match &self.nodes {
+            Some(nodes) => {
+                node_pool = nodes.for_slot(fred::util::redis_keyslot(key.as_bytes()))?;
+                &node_pool
+            }
+            None => pool,
+        };
+        let zrem = CustomCommand::new_static("ZREM", ClusterHash::FirstKey, false);
+        let _removed: Value = pool
+            .with_options(&self.options)
+            .custom(zrem, vec![Value::from(key), Value::from(slot)])
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
     /// The per-check deadline.
     pub(crate) fn deadline(&self) -> Duration {
         self.deadline
@@ -196,6 +221,7 @@ impl Inner {
         groups: &[Vec<usize>],
     ) -> Result<Outcome, StoreError> {
         let subset = |g: &[usize], cost: f64| Check {
+            slot: check.slot.clone(),
             cost,
             buckets: g.iter().map(|&i| check.buckets[i].clone()).collect(),
         };
