@@ -407,6 +407,7 @@ on_redis_error = "closed"
 "#;
     let cfg = redis_config(&server, &prefix, "2s", body);
     let slots = redis_key(&cfg, "in-flight", "k");
+    let admin = fleetlimit::admin::Admin::connect(&cfg).await.unwrap();
     let gate = Arc::new(Semaphore::new(0));
     let g = Arc::clone(&gate);
     let app = Router::new()
@@ -429,6 +430,10 @@ on_redis_error = "closed"
         tokio::spawn(async move { send(&app, req()).await })
     };
     assert!(eventually(Duration::from_secs(10), || zcard(&server, &slots) == 1).await);
+    // `fleetlimit inspect` reads the set of slots.
+    let seen = admin.inspect("k", Some("in-flight")).await.unwrap();
+    assert!(seen[0].state.starts_with("1 of 1 slots in flight"), "{seen:?}");
+    assert!(seen[0].pttl > 0 && seen[0].pttl <= 30_001, "{seen:?}");
     // B: refused by the concurrency limit; its token is not taken.
     let b = send(&app, req()).await;
     assert_eq!(b.status(), 429);

@@ -138,11 +138,14 @@ pub(crate) fn describe(max: f64, raw: &str, now_us: f64) -> String {
     if v.len() % 2 != 0 {
         return format!("unreadable set of slots: {raw:?}");
     }
-    let live: Vec<f64> = v
+    let Ok(deadlines) = v
         .chunks(2)
-        .filter_map(|p| p[1].parse::<f64>().ok())
-        .filter(|&d| d > now_us)
-        .collect();
+        .map(|p| p[1].parse::<f64>())
+        .collect::<Result<Vec<f64>, _>>()
+    else {
+        return format!("unreadable set of slots: {raw:?}");
+    };
+    let live: Vec<f64> = deadlines.into_iter().filter(|&d| d > now_us).collect();
     let s = Slots::of(live.iter().copied());
     if s.count == 0.0 {
         return format!("no slot in flight, of {max}");
