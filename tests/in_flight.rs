@@ -184,7 +184,10 @@ async fn four_instances_never_more_than_max_in_flight() {
                 let retry: u64 = header_in(&raw, "retry-after").unwrap().parse().unwrap();
                 assert!(retry >= 1, "{raw}");
                 assert!(raw.contains("in-flight"), "the body names the limit: {raw}");
-                assert_eq!(header_in(&raw, "x-ratelimit-remaining").as_deref(), Some("0"));
+                assert_eq!(
+                    header_in(&raw, "x-ratelimit-remaining").as_deref(),
+                    Some("0")
+                );
             }
             other => panic!("status {other}: {raw}"),
         }
@@ -352,9 +355,7 @@ async fn a_client_that_disconnects_mid_response_frees_its_slot() {
     let app = Router::new()
         .route(
             "/",
-            get(|| async {
-                Body::new(Drip(tokio::time::interval(Duration::from_millis(50))))
-            }),
+            get(|| async { Body::new(Drip(tokio::time::interval(Duration::from_millis(50)))) }),
         )
         .layer(RateLimitLayer::new(cfg).await.unwrap());
     let addr = serve(app).await;
@@ -432,7 +433,10 @@ on_redis_error = "closed"
     assert!(eventually(Duration::from_secs(10), || zcard(&server, &slots) == 1).await);
     // `fleetlimit inspect` reads the set of slots.
     let seen = admin.inspect("k", Some("in-flight")).await.unwrap();
-    assert!(seen[0].state.starts_with("1 of 1 slots in flight"), "{seen:?}");
+    assert!(
+        seen[0].state.starts_with("1 of 1 slots in flight"),
+        "{seen:?}"
+    );
     assert!(seen[0].pttl > 0 && seen[0].pttl <= 30_001, "{seen:?}");
     // B: refused by the concurrency limit; its token is not taken.
     let b = send(&app, req()).await;
@@ -649,7 +653,10 @@ async fn garbage_in_a_key_affects_that_key_only() {
     }
     // Every slot given back: nothing left of the three keys.
     assert!(
-        eventually(Duration::from_secs(10), || server.keys_with_pttl(&prefix).is_empty()).await,
+        eventually(Duration::from_secs(10), || server
+            .keys_with_pttl(&prefix)
+            .is_empty())
+        .await,
         "{:?}",
         server.keys_with_pttl(&prefix)
     );
@@ -681,12 +688,17 @@ limits = ["in-flight"]
     assert!(Config::from_toml_str(&good.replace("max_hold = \"30s\"\n", "")).is_ok());
     let e = error_for("cap.toml", "max_in_flight = 5", "capacity = 5");
     assert!(
-        e.starts_with("cap.toml:4:12: limit \"in-flight\": `capacity` does not apply to a concurrency limit"),
+        e.starts_with(
+            "cap.toml:4:12: limit \"in-flight\": `capacity` does not apply to a concurrency limit"
+        ),
         "{e}"
     );
     let e = error_for("win.toml", "max_hold = \"30s\"", "window = \"1s\"");
     assert!(e.starts_with("win.toml:5:10:"), "{e}");
-    assert!(e.contains("`window` does not apply to a concurrency limit"), "{e}");
+    assert!(
+        e.contains("`window` does not apply to a concurrency limit"),
+        "{e}"
+    );
     let e = error_for("zero.toml", "max_in_flight = 5", "max_in_flight = 0");
     assert!(
         e.starts_with("zero.toml:4:17: limit \"in-flight\": max_in_flight must be at least 1"),
@@ -697,7 +709,10 @@ limits = ["in-flight"]
     assert!(e.starts_with("missing.toml:1:"), "{e}");
     let e = error_for("hold.toml", "max_hold = \"30s\"", "max_hold = \"0s\"");
     assert!(e.starts_with("hold.toml:5:12:"), "{e}");
-    assert!(e.contains("max_hold must be a whole number of milliseconds"), "{e}");
+    assert!(
+        e.contains("max_hold must be a whole number of milliseconds"),
+        "{e}"
+    );
     let e = error_for("long.toml", "max_hold = \"30s\"", "max_hold = \"2d\"");
     assert!(e.starts_with("long.toml:5:12:"), "{e}");
     assert!(e.contains("max_hold must be at most 24 h"), "{e}");
@@ -708,13 +723,72 @@ limits = ["in-flight"]
         "capacity = 5\nrefill = \"1/s\"\nmax_in_flight = 5",
     );
     assert!(
-        e.starts_with("tb.toml:5:17: limit \"in-flight\": `max_in_flight` does not apply to a token bucket"),
+        e.starts_with(
+            "tb.toml:5:17: limit \"in-flight\": `max_in_flight` does not apply to a token bucket"
+        ),
         "{e}"
     );
     // A plan may change max_in_flight; a route's cost is no concern of it.
     let plans = format!(
         "{}\n[plans.pro.in-flight]\nmax_in_flight = 20\n",
-        good.replace("limits = [\"in-flight\"]", "limits = [\"in-flight\"]\ncost = 9")
+        good.replace(
+            "limits = [\"in-flight\"]",
+            "limits = [\"in-flight\"]\ncost = 9"
+        )
     );
-    assert!(Config::from_toml_str(&plans).is_ok(), "{:?}", Config::from_toml_str(&plans).err());
+    assert!(
+        Config::from_toml_str(&plans).is_ok(),
+        "{:?}",
+        Config::from_toml_str(&plans).err()
+    );
+}
+
+/// On a cluster, limits in different hash slots are decided one call per
+/// slot: a slot taken by the first call is given back when a later call
+/// refuses (no negative cost can do that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_later_refusal_gives_the_slot_back() {
+    let cluster = RedisCluster::start();
+    let prefix = prefix("in-flight-cluster");
+    let body = r#"
+[limits.in-flight]
+key = "header:x-api-key"
+algorithm = "concurrency"
+max_in_flight = 5
+max_hold = "30s"
+
+[limits.everyone]
+key = "global"
+capacity = 1
+refill = "1/d"
+
+[default]
+limits = ["in-flight", "everyone"]
+on_redis_error = "closed"
+"#;
+    let cfg = cluster_config(&cluster, &prefix, "2s", body);
+    let key = redis_key(&cfg, "in-flight", "k");
+    let app = ok_app(cfg).await;
+    let held = || {
+        cluster
+            .keys_with_pttl(&prefix)
+            .iter()
+            .any(|(k, _)| *k == key)
+    };
+    let req = || request("GET", "/", "127.0.0.1:9", &[("x-api-key", "k")]);
+    let first = send(&app, req()).await;
+    assert_eq!(first.status(), 200);
+    assert!(held());
+    drop(first);
+    assert!(eventually(Duration::from_secs(10), || !held()).await);
+    // The slot's call admits, the global bucket's refuses: the slot goes
+    // back (max_hold is 30 s: within 10 s means given back).
+    let second = send(&app, req()).await;
+    assert_eq!(second.status(), 429);
+    assert!(body_text(second).await.contains("everyone"));
+    assert!(
+        eventually(Duration::from_secs(10), || !held()).await,
+        "the slot taken before the refusal is still held"
+    );
+    cluster.assert_every_key_expires(&prefix);
 }

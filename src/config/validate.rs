@@ -303,7 +303,10 @@ impl<'s> Validator<'s> {
                 if max_hold > MAX_HOLD {
                     return bad(
                         spans.rate(),
-                        format!("max_hold must be at most {} h (a slot is one request in flight)", MAX_HOLD.as_secs() / 3600),
+                        format!(
+                            "max_hold must be at most {} h (a slot is one request in flight)",
+                            MAX_HOLD.as_secs() / 3600
+                        ),
                     );
                 }
             }

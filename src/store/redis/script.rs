@@ -187,7 +187,12 @@ impl Inner {
     /// `ZREM` of a concurrency slot from its key's set, on the primary
     /// owning the key on a cluster; fail-fast, one attempt, the caller
     /// bounds it by the deadline.
-    pub(crate) async fn release(&self, pool: &Pool, key: &str, slot: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(
+        &self,
+        pool: &Pool,
+        key: &str,
+        slot: &str,
+    ) -> Result<(), StoreError> {
         let node_pool;
         let pool = match &self.nodes {
             Some(nodes) => {
@@ -250,17 +255,48 @@ impl Inner {
             // not turn it into a timeout the route's policy might answer
             // with "admit". A failed refund leaves those units spent until
             // they refill (an over-count, the safe side).
+            // A concurrency slot goes back by id, not by a negative cost.
+            let is_slot = |i: &usize| check.buckets[*i].rule.is_concurrency();
             let refunds: Vec<Check> = groups
                 .iter()
                 .map(|g| {
-                    let back: Vec<usize> =
-                        g.iter().copied().filter(|i| charged.contains(i)).collect();
+                    let back: Vec<usize> = g
+                        .iter()
+                        .copied()
+                        .filter(|i| charged.contains(i) && !is_slot(i))
+                        .collect();
                     subset(&back, -check.cost)
                 })
                 .filter(|c| !c.buckets.is_empty())
                 .collect();
+            let slots: Vec<(String, String)> = match &check.slot {
+                Some(slot) => charged
+                    .iter()
+                    .filter(|i| is_slot(i))
+                    .map(|&i| (check.buckets[i].key.clone(), slot.clone()))
+                    .collect(),
+                None => Vec::new(),
+            };
             let (inner, pool, units) = (Arc::clone(self), pool.clone(), check.cost);
             tokio::spawn(async move {
+                for (key, slot) in slots {
+                    let done = within(
+                        inner.release(&pool, &key, &slot),
+                        inner.deadline,
+                        &inner.io,
+                        &inner.stalls,
+                    )
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout));
+                    if let Err(e) = done {
+                        tracing::warn!(
+                            target: "fleetlimit",
+                            error = %e,
+                            "refused, and the concurrency slot taken before the refusal could not \
+                             be given back: it counts until its max_hold"
+                        );
+                    }
+                }
                 for refund in refunds {
                     let done = within(
                         inner.run(&pool, &refund),
