@@ -792,3 +792,82 @@ on_redis_error = "closed"
     );
     cluster.assert_every_key_expires(&prefix);
 }
+
+/// Redis frozen (SIGSTOP): checks time out, `local` decides with this
+/// instance's slots; the slots a timed-out script may still take once Redis
+/// runs again stop counting at max_hold (2 s here), and the key expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_frozen_local_decides_and_nothing_outlives_max_hold() {
+    let server = RedisServer::start();
+    let prefix = prefix("in-flight-frozen");
+    let body = r#"
+[fleet]
+size = 1
+
+[limits.in-flight]
+key = "header:x-api-key"
+algorithm = "concurrency"
+max_in_flight = 2
+max_hold = "2s"
+
+[default]
+limits = ["in-flight"]
+on_redis_error = "local"
+"#;
+    let cfg = redis_config(&server, &prefix, "100ms", body);
+    let key = redis_key(&cfg, "in-flight", "k");
+    let gate = Arc::new(Semaphore::new(0));
+    let g = Arc::clone(&gate);
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let g = Arc::clone(&g);
+                async move {
+                    g.acquire().await.unwrap().forget();
+                    "ok"
+                }
+            }),
+        )
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let req = || request("GET", "/", "127.0.0.1:9", &[("x-api-key", "k")]);
+    server.freeze();
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { send(&app, req()).await.status().as_u16() })
+        })
+        .collect();
+    // The refusal answers once its check timed out; the two admitted wait.
+    assert!(settled(&tasks, 1).await);
+    gate.add_permits(2);
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429]);
+    server.thaw();
+    // Whatever the frozen calls did once Redis ran them, nothing counts
+    // past max_hold: bounded at 5 × max_hold.
+    assert!(
+        eventually(Duration::from_secs(10), || server
+            .cli(&["EXISTS", &key])
+            .unwrap()
+            .trim()
+            == "0")
+        .await,
+        "{:?}",
+        server.cli(&["ZRANGE", &key, "0", "-1", "WITHSCORES"])
+    );
+    gate.add_permits(1);
+    let mut admitted = false;
+    for _ in 0..100 {
+        if send(&app, req()).await.status() == 200 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(admitted, "never admitted again after the thaw");
+}
