@@ -326,6 +326,41 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn concurrency_slots_are_released_by_id_or_expire() {
+        let s = MemoryStore::new(100);
+        let bucket = Bucket {
+            key: "c".into(),
+            rule: Rule::Concurrency {
+                max_in_flight: 2.0,
+                max_hold: Duration::from_secs(10),
+            },
+            shadow: false,
+        };
+        let take = |slot: &str, cost: f64| Check {
+            cost,
+            buckets: vec![bucket.clone()],
+            slot: Some(slot.into()),
+        };
+        // One slot each, whatever the cost; the third finds none.
+        assert!(s.check_now(&take("a", 5.0)).allowed);
+        assert!(s.check_now(&take("b", 1.0)).allowed);
+        let refused = s.check_now(&take("c", 1.0));
+        assert!(!refused.allowed);
+        assert_eq!(refused.limits[0].wait, 1.0, "at least a second");
+        // A refund gives nothing back; a release by id does.
+        assert!(s.check_now(&take("x", -1.0)).allowed);
+        assert!(!s.check_now(&take("c", 1.0)).allowed);
+        s.release("c", "a");
+        s.release("c", "unknown");
+        let o = s.check_now(&take("c", 1.0));
+        assert!(o.allowed);
+        assert_eq!(o.limits[0].remaining, 0.0);
+        // Never released: they stop counting at their deadline.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(s.check_now(&take("d", 1.0)).limits[0].remaining, 1.0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn memory_is_bounded_and_busy_keys_keep_their_counts() {
         let s = MemoryStore::new(1_000);
         let busy = check(&["busy"], 10.0, 0.001, 1.0);
