@@ -20,34 +20,28 @@ local concurrency = {}
 
 function concurrency.read(key, max, hold, now)
   local hold_us = hold * 1000
-  local kind = redis.call('TYPE', key)
-  kind = kind.ok or kind
-  if kind == 'zset' then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
-    redis.call('ZREMRANGEBYSCORE', key, string.format('(%d', now + hold_us), '+inf')
-  elseif kind ~= 'none' then
+  local count = 0
+  -- pcall: a key of another type answers an error table, not a failure.
+  local gone = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
+  if type(gone) == 'table' and gone.err then
     -- Not a set of slots fleetlimit wrote: the key starts empty.
     redis.call('DEL', key)
+  else
+    count = redis.call('ZCARD', key)
+    if count > 0 then
+      count = count - redis.call('ZREMRANGEBYSCORE', key, string.format('(%d', now + hold_us), '+inf')
+    end
   end
-  local count = 0
-  if kind == 'zset' then count = redis.call('ZCARD', key) end
-  local s = { max = max, hold = hold_us, now = now, count = count, avail = max - count, unit = 1 }
-  if count > 0 then
-    s.first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-    s.last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  end
-  return s
+  return { key = key, max = max, hold = hold_us, now = now, count = count, avail = max - count, unit = 1 }
 end
 
 -- Takes one slot named `slot` (a refund takes none).
 function concurrency.write(key, s, cost, now, slot)
   if cost <= 0 then return end
   local deadline = now + s.hold
-  redis.call('ZADD', key, string.format('%d', deadline), slot)
-  redis.call('PEXPIRE', key, math.floor(s.hold / 1000) + 1)
-  s.count = redis.call('ZCARD', key)
+  s.count = s.count + redis.call('ZADD', key, string.format('%d', deadline), slot)
   s.avail = s.max - s.count
-  if not s.first then s.first = deadline end
+  redis.call('PEXPIRE', key, math.floor(s.hold / 1000) + 1)
   s.last = deadline
 end
 
@@ -58,17 +52,25 @@ function concurrency.keep(key, s)
   end
 end
 
+-- The earliest (0) or latest (-1) deadline in the set.
+local function deadline_at(key, i)
+  return tonumber(redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2])
+end
+
 -- remaining, seconds until a slot is likely free (when none is), seconds
--- until every slot held now has passed its deadline.
+-- until every slot held now has passed its deadline. The set is read for
+-- these only when they are needed (after a charge the last deadline is
+-- the new slot's, and an admitted request waits for nothing).
 function concurrency.report(s, cost)
   local wait, reset = 0, 0
   if s.count > 0 then
-    reset = (s.last - s.now) / 1000000
+    reset = ((s.last or deadline_at(s.key, -1)) - s.now) / 1000000
     if not s.enough then
       -- As long again as the oldest slot has been held, but no later than
       -- its deadline, and at least a second.
-      local age = s.now - (s.first - s.hold)
-      wait = math.max(1000000, math.min(age, s.first - s.now)) / 1000000
+      local first = deadline_at(s.key, 0)
+      local age = s.now - (first - s.hold)
+      wait = math.max(1000000, math.min(age, first - s.now)) / 1000000
     end
   end
   return s.max - s.count, wait, reset
