@@ -332,6 +332,7 @@ fn hot_path(c: &mut Criterion) {
     let checks: Vec<Check> = keys
         .iter()
         .map(|k| Check {
+            slot: None,
             cost: 1.0,
             buckets: vec![Bucket {
                 key: store_key(k),

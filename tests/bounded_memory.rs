@@ -6,6 +6,7 @@ use fleetlimit::store::{Bucket, Check, MemoryStore, Rule};
 
 fn check(key: String) -> Check {
     Check {
+        slot: None,
         cost: 1.0,
         buckets: vec![Bucket {
             key,

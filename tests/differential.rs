@@ -177,6 +177,7 @@ impl Model {
                     start: None,
                 }
             }
+            Rule::Concurrency { .. } => unreachable!("the generator makes no concurrency limit"),
         }
     }
 
@@ -281,6 +282,7 @@ async fn run_case(
         tokio::time::sleep(Duration::from_millis(gap)).await;
         tally.requests += 1;
         let check = Check {
+            slot: None,
             cost: cost as f64,
             buckets: buckets.clone(),
         };
@@ -468,6 +470,7 @@ fn a_rule_change_carries_the_time_owed_in_both_stores() {
             refill_per_sec,
         };
         let check = |key: &str, rule: Rule, cost: f64| Check {
+            slot: None,
             cost,
             buckets: vec![Bucket {
                 key: key.into(),

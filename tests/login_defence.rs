@@ -582,6 +582,12 @@ fn config_errors_point_at_the_field() {
     ));
     assert!(m.contains("max_delayed must be at most 1000000"), "{m}");
     assert_eq!(line, Some(2));
+    // A concurrency limit gives its slot back whatever the answer.
+    let (m, line, col) = config_error(
+        "[limits.l]\nkey = \"ip\"\nalgorithm = \"concurrency\"\nmax_in_flight = 2\ncount = \"failures\"\n",
+    );
+    assert!(m.contains("concurrency limit cannot count failures"), "{m}");
+    assert_eq!((line, col), (Some(2), Some(7)), "{m}");
 }
 
 /// The lockout rule: a per-account failure limit that refuses is refused

@@ -473,6 +473,7 @@ async fn a_failing_check_does_not_fail_its_batch() {
     .unwrap()
     .with_coalescing(true);
     let bucket = |key: &str, refill_per_sec: f64| Check {
+        slot: None,
         cost: 1.0,
         buckets: vec![Bucket {
             key: key.into(),

@@ -49,6 +49,9 @@ pub enum Contender {
         deadline: &'static str,
         /// Hot-key leases (`lease_batch = LEASE_BATCH`).
         lease: bool,
+        /// A concurrency limit instead of the token bucket (see
+        /// `fleet_config`).
+        in_flight: bool,
     },
     Peer,
     Governor,
@@ -61,12 +64,21 @@ pub const FLEET_REDIS: Contender = Contender::FleetRedis {
     on_redis_error: "open",
     deadline: "50ms",
     lease: false,
+    in_flight: false,
 };
 pub const FLEET_REDIS_LEASE: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis, leases)",
     on_redis_error: "open",
     deadline: "50ms",
     lease: true,
+    in_flight: false,
+};
+pub const FLEET_REDIS_IN_FLIGHT: Contender = Contender::FleetRedis {
+    label: "fleetlimit (Redis, concurrency)",
+    on_redis_error: "open",
+    deadline: "50ms",
+    lease: false,
+    in_flight: true,
 };
 /// Tokens per lease in the hot-key scenario.
 pub const LEASE_BATCH: u32 = 50;
@@ -77,12 +89,14 @@ pub const FROZEN_LOCAL: Contender = Contender::FleetRedis {
     on_redis_error: "local",
     deadline: "5ms",
     lease: false,
+    in_flight: false,
 };
 pub const FROZEN_OPEN: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis frozen, open)",
     on_redis_error: "open",
     deadline: "5ms",
     lease: false,
+    in_flight: false,
 };
 
 impl Contender {
@@ -204,8 +218,15 @@ pub fn router() -> Router {
 
 /// fleetlimit's configuration: one token-bucket limit keyed by the
 /// `x-api-key` header on route `/`, Redis settings when `redis` is given
-/// (the URL is set with `with_redis_url`).
-pub fn fleet_config(numbers: Numbers, redis: Option<(&str, &str)>, lease: bool) -> Config {
+/// (the URL is set with `with_redis_url`). `in_flight`: the route's limit
+/// is a concurrency limit of `capacity` slots per key instead (one slot
+/// taken per request, given back when its response ends).
+pub fn fleet_config(
+    numbers: Numbers,
+    redis: Option<(&str, &str)>,
+    lease: bool,
+    in_flight: bool,
+) -> Config {
     let mut toml = String::new();
     let mut on_redis_error = "open";
     if let Some((deadline, policy)) = redis {
@@ -224,11 +245,18 @@ capacity = {capacity}
 refill = "{refill}/s"
 {lease}
 
+[limits.in-flight]
+key = "header:x-api-key"
+algorithm = "concurrency"
+max_in_flight = {capacity}
+max_hold = "60s"
+
 [[routes]]
 path = "/"
-limits = ["per-key"]
+limits = ["{limit}"]
 on_redis_error = "{on_redis_error}"
 "#,
+        limit = if in_flight { "in-flight" } else { "per-key" },
         capacity = numbers.capacity,
         refill = numbers.refill_per_sec,
         lease = if lease {
@@ -245,7 +273,7 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
         Contender::Bare => (router(), None),
         Contender::FleetMemory => (
             router().layer(RateLimitLayer::in_memory(&fleet_config(
-                numbers, None, false,
+                numbers, None, false, false,
             ))),
             None,
         ),
@@ -253,9 +281,10 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
             on_redis_error,
             deadline,
             lease,
+            in_flight,
             ..
         } => {
-            let cfg = fleet_config(numbers, Some((deadline, on_redis_error)), lease)
+            let cfg = fleet_config(numbers, Some((deadline, on_redis_error)), lease, in_flight)
                 .with_redis_url(redis_url);
             let layer = RateLimitLayer::new(cfg)
                 .await

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use crate::contenders::{
-    Contender, Numbers, Server, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_LEASE, FROZEN_LOCAL,
-    FROZEN_OPEN, GOVERNOR, LEASE_BATCH, PEER,
+    Contender, Numbers, Server, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT,
+    FLEET_REDIS_LEASE, FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, LEASE_BATCH, PEER,
 };
 use crate::cpu::{CpuTimes, CpuUse};
 use crate::figures::{opt, thousands};
@@ -114,6 +114,20 @@ pub fn scenarios() -> Vec<Scenario> {
             numbers: HOT,
             traffic: Traffic::Hot,
             contenders: vec![FLEET_REDIS, FLEET_REDIS_LEASE],
+            frozen: false,
+            count_scripts: true,
+            baseline: FLEET_REDIS,
+        },
+        Scenario {
+            title: "(e) a concurrency limit beside a token bucket",
+            about: format!(
+                "The normal scenario's traffic ({} keys). fleetlimit on Redis as in (a),                  then with the route's limit a concurrency limit instead (`algorithm =                  \"concurrency\"`, `max_in_flight = {}`: nothing refused): each request                  takes a slot in the general script (no lean script, no coalescing) and                  gives it back with a `ZREM` when its response ends. `script calls/s` as                  in (b) (the `ZREM`s are not script calls).",
+                thousands(NORMAL_KEYS as f64),
+                WITHIN.capacity
+            ),
+            numbers: WITHIN,
+            traffic: Traffic::Normal,
+            contenders: vec![FLEET_REDIS, FLEET_REDIS_IN_FLIGHT],
             frozen: false,
             count_scripts: true,
             baseline: FLEET_REDIS,

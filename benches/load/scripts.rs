@@ -117,6 +117,7 @@ pub const FLEETLIMIT_DECIDE: &str = concat!(
     lua!("token_bucket_general.lua"),
     lua!("fixed_window.lua"),
     lua!("sliding_window.lua"),
+    lua!("concurrency.lua"),
     lua!("decide.lua"),
 );
 
@@ -132,8 +133,19 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit decision script (lua/*.lua concatenated, one token bucket)",
         text: Text::Inline(FLEETLIMIT_DECIDE),
         key: "rl:per-key:{key-__rand_int__}",
-        // cost, then per limit: algorithm, capacity, refill/s, shadow
-        args: &["1", "t", "1000", "1000", "0"],
+        // cost, slot id (unused by a token bucket), then per limit:
+        // algorithm, capacity, refill/s, shadow
+        args: &["1", "-", "t", "1000", "1000", "0"],
+        library_sha: Some(RedisStore::script_sha),
+        batch: 1,
+    },
+    ScriptCase {
+        name: "fleetlimit decision script (lua/*.lua concatenated, one concurrency limit)",
+        text: Text::Inline(FLEETLIMIT_DECIDE),
+        key: "rl:in-flight:{key-__rand_int__}",
+        // cost, slot id, then: algorithm, max_in_flight, max_hold ms, shadow
+        // (a slot is never released here: each key fills to 1000 at most)
+        args: &["1", "s-__rand_int__", "c", "1000", "60000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
     },

@@ -52,7 +52,11 @@ impl Admin {
             }
         };
         for (l, key) in keys_of(config, value, limit) {
-            let raw: Option<String> = pool.get(&key).await.map_err(map_err)?;
+            let raw = if l.rule.is_concurrency() {
+                read_slots(pool, &key).await?
+            } else {
+                pool.get(&key).await.map_err(map_err)?
+            };
             let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
             let state = l.rule.describe_stored(raw.as_deref(), now_us);
             out.push(BucketInfo {
@@ -91,6 +95,18 @@ impl Admin {
             ))
         })?;
         Ok(n)
+    }
+}
+
+/// A concurrency limit's set of slots as `id deadline_µs` pairs (`None`: no
+/// key); a key of another type is read as a string, for people to see.
+async fn read_slots(pool: &Pool, key: &str) -> Result<Option<String>, StoreError> {
+    let zrange = CustomCommand::new_static("ZRANGE", fred::types::ClusterHash::FirstKey, false);
+    let args = vec![Value::from(key), 0.into(), (-1).into(), "WITHSCORES".into()];
+    match pool.custom::<Vec<String>, Value>(zrange, args).await {
+        Ok(pairs) if pairs.is_empty() => Ok(None),
+        Ok(pairs) => Ok(Some(pairs.join(" "))),
+        Err(_) => pool.get(key).await.map_err(map_err),
     }
 }
 

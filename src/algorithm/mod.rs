@@ -9,12 +9,14 @@
 //! cost, or refund a negative one), `report` (remaining, wait, reset) — on
 //! the same state: a token bucket's GCRA arrival time, a window's count.
 
+mod concurrency;
 mod fixed_window;
 mod sliding_window;
 mod token_bucket;
 
 use std::time::Duration;
 
+pub(crate) use concurrency::Slots;
 pub(crate) use token_bucket::{LeanArgs, LEAN};
 
 /// The general script, run by `EVALSHA`: each algorithm's functions, then
@@ -23,6 +25,7 @@ pub(crate) const SCRIPT: &str = concat!(
     token_bucket::lua!(),
     fixed_window::lua!(),
     sliding_window::lua!(),
+    concurrency::lua!(),
     include_str!("../../lua/decide.lua"),
 );
 
@@ -67,6 +70,15 @@ pub enum Rule {
         /// The window's length.
         window: Duration,
     },
+    /// At most `max_in_flight` requests of a key in flight at once, each
+    /// slot held until its response is over or for `max_hold` at most. A
+    /// request takes one slot whatever its cost.
+    Concurrency {
+        /// Slots (requests in flight) per key.
+        max_in_flight: f64,
+        /// The longest a slot counts (an instance that dies holding it).
+        max_hold: Duration,
+    },
 }
 
 impl Rule {
@@ -77,7 +89,15 @@ impl Rule {
         match *self {
             Self::TokenBucket { capacity, .. } => capacity,
             Self::FixedWindow { limit, .. } | Self::SlidingWindow { limit, .. } => limit,
+            Self::Concurrency { max_in_flight, .. } => max_in_flight,
         }
+    }
+
+    /// Whether this is a concurrency limit: one slot per request whatever
+    /// its cost, given back by id when the response is over.
+    #[must_use]
+    pub fn is_concurrency(&self) -> bool {
+        matches!(self, Self::Concurrency { .. })
     }
 
     /// This rule's share for one of `n` instances (the `local` fallback).
@@ -100,6 +120,14 @@ impl Rule {
                 limit: limit / n,
                 window,
             },
+            // Whole slots: floored, and at least one.
+            Self::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => Self::Concurrency {
+                max_in_flight: (max_in_flight / n).floor().max(1.0),
+                max_hold,
+            },
         }
     }
 
@@ -115,6 +143,10 @@ impl Rule {
             }
             Self::FixedWindow { limit, window } => ("f", limit, window.as_millis() as f64),
             Self::SlidingWindow { limit, window } => ("s", limit, window.as_millis() as f64),
+            Self::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => ("c", max_in_flight, max_hold.as_millis() as f64),
         }
     }
 
@@ -139,6 +171,7 @@ impl Rule {
             } => token_bucket::max_ttl(capacity, refill_per_sec),
             Self::FixedWindow { window, .. } => fixed_window::max_ttl(window),
             Self::SlidingWindow { window, .. } => sliding_window::max_ttl(window),
+            Self::Concurrency { max_hold, .. } => concurrency::max_ttl(max_hold),
         }
     }
 
@@ -153,6 +186,10 @@ impl Rule {
             } => token_bucket::rule_text(capacity, refill_per_sec),
             Self::FixedWindow { limit, window } => fixed_window::rule_text(limit, window),
             Self::SlidingWindow { limit, window } => sliding_window::rule_text(limit, window),
+            Self::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => concurrency::rule_text(max_in_flight, max_hold),
         }
     }
 
@@ -167,6 +204,9 @@ impl Rule {
             } => token_bucket::describe(capacity, refill_per_sec, raw, now_us),
             Self::FixedWindow { limit, .. } => fixed_window::describe(limit, raw),
             Self::SlidingWindow { limit, .. } => sliding_window::describe(limit, raw),
+            Self::Concurrency { max_in_flight, .. } => {
+                concurrency::describe(max_in_flight, raw, now_us)
+            }
         }
     }
 }
@@ -181,6 +221,9 @@ pub(crate) enum State {
     Fixed { count: f64, ends: f64 },
     /// A sliding window's index, its count and the previous window's.
     Sliding { idx: f64, curr: f64, prev: f64 },
+    /// A concurrency limit's live slots (the in-process store keeps the
+    /// slots themselves beside it, to release them by id).
+    Slots(Slots),
 }
 
 /// One key's state at a time, before and after a charge.
@@ -189,6 +232,7 @@ pub(crate) enum Level {
     TokenBucket(token_bucket::Level),
     FixedWindow(fixed_window::Level),
     SlidingWindow(sliding_window::Level),
+    Concurrency(concurrency::Level),
 }
 
 impl Level {
@@ -239,6 +283,21 @@ impl Level {
                     now.as_secs_f64(),
                 ))
             }
+            Rule::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => {
+                let stored = match stored {
+                    Some(State::Slots(s)) => Some(s),
+                    _ => None,
+                };
+                Self::Concurrency(concurrency::Level::read(
+                    max_in_flight,
+                    max_hold,
+                    stored,
+                    now.as_secs_f64(),
+                ))
+            }
         }
     }
 
@@ -249,6 +308,7 @@ impl Level {
                 Self::TokenBucket(l) => l.fits(cost),
                 Self::FixedWindow(l) => l.avail() >= cost,
                 Self::SlidingWindow(l) => l.avail() >= cost,
+                Self::Concurrency(l) => l.fits(),
             }
     }
 
@@ -269,6 +329,10 @@ impl Level {
                 let ((idx, curr, prev), idle_at) = l.write(cost);
                 (State::Sliding { idx, curr, prev }, idle_at)
             }
+            Self::Concurrency(l) => {
+                let (slots, idle_at) = l.write(cost);
+                (State::Slots(slots), idle_at)
+            }
         }
     }
 
@@ -278,6 +342,7 @@ impl Level {
             Self::TokenBucket(l) => l.report(cost, enough),
             Self::FixedWindow(l) => l.report(cost, enough),
             Self::SlidingWindow(l) => l.report(cost, enough),
+            Self::Concurrency(l) => l.report(enough),
         }
     }
 }

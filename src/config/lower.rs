@@ -18,7 +18,7 @@ use super::parts::{
 };
 use super::redis::{RedisSettings, RedisSpans};
 use super::schema::{AlgorithmName, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit};
-use super::validate::{exact_count, unknown_limit, LoginSpans, RuleSpans, Span};
+use super::validate::{exact_count, unknown_limit, LoginSpans, RuleSpans, Span, DEFAULT_MAX_HOLD};
 use super::{units, ConfigError, Heartbeat, Rate};
 use crate::algorithm::Rule;
 use crate::key::{ForwardedHeader, KeySource};
@@ -44,6 +44,8 @@ struct Numbers<'a> {
     refill: &'a Option<Spanned<String>>,
     limit: &'a Option<Spanned<u64>>,
     window: &'a Option<Spanned<String>>,
+    max_in_flight: &'a Option<Spanned<u64>>,
+    max_hold: &'a Option<Spanned<String>>,
 }
 
 impl Numbers<'_> {
@@ -65,7 +67,17 @@ impl Numbers<'_> {
             })
         };
         let need = |field: &str| err(at.clone(), format!("limit {name:?}: missing `{field}`"));
+        if alg != AlgorithmName::Concurrency {
+            let what = if alg == AlgorithmName::TokenBucket {
+                "token bucket (it is for `algorithm = \"concurrency\"`)"
+            } else {
+                "window (it is for `algorithm = \"concurrency\"`)"
+            };
+            forbid("max_in_flight", span(self.max_in_flight), what)?;
+            forbid("max_hold", span(self.max_hold), what)?;
+        }
         match alg {
+            AlgorithmName::Concurrency => self.concurrency(src, name, base, at),
             AlgorithmName::TokenBucket => {
                 forbid("limit", span(self.limit), "token bucket (use `capacity`)")?;
                 forbid("window", span(self.window), "token bucket (use `refill`)")?;
@@ -115,12 +127,62 @@ impl Numbers<'_> {
         }
     }
 
+    /// `algorithm = "concurrency"`: `max_in_flight` and `max_hold` (60 s
+    /// when unset), nothing of a bucket or a window.
+    fn concurrency(
+        &self,
+        src: &str,
+        name: &str,
+        base: Option<&Rule>,
+        at: Span,
+    ) -> Result<Rule, ConfigError> {
+        for (field, s) in [
+            ("capacity", span(self.capacity)),
+            ("refill", span(self.refill)),
+            ("limit", span(self.limit)),
+            ("window", span(self.window)),
+        ] {
+            if let Some(s) = s {
+                return Err(ConfigError::at(
+                    src,
+                    Some(s),
+                    format!("limit {name:?}: `{field}` does not apply to a concurrency limit (use `max_in_flight` and `max_hold`)"),
+                ));
+            }
+        }
+        let (base_max, base_hold) = match base {
+            Some(Rule::Concurrency {
+                max_in_flight,
+                max_hold,
+            }) => (Some(*max_in_flight), Some(*max_hold)),
+            _ => (None, None),
+        };
+        let max_in_flight = match self.max_in_flight {
+            Some(m) => exact_count(*m.get_ref()),
+            None => base_max.ok_or_else(|| {
+                ConfigError::at(src, at, format!("limit {name:?}: missing `max_in_flight`"))
+            })?,
+        };
+        let max_hold = match self.max_hold {
+            Some(h) => parse_at(src, h, units::parse_duration)?,
+            None => base_hold.unwrap_or(DEFAULT_MAX_HOLD),
+        };
+        Ok(Rule::Concurrency {
+            max_in_flight,
+            max_hold,
+        })
+    }
+
     /// Where to point at when the numbers are wrong; `fallback` (the table)
     /// for numbers not written here.
     fn spans(&self, fallback: Span) -> RuleSpans {
         RuleSpans {
-            count: span(self.capacity).or_else(|| span(self.limit)),
-            rate: span(self.refill).or_else(|| span(self.window)),
+            count: span(self.capacity)
+                .or_else(|| span(self.limit))
+                .or_else(|| span(self.max_in_flight)),
+            rate: span(self.refill)
+                .or_else(|| span(self.window))
+                .or_else(|| span(self.max_hold)),
             fallback,
         }
     }
@@ -131,6 +193,7 @@ fn algorithm_of(rule: &Rule) -> AlgorithmName {
         Rule::TokenBucket { .. } => AlgorithmName::TokenBucket,
         Rule::FixedWindow { .. } => AlgorithmName::FixedWindow,
         Rule::SlidingWindow { .. } => AlgorithmName::SlidingWindow,
+        Rule::Concurrency { .. } => AlgorithmName::Concurrency,
     }
 }
 
@@ -312,6 +375,8 @@ fn limit(
         refill: &l.refill,
         limit: &l.limit,
         window: &l.window,
+        max_in_flight: &l.max_in_flight,
+        max_hold: &l.max_hold,
     };
     let rule = numbers.rule(src, name.get_ref(), l.algorithm, None, l_span.clone())?;
     let mut out = LimitConfig::new(key, rule).on_missing(l.on_missing);
@@ -410,6 +475,9 @@ fn plan_rule(
         refill: &o.refill,
         limit: &o.limit,
         window: &o.window,
+        max_in_flight: &o.max_in_flight,
+        // A plan changes the number of slots only.
+        max_hold: &None,
     };
     let rule = numbers
         .rule(src, limit.get_ref(), algorithm_of(base), Some(base), o_span)

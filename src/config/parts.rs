@@ -106,6 +106,32 @@ impl LimitConfig {
         )
     }
 
+    /// At most `max_in_flight` requests of a key in flight at once, over
+    /// the fleet; each slot counts until the response is over, or for
+    /// `max_hold` at most (`algorithm = "concurrency"` in TOML).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fleetlimit::{Config, KeySource, LimitConfig, RouteConfig};
+    ///
+    /// // At most 5 requests of one client address in flight at once.
+    /// let in_flight = LimitConfig::concurrency(KeySource::ClientIp, 5, Duration::from_secs(30));
+    /// let config = Config::builder()
+    ///     .limit("in-flight", in_flight)
+    ///     .default_route(RouteConfig::new(["in-flight"]))
+    ///     .build();
+    /// assert!(config.is_ok());
+    /// ```
+    pub fn concurrency(key: KeySource, max_in_flight: u64, max_hold: Duration) -> Self {
+        Self::new(
+            key,
+            Rule::Concurrency {
+                max_in_flight: exact_count(max_in_flight),
+                max_hold,
+            },
+        )
+    }
+
     pub(super) fn new(key: KeySource, rule: Rule) -> Self {
         Self {
             key,

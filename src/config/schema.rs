@@ -118,6 +118,7 @@ pub(super) enum AlgorithmName {
     TokenBucket,
     FixedWindow,
     SlidingWindow,
+    Concurrency,
 }
 
 #[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,6 +150,9 @@ pub(super) struct RawLimit {
     pub(super) failure_statuses: Option<Spanned<Vec<Spanned<i64>>>>,
     pub(super) on_exceed: Option<Spanned<Exceed>>,
     pub(super) delay: Option<Spanned<String>>,
+    /// `algorithm = "concurrency"`: slots per key, and the longest a slot counts.
+    pub(super) max_in_flight: Option<Spanned<u64>>,
+    pub(super) max_hold: Option<Spanned<String>>,
 }
 
 /// `count`: what a limit counts.
@@ -176,6 +180,7 @@ pub(super) struct RawPlanLimit {
     pub(super) refill: Option<Spanned<String>>,
     pub(super) limit: Option<Spanned<u64>>,
     pub(super) window: Option<Spanned<String>>,
+    pub(super) max_in_flight: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]

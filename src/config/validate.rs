@@ -40,6 +40,13 @@ pub(super) const MAX_SPAN: Duration = Duration::from_secs(3650 * 86_400);
 /// connection and a place among `max_delayed`.
 pub(super) const MAX_DELAY: Duration = Duration::from_secs(60);
 
+/// A concurrency slot's longest hold when the configuration gives none.
+pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// The longest `max_hold`: a slot is a request in flight, and a day is far
+/// beyond any request (and any timeout in front of one).
+pub(super) const MAX_HOLD: Duration = Duration::from_secs(86_400);
+
 /// A count from the configuration as the stores hold it: above 2^53 a
 /// double would round it, so it becomes infinity, which `check_rule` rejects
 /// instead of accepting a different number.
@@ -241,6 +248,7 @@ impl<'s> Validator<'s> {
         let cap = rule.capacity();
         let what = match rule {
             Rule::TokenBucket { .. } => "capacity",
+            Rule::Concurrency { .. } => "max_in_flight",
             _ => "limit",
         };
         let bad = |span: Span, msg: String| Err(self.err(span, format!("limit {limit:?}: {msg}")));
@@ -297,6 +305,23 @@ impl<'s> Validator<'s> {
                         format!(
                             "window must be at most {} days (10 years)",
                             MAX_SPAN.as_secs() / 86_400
+                        ),
+                    );
+                }
+            }
+            Rule::Concurrency { max_hold, .. } => {
+                if max_hold.as_millis() < 1 || max_hold.subsec_nanos() % 1_000_000 != 0 {
+                    return bad(
+                        spans.rate(),
+                        "max_hold must be a whole number of milliseconds, at least 1ms (Redis keeps slots' deadlines in ms)".into(),
+                    );
+                }
+                if max_hold > MAX_HOLD {
+                    return bad(
+                        spans.rate(),
+                        format!(
+                            "max_hold must be at most {} h (a slot is one request in flight)",
+                            MAX_HOLD.as_secs() / 3600
                         ),
                     );
                 }
@@ -392,6 +417,14 @@ impl<'s> Validator<'s> {
                     at.key.clone(),
                     "a limit that counts failures cannot take hot-key leases (lease_batch): \
                      a leased request is not charged alone, so a success could not be given back"
+                        .into(),
+                ));
+            }
+            if l.rule.is_concurrency() {
+                return Err(err(
+                    at.key.clone(),
+                    "a concurrency limit cannot count failures: its slot is given back when \
+                     every response ends, failure or not (use a token bucket or a window)"
                         .into(),
                 ));
             }
@@ -499,7 +532,8 @@ impl<'s> Validator<'s> {
                 .values()
                 .map(Rule::capacity)
                 .fold(l.rule.capacity(), f64::min);
-            if f64::from(cost) > smallest {
+            // A concurrency limit takes one slot whatever the cost.
+            if f64::from(cost) > smallest && !l.rule.is_concurrency() {
                 let holds = if l.plans.is_empty() {
                     format!("capacity {smallest}")
                 } else {

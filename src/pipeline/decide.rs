@@ -27,6 +27,7 @@ use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
 use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
+use super::slot::Release;
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
 use crate::route::OnExceed;
@@ -104,18 +105,24 @@ impl Limiter {
             return ControlFlow::Continue(buckets);
         };
         let cost = f64::from(p.cost);
-        ControlFlow::Break(if let [bucket] = buckets.as_slice() {
+        let slot = self.slot_ids.for_buckets(&buckets);
+        ControlFlow::Break(match (buckets.as_slice(), slot) {
             // No check or outcome vectors for a single limit.
-            let (allowed, state) = memory.check_one(bucket, cost);
-            self.decision(p, buckets, allowed, &[state], DecidedBy::Primary)
-        } else {
-            let check = Check {
-                cost,
-                buckets: buckets.into_vec(),
-            };
-            let o = memory.check_now(&check);
-            let buckets = Buckets::from_vec(check.buckets);
-            self.decision(p, buckets, o.allowed, &o.limits, DecidedBy::Primary)
+            ([bucket], None) => {
+                let (allowed, state) = memory.check_one(bucket, cost);
+                self.decision(p, buckets, allowed, &[state], None, DecidedBy::Primary)
+            }
+            (_, slot) => {
+                let check = Check {
+                    slot,
+                    cost,
+                    buckets: buckets.into_vec(),
+                };
+                let o = memory.check_now(&check);
+                let buckets = Buckets::from_vec(check.buckets);
+                let slot = check.slot.as_deref();
+                self.decision(p, buckets, o.allowed, &o.limits, slot, DecidedBy::Primary)
+            }
         })
     }
 
@@ -157,6 +164,7 @@ impl Limiter {
         // must not be remembered after it.
         p.resets_seen = self.refused.resets();
         let check = Check {
+            slot: self.slot_ids.for_buckets(&buckets),
             cost: f64::from(p.cost),
             buckets: buckets.into_vec(),
         };
@@ -166,9 +174,19 @@ impl Limiter {
         match self.ask(&check).await {
             Ok(o) => {
                 let buckets = Buckets::from_vec(check.buckets);
-                self.decision(&p, buckets, o.allowed, &o.limits, DecidedBy::Primary)
+                let slot = check.slot.as_deref();
+                self.decision(&p, buckets, o.allowed, &o.limits, slot, DecidedBy::Primary)
             }
-            Err(e) => self.fall_back(&p, check, &e),
+            Err(e) => {
+                if let (Some(slot), StoreError::Timeout) = (&check.slot, &e) {
+                    // Unknown outcome: the script may have taken the slot.
+                    // Given back at once rather than counted to max_hold.
+                    for b in check.buckets.iter().filter(|b| b.rule.is_concurrency()) {
+                        self.store.release(&b.key, slot);
+                    }
+                }
+                self.fall_back(&p, check, &e)
+            }
         }
     }
 
@@ -179,7 +197,8 @@ impl Limiter {
             Answer::Reject(r) => Decision::Reject(r),
             Answer::Local(check, o) => {
                 let buckets = Buckets::from_vec(check.buckets);
-                self.decision(p, buckets, o.allowed, &o.limits, DecidedBy::Fallback)
+                let slot = check.slot.as_deref();
+                self.decision(p, buckets, o.allowed, &o.limits, slot, DecidedBy::Fallback)
             }
         }
     }
@@ -214,6 +233,7 @@ impl Limiter {
             LeaseUse::Take => {
                 let batch = f64::from(lease.batch).max(check.cost);
                 let take = Check {
+                    slot: check.slot.clone(),
                     cost: batch,
                     buckets: check.buckets.clone(),
                 };
@@ -244,13 +264,15 @@ impl Limiter {
     }
 
     /// Step 5: the decision for a store's answer, `allowed` and each
-    /// bucket's state (`limits`, in the order of `buckets`).
+    /// bucket's state (`limits`, in the order of `buckets`); `slot`: the
+    /// request's concurrency slot id, when it has one.
     fn decision(
         self: &Arc<Self>,
         p: &Pending,
         buckets: Buckets,
         allowed: bool,
         limits: &[LimitState],
+        slot: Option<&str>,
         by: DecidedBy,
     ) -> Decision {
         let degraded = by.degraded();
@@ -271,14 +293,25 @@ impl Limiter {
                 );
             }
         }
+        let mut hold = super::Hold::default();
+        if allowed && slot.is_some() {
+            // Each slot taken is given back when the response is over.
+            for r in Release::taken(self, &buckets, limits, slot, by) {
+                hold.push(r);
+            }
+        }
         let Some(i) = reported(allowed, limits, shadow) else {
-            return Decision::admit(None);
+            return Decision::Admit(Admitted {
+                hold,
+                ..Admitted::default()
+            });
         };
         let s = limits[i];
         let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
         if allowed {
             let mut admitted = Admitted {
                 headers: Some(headers),
+                hold,
                 ..Admitted::default()
             };
             let counts_failures = p.policy.limits.iter().any(|l| l.failures.is_some());
@@ -312,9 +345,11 @@ impl Limiter {
         let limit = &p.policy.limits[i];
         let key = &buckets[i].key;
         let id = p.log_ids[i];
-        // A limit that counts failures gives units back after successes in
-        // flight: its refusal may end long before `Retry-After` says.
-        if by == DecidedBy::Primary && limit.failures.is_none() {
+        // Not remembered: a concurrency refusal (a slot may free up at any
+        // moment), nor one of a limit that counts failures (successes in
+        // flight give their units back at once).
+        if by == DecidedBy::Primary && !buckets[i].rule.is_concurrency() && limit.failures.is_none()
+        {
             // Remember the refusal: until it can succeed, this instance
             // answers the key by itself (see `refused.rs`).
             let now = Instant::now();
@@ -353,7 +388,8 @@ fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
     for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
         let rule = limit.rule_for(k.plan.as_deref());
         let shadow = limit.shadow || p.policy.shadow;
-        if f64::from(p.cost) > rule.capacity() && !shadow {
+        // A concurrency limit takes one slot whatever the cost.
+        if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {
             return Err(response::too_costly(limit, p.cost, rule.capacity()));
         }
         buckets.push(Bucket {

@@ -55,6 +55,7 @@ impl Limiter {
             let refund = Check {
                 cost: -cost,
                 buckets: back,
+                slot: None,
             };
             Some(Box::pin(async move {
                 let answer = match by {

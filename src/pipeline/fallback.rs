@@ -99,6 +99,8 @@ impl Fallback {
                 let smallest = local
                     .buckets
                     .iter()
+                    // A concurrency limit takes one slot whatever the cost.
+                    .filter(|b| !b.rule.is_concurrency())
                     .map(|b| b.rule.capacity())
                     .fold(f64::INFINITY, f64::min);
                 local.cost = local.cost.min(smallest);
@@ -121,6 +123,11 @@ impl Fallback {
                 Answer::Local(local, outcome)
             }
         }
+    }
+
+    /// Gives a concurrency slot back to the `local` policy's buckets.
+    pub(super) fn release(&self, key: &str, slot: &str) {
+        self.buckets.release(key, slot);
     }
 
     /// Gives units back to the `local` policy's buckets (a negative cost).

@@ -29,6 +29,7 @@ mod lease;
 mod prepare;
 mod refund;
 mod refused;
+mod slot;
 // Its header names are public as `fleetlimit::headers`.
 pub(crate) mod response;
 
@@ -91,6 +92,8 @@ pub(crate) struct Limiter {
     delayed: Arc<tokio::sync::Semaphore>,
     /// Load shedding (`None`: off, nothing on the request path).
     shed: Option<Arc<Shedder>>,
+    /// Concurrency limits' slot ids, unique fleet-wide.
+    slot_ids: slot::SlotIds,
 }
 
 impl fmt::Debug for Limiter {
@@ -281,6 +284,7 @@ impl Limiter {
             shed: cfg
                 .shedding
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
+            slot_ids: slot::SlotIds::new(),
         }
     }
 

@@ -70,9 +70,10 @@ impl Refund {
         cost: u32,
         by: DecidedBy,
     ) -> Option<Self> {
-        // Keep only the buckets that were charged, in place.
+        // Keep only the buckets that were charged, in place; a concurrency
+        // slot is given back when the response ends, not by units.
         let mut charged = limits.iter().map(|s| s.enough);
-        buckets.retain(|_| charged.next().unwrap_or(false));
+        buckets.retain(|b| charged.next().unwrap_or(false) && !b.rule.is_concurrency());
         if buckets.is_empty() {
             return None;
         }
@@ -118,6 +119,7 @@ impl Refund {
             return Ok(());
         }
         let refund = Check {
+            slot: None,
             cost: -f64::from(n),
             buckets: inner.buckets.to_vec(),
         };

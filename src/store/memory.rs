@@ -10,13 +10,17 @@
 //!
 //! A key is hashed once per decision: the hash picks the shard and finds the
 //! bucket in that shard's table.
+//!
+//! A concurrency limit's key keeps its slots (id and deadline) beside its
+//! state, so a slot is released by id; other buckets keep an empty list
+//! (no allocation).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Outcome, Store, StoreFuture};
-use crate::algorithm::{decide, Decided, Level, LimitState, State};
+use crate::algorithm::{decide, Decided, Level, LimitState, Rule, Slots, State};
 use crate::bounded::{Bounded, Evict, Shard};
 
 /// In-process buckets with the same semantics as the Redis scripts.
@@ -30,6 +34,7 @@ use crate::bounded::{Bounded, Evict, Shard};
 ///
 /// let store = MemoryStore::new(10_000);
 /// let check = Check {
+///     slot: None,
 ///     cost: 1.0,
 ///     buckets: vec![Bucket {
 ///         key: "rl:per-key:{h:abc}".to_owned(),
@@ -48,14 +53,44 @@ pub struct MemoryStore {
     epoch: Instant,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
     state: State,
+    /// A concurrency limit's slots: id and deadline (seconds).
+    held: Vec<(Box<str>, f64)>,
     /// When the state is the same as a missing key (bucket full, window
     /// over): past this, it can go for free.
     idle_at: f64,
     /// Last time any request (admitted or refused) touched it.
     seen: f64,
+}
+
+impl Entry {
+    fn new(state: State, idle_at: f64, seen: f64) -> Self {
+        Self {
+            state,
+            held: Vec::new(),
+            idle_at,
+            seen,
+        }
+    }
+
+    /// The state `rule` reads at `now`: a concurrency limit's live slots
+    /// (the others forgotten), else the stored state.
+    fn read(&mut self, rule: &Rule, now: f64) -> State {
+        if !rule.is_concurrency() {
+            return self.state;
+        }
+        self.held.retain(|&(_, deadline)| deadline > now);
+        State::Slots(Slots::of(self.held.iter().map(|&(_, d)| d)))
+    }
+
+    /// Records the slot a concurrency limit just took (`cost > 0`).
+    fn take(&mut self, rule: &Rule, cost: f64, slot: Option<&str>) {
+        if let (true, State::Slots(s)) = (rule.is_concurrency() && cost > 0.0, self.state) {
+            self.held.push((slot.unwrap_or("").into(), s.last));
+        }
+    }
 }
 
 /// Seconds since the store's epoch.
@@ -96,12 +131,20 @@ impl MemoryStore {
     pub fn check_now(&self, check: &Check) -> Outcome {
         let now = self.epoch.elapsed();
         if let [bucket] = check.buckets.as_slice() {
-            let (allowed, state) = self.check_one_at(bucket, check.cost, now);
-            return Outcome {
-                allowed,
-                limits: vec![state],
-            };
+            if !bucket.rule.is_concurrency() {
+                let (allowed, state) = self.check_one_at(bucket, check.cost, now);
+                return Outcome {
+                    allowed,
+                    limits: vec![state],
+                };
+            }
         }
+        self.check_all_at(check, now)
+    }
+
+    /// Every bucket of `check` under one lock per shard; `now`: since the
+    /// store's epoch.
+    fn check_all_at(&self, check: &Check, now: Duration) -> Outcome {
         let secs = now.as_secs_f64();
         let hashes: Vec<u64> = check
             .buckets
@@ -131,7 +174,7 @@ impl MemoryStore {
                 // eviction never forgets a client that keeps hammering.
                 let stored = guards[g].get_mut(h, &b.key).map(|e| {
                     e.seen = secs;
-                    e.state
+                    e.read(&b.rule, secs)
                 });
                 Decided::new(Level::read(b.rule, stored, now), b.shadow)
             })
@@ -139,12 +182,12 @@ impl MemoryStore {
         let allowed = decide(&mut limits, check.cost);
         for (i, b) in check.buckets.iter().enumerate() {
             if let Some((state, idle_at)) = limits[i].charged {
-                let entry = Entry {
-                    state,
-                    idle_at,
-                    seen: secs,
-                };
-                guards[slots[i]].insert(hashes[i], &b.key, entry, secs);
+                let make = || Entry::new(state, idle_at, secs);
+                let e = guards[slots[i]].get_or_insert_with(hashes[i], &b.key, secs, make);
+                e.state = state;
+                e.idle_at = idle_at;
+                e.seen = secs;
+                e.take(&b.rule, check.cost, check.slot.as_deref());
             }
         }
         let limits = limits.iter().map(|l| l.report(check.cost)).collect();
@@ -164,6 +207,16 @@ impl MemoryStore {
 
     /// `now`: since the store's epoch.
     fn check_one_at(&self, b: &Bucket, cost: f64, now: Duration) -> (bool, LimitState) {
+        if b.rule.is_concurrency() {
+            // Slots: the general path (an anonymous slot, see `Check::slot`).
+            let check = Check {
+                cost,
+                buckets: vec![b.clone()],
+                slot: None,
+            };
+            let o = self.check_all_at(&check, now);
+            return (o.allowed, o.limits[0]);
+        }
         let secs = now.as_secs_f64();
         let mut slot = self.buckets.slot(&b.key);
         // One lookup: the entry found is read and written in place.
@@ -180,12 +233,7 @@ impl MemoryStore {
                 e.state = state;
                 e.idle_at = idle_at;
             } else {
-                let entry = Entry {
-                    state,
-                    idle_at,
-                    seen: secs,
-                };
-                slot.insert(entry, secs);
+                slot.insert(Entry::new(state, idle_at, secs), secs);
             }
         }
         drop(slot);
@@ -198,17 +246,37 @@ impl Store for MemoryStore {
         let outcome = self.check_now(check);
         Box::pin(std::future::ready(Ok(outcome)))
     }
+
+    fn release(&self, key: &str, slot: &str) {
+        let now = self.epoch.elapsed().as_secs_f64();
+        let mut found = self.buckets.slot(key);
+        let Some(e) = found.get_mut() else {
+            return;
+        };
+        e.held.retain(|(id, d)| &**id != slot && *d > now);
+        if e.held.is_empty() {
+            if matches!(e.state, State::Slots(_)) {
+                // No slot left: the same as no key.
+                found.remove();
+            }
+            return;
+        }
+        let s = Slots::of(e.held.iter().map(|&(_, d)| d));
+        e.state = State::Slots(s);
+        e.idle_at = s.last;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bounded::SHARDS;
-    use crate::store::{Bucket, Rule};
+    use crate::store::Bucket;
     use std::time::Duration;
 
     fn check(keys: &[&str], cap: f64, rate: f64, cost: f64) -> Check {
         Check {
+            slot: None,
             cost,
             buckets: keys
                 .iter()
@@ -244,6 +312,7 @@ mod tests {
         assert!(s.check_now(&small).allowed);
         // "a" is empty, so a request counted against "a" and "b" takes from neither.
         let both = Check {
+            slot: None,
             cost: 1.0,
             buckets: vec![
                 small.buckets[0].clone(),
@@ -254,6 +323,41 @@ mod tests {
         assert!(!o.allowed);
         assert!((o.limits[1].remaining - 3.0).abs() < 1e-9);
         assert_eq!(s.len(), 1, "the refused request wrote nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrency_slots_are_released_by_id_or_expire() {
+        let s = MemoryStore::new(100);
+        let bucket = Bucket {
+            key: "c".into(),
+            rule: Rule::Concurrency {
+                max_in_flight: 2.0,
+                max_hold: Duration::from_secs(10),
+            },
+            shadow: false,
+        };
+        let take = |slot: &str, cost: f64| Check {
+            cost,
+            buckets: vec![bucket.clone()],
+            slot: Some(slot.into()),
+        };
+        // One slot each, whatever the cost; the third finds none.
+        assert!(s.check_now(&take("a", 5.0)).allowed);
+        assert!(s.check_now(&take("b", 1.0)).allowed);
+        let refused = s.check_now(&take("c", 1.0));
+        assert!(!refused.allowed);
+        assert_eq!(refused.limits[0].wait, 1.0, "at least a second");
+        // A refund gives nothing back; a release by id does.
+        assert!(s.check_now(&take("x", -1.0)).allowed);
+        assert!(!s.check_now(&take("c", 1.0)).allowed);
+        s.release("c", "a");
+        s.release("c", "unknown");
+        let o = s.check_now(&take("c", 1.0));
+        assert!(o.allowed);
+        assert_eq!(o.limits[0].remaining, 0.0);
+        // Never released: they stop counting at their deadline.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(s.check_now(&take("d", 1.0)).limits[0].remaining, 1.0);
     }
 
     #[tokio::test(start_paused = true)]

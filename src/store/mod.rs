@@ -36,6 +36,13 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     fn nodes(&self, _check: &Check) -> Vec<String> {
         Vec::new()
     }
+
+    /// Gives back the concurrency slot `slot` (a [`Check::slot`]) of the
+    /// bucket at `key`, when the request that took it is over. Must not
+    /// block: a store that answers later sends it in the background, and a
+    /// slot it fails to give back counts until its deadline (`max_hold`).
+    /// The default: nothing (a store without concurrency limits).
+    fn release(&self, _key: &str, _slot: &str) {}
 }
 
 /// A store's answer for one request.
@@ -56,6 +63,12 @@ pub struct Check {
     pub cost: f64,
     /// The buckets, in the route's order.
     pub buckets: Vec<Bucket>,
+    /// The request's slot id, unique fleet-wide: what a concurrency limit
+    /// (see [`Rule::Concurrency`]) records the request under, to
+    /// [`release`](Store::release) it later. `None` for a check without a
+    /// concurrency limit (or a refund); a concurrency limit then takes an
+    /// anonymous slot that only its deadline frees.
+    pub slot: Option<String>,
 }
 
 /// One limit's bucket, by key.

@@ -304,6 +304,37 @@ impl Store for RedisStore {
         })
     }
 
+    fn release(&self, key: &str, slot: &str) {
+        let (pool, inner) = (self.pool.clone(), Arc::clone(&self.inner));
+        let (key, slot) = (key.to_owned(), slot.to_owned());
+        let run = async move {
+            let done = within(
+                inner.release(&pool, &key, &slot),
+                inner.deadline(),
+                &inner.io,
+                &inner.stalls,
+            )
+            .await
+            .unwrap_or(Err(StoreError::Timeout));
+            if let Err(e) = done {
+                if let Some(suppressed) = inner.release_log.event() {
+                    tracing::warn!(
+                        target: "fleetlimit",
+                        error = %e,
+                        suppressed,
+                        "could not release a concurrency slot: it counts until its max_hold"
+                    );
+                }
+            }
+        };
+        // On the caller's runtime when there is one (a response body is
+        // dropped on it); else on fred's own (a body dropped elsewhere).
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(run)),
+            Err(_) => drop(self.inner.io.spawn(run)),
+        }
+    }
+
     fn nodes(&self, check: &Check) -> Vec<String> {
         if !self.pool.is_clustered() {
             return Vec::new();

@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
+    /// Slots that could not be given back (one WARN a second).
+    pub(crate) release_log: crate::log_throttle::Throttle,
     options: Options,
 }
 
@@ -63,6 +65,7 @@ impl Inner {
             lean: Script::new(LEAN),
             decide: Script::new(SCRIPT),
             deadline,
+            release_log: crate::log_throttle::Throttle::default(),
             options: Options {
                 // A backstop only: `within` enforces the deadline.
                 timeout: Some(backstop(deadline)),
@@ -88,7 +91,7 @@ impl Inner {
             &self.decide
         };
         let args = |head: &Value| {
-            let mut args: Vec<Value> = Vec::with_capacity(3 + 5 * n);
+            let mut args: Vec<Value> = Vec::with_capacity(4 + 5 * n);
             args.push(head.clone());
             args.push(Value::Integer(n as i64));
             args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
@@ -99,7 +102,8 @@ impl Inner {
                 args.push(burst);
             } else {
                 args.push(Value::from(check.cost.to_string()));
-                // EVALSHA sha numkeys key.. cost (algorithm p1 p2 shadow)..
+                args.push(Value::from(check.slot.as_deref().unwrap_or("")));
+                // EVALSHA sha numkeys key.. cost slot (algorithm p1 p2 shadow)..
                 for b in &check.buckets {
                     let (code, p1, p2) = b.rule.script_args();
                     args.push(Value::from(code));
@@ -180,6 +184,32 @@ impl Inner {
         }
     }
 
+    /// `ZREM` of a concurrency slot from its key's set, on the primary
+    /// owning the key on a cluster; fail-fast, one attempt, the caller
+    /// bounds it by the deadline.
+    pub(crate) async fn release(
+        &self,
+        pool: &Pool,
+        key: &str,
+        slot: &str,
+    ) -> Result<(), StoreError> {
+        let node_pool;
+        let pool = match &self.nodes {
+            Some(nodes) => {
+                node_pool = nodes.for_slot(fred::util::redis_keyslot(key.as_bytes()))?;
+                &node_pool
+            }
+            None => pool,
+        };
+        let zrem = CustomCommand::new_static("ZREM", ClusterHash::FirstKey, false);
+        let _removed: Value = pool
+            .with_options(&self.options)
+            .custom(zrem, vec![Value::from(key), Value::from(slot)])
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
     /// The per-check deadline.
     pub(crate) fn deadline(&self) -> Duration {
         self.deadline
@@ -196,6 +226,7 @@ impl Inner {
         groups: &[Vec<usize>],
     ) -> Result<Outcome, StoreError> {
         let subset = |g: &[usize], cost: f64| Check {
+            slot: check.slot.clone(),
             cost,
             buckets: g.iter().map(|&i| check.buckets[i].clone()).collect(),
         };
@@ -224,17 +255,48 @@ impl Inner {
             // not turn it into a timeout the route's policy might answer
             // with "admit". A failed refund leaves those units spent until
             // they refill (an over-count, the safe side).
+            // A concurrency slot goes back by id, not by a negative cost.
+            let is_slot = |i: &usize| check.buckets[*i].rule.is_concurrency();
             let refunds: Vec<Check> = groups
                 .iter()
                 .map(|g| {
-                    let back: Vec<usize> =
-                        g.iter().copied().filter(|i| charged.contains(i)).collect();
+                    let back: Vec<usize> = g
+                        .iter()
+                        .copied()
+                        .filter(|i| charged.contains(i) && !is_slot(i))
+                        .collect();
                     subset(&back, -check.cost)
                 })
                 .filter(|c| !c.buckets.is_empty())
                 .collect();
+            let slots: Vec<(String, String)> = match &check.slot {
+                Some(slot) => charged
+                    .iter()
+                    .filter(|i| is_slot(i))
+                    .map(|&i| (check.buckets[i].key.clone(), slot.clone()))
+                    .collect(),
+                None => Vec::new(),
+            };
             let (inner, pool, units) = (Arc::clone(self), pool.clone(), check.cost);
             tokio::spawn(async move {
+                for (key, slot) in slots {
+                    let done = within(
+                        inner.release(&pool, &key, &slot),
+                        inner.deadline,
+                        &inner.io,
+                        &inner.stalls,
+                    )
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout));
+                    if let Err(e) = done {
+                        tracing::warn!(
+                            target: "fleetlimit",
+                            error = %e,
+                            "refused, and the concurrency slot taken before the refusal could not \
+                             be given back: it counts until its max_hold"
+                        );
+                    }
+                }
                 for refund in refunds {
                     let done = within(
                         inner.run(&pool, &refund),
