@@ -91,6 +91,9 @@ pub(crate) struct Limiter {
     delayed: Arc<tokio::sync::Semaphore>,
     /// Load shedding (`None`: off, nothing on the request path).
     shed: Option<Arc<Shedder>>,
+    /// `[escalation] max_delayed`: with `delayed`'s free places, how many
+    /// requests are held now (not in flight for shedding).
+    max_delayed: usize,
 }
 
 impl fmt::Debug for Limiter {
@@ -123,12 +126,11 @@ impl Decision {
     }
 
     /// An admitted request keeps its place in flight (see `shed/`) until
-    /// its response is over, and its queueing delay is measured now, as
-    /// the handler is called; a refused one gives it back at once.
+    /// its response is over; a refused one gives it back at once.
     pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
         match (self, ticket) {
             (Self::Admit(mut a), Some(t)) => {
-                a.hold.push(t.start());
+                a.hold.push(t);
                 Self::Admit(a)
             }
             (d, _) => d,
@@ -275,6 +277,7 @@ impl Limiter {
             shed: cfg
                 .shedding
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
+            max_delayed: cfg.max_delayed,
         }
     }
 
