@@ -84,7 +84,9 @@ pub struct SheddingConfig {
     /// Requests in flight through this instance's layer that saturate it
     /// (pressure 1.0); `None`: not a signal.
     pub max_in_flight: Option<u32>,
-    /// CoDel's target queueing delay (default 5 ms).
+    /// CoDel's target queueing delay (default 5 ms): the wait in front of
+    /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
+    /// without it there is no queueing-delay signal).
     pub queue_delay_target: Duration,
     /// How long the queueing delay must stay above target to be overload
     /// (default 100 ms).
