@@ -140,7 +140,8 @@ impl RateLimitLayer {
     }
 
     /// Requests in flight through this layer (counted with `[shedding]`
-    /// only; `None` without it).
+    /// only; `None` without it), those held by `on_exceed = "delay"`
+    /// included (which shedding does not count as pressure).
     #[must_use]
     pub fn in_flight(&self) -> Option<u32> {
         self.limiter.shedder().map(|s| s.in_flight())

@@ -94,6 +94,9 @@ pub(crate) struct Limiter {
     shed: Option<Arc<Shedder>>,
     /// Concurrency limits' slot ids, unique fleet-wide.
     slot_ids: slot::SlotIds,
+    /// `[escalation] max_delayed`: with `delayed`'s free places, how many
+    /// requests are held now (not in flight for shedding).
+    max_delayed: usize,
 }
 
 impl fmt::Debug for Limiter {
@@ -126,12 +129,11 @@ impl Decision {
     }
 
     /// An admitted request keeps its place in flight (see `shed/`) until
-    /// its response is over, and its queueing delay is measured now, as
-    /// the handler is called; a refused one gives it back at once.
+    /// its response is over; a refused one gives it back at once.
     pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
         match (self, ticket) {
             (Self::Admit(mut a), Some(t)) => {
-                a.hold.push(t.start());
+                a.hold.push(t);
                 Self::Admit(a)
             }
             (d, _) => d,
@@ -285,6 +287,7 @@ impl Limiter {
                 .shedding
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
             slot_ids: slot::SlotIds::new(),
+            max_delayed: cfg.max_delayed,
         }
     }
 

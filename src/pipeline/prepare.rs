@@ -58,7 +58,13 @@ impl Limiter {
         let matched = ext.get::<MatchedPath>().map(MatchedPath::as_str);
         let priority = self.routes.priority(matched, req.method());
         let accepted = ext.get::<Accepted>().map(|a| a.0);
-        Some(shedder.admit(priority, accepted).map_err(|s| {
+        // Held by `on_exceed = "delay"`: parked on purpose (a login attack
+        // can fill every place), not load on the handlers.
+        let held = self
+            .max_delayed
+            .saturating_sub(self.delayed.available_permits());
+        let held = u32::try_from(held).unwrap_or(u32::MAX);
+        Some(shedder.admit(priority, accepted, held).map_err(|s| {
             Decision::Reject(response::overloaded(
                 s.priority.as_str(),
                 s.signal.as_str(),

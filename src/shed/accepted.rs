@@ -9,10 +9,11 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 /// When the request was accepted, for the queueing delay the shedder
-/// measures (`[shedding]`, CoDel): set it as early as possible — with
-/// [`AcceptedLayer`] around the whole router, or in the accept loop.
-/// Without it the delay counts from when the request reached the rate-limit
-/// layer. The first one set is kept.
+/// measures (`[shedding]`, CoDel: the wait from here to the rate-limit
+/// layer): set it as early as possible — with [`AcceptedLayer`] outermost,
+/// around the whole router, or in the accept loop. Without it the shedder
+/// has no queueing-delay signal (the other signals still work). The first
+/// one set is kept.
 ///
 /// ```
 /// use std::time::Instant;

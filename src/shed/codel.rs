@@ -1,5 +1,5 @@
 //! CoDel's overload test on queueing delay: overloaded once every request
-//! admitted for a whole `interval` waited longer than `target` (the minimum
+//! measured for a whole `interval` waited longer than `target` (the minimum
 //! delay over the interval stayed above it), and no longer as soon as one
 //! request waits less. A queue that only bursts drains within an interval
 //! and never trips it; a standing queue does.
@@ -17,8 +17,9 @@ pub(crate) struct Codel {
     /// ends (`None`: the last sample was below target).
     above_until: Option<Instant>,
     overloaded: bool,
-    /// The last sample: with no request admitted (all shed) there is no
-    /// delay to measure, so a verdict older than an interval lapses.
+    /// The last sample: with no request measured (none arrives, or none
+    /// carries `Accepted`) there is no delay to go by, so a verdict older
+    /// than an interval lapses.
     last: Option<Instant>,
 }
 
@@ -33,7 +34,7 @@ impl Codel {
         }
     }
 
-    /// One admitted request waited `delay` (at `now`).
+    /// One request waited `delay` in front of the layer (at `now`).
     pub(crate) fn sample(&mut self, delay: Duration, now: Instant) {
         self.last = Some(now);
         if delay < self.target {

@@ -84,7 +84,9 @@ pub struct SheddingConfig {
     /// Requests in flight through this instance's layer that saturate it
     /// (pressure 1.0); `None`: not a signal.
     pub max_in_flight: Option<u32>,
-    /// CoDel's target queueing delay (default 5 ms).
+    /// CoDel's target queueing delay (default 5 ms): the wait in front of
+    /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
+    /// without it there is no queueing-delay signal).
     pub queue_delay_target: Duration,
     /// How long the queueing delay must stay above target to be overload
     /// (default 100 ms).
@@ -189,19 +191,64 @@ impl Shedder {
         );
     }
 
-    /// The pressure now, and the signal that set it.
-    pub(crate) fn pressure(&self) -> (f64, Signal) {
-        let mut worst = (0.0, Signal::InFlight);
+    /// Admit a request of `priority` (counted in flight until its
+    /// [`Ticket`] is dropped), or shed it.
+    ///
+    /// `accepted`: when the request was accepted (see [`Accepted`]); its
+    /// wait since then, in front of the layer, is CoDel's sample. Nothing
+    /// the limiter itself does (a Redis round trip, a plan lookup, an
+    /// `on_exceed = "delay"` hold) comes after it, so none of that can read
+    /// as a queue. Without it there is no queueing-delay sample.
+    ///
+    /// `held`: this layer's requests held on purpose now (`on_exceed =
+    /// "delay"`): in flight, but not in the handler, so not pressure.
+    pub(crate) fn admit(
+        &self,
+        priority: Priority,
+        accepted: Option<std::time::Instant>,
+        held: u32,
+    ) -> Result<Ticket, Shed> {
+        let threshold = self.threshold(priority);
+        let (mut pressure, mut signal) = self.outside_pressure(accepted.map(|at| at.elapsed()));
+        if pressure < threshold {
+            match self.cfg.max_in_flight {
+                None => {
+                    self.in_flight.fetch_add(1, Ordering::Relaxed);
+                    return Ok(self.ticket());
+                }
+                Some(max) => match self.enter(max, held, threshold) {
+                    Ok(()) => return Ok(self.ticket()),
+                    Err(p) => (pressure, signal) = (p, Signal::InFlight),
+                },
+            }
+        } else if let Some(max) = self.cfg.max_in_flight {
+            // Shed anyway: name the worst signal.
+            let p = in_flight_pressure(self.in_flight.load(Ordering::Relaxed), held, max);
+            if p > pressure {
+                (pressure, signal) = (p, Signal::InFlight);
+            }
+        }
+        let shed = Shed {
+            priority,
+            signal,
+            pressure,
+            retry_after: self.retry_after,
+        };
+        self.log_shed(&shed);
+        Err(shed)
+    }
+
+    /// The largest pressure of the signals other than in flight, and which
+    /// one it is; `queued` (the request's wait in front of the layer) is
+    /// CoDel's sample first.
+    fn outside_pressure(&self, queued: Option<Duration>) -> (f64, Signal) {
+        let mut worst = (0.0, Signal::QueueDelay);
         let mut consider = |p: f64, s: Signal| {
             if p > worst.0 {
                 worst = (p, s);
             }
         };
-        if let Some(max) = self.cfg.max_in_flight {
-            let n = self.in_flight.load(Ordering::Relaxed);
-            consider(f64::from(n) / f64::from(max), Signal::InFlight);
-        }
-        if self.codel_overloaded() {
+        if self.codel_overloaded(queued) {
             consider(1.0, Signal::QueueDelay);
         }
         if let Some(app) = &self.app {
@@ -211,8 +258,42 @@ impl Shedder {
         worst
     }
 
-    fn codel_overloaded(&self) -> bool {
-        crate::sync::lock(&self.codel).overloaded(Instant::now())
+    /// Counts the request in flight unless that pressure has reached
+    /// `threshold` (`Err`: the pressure). Check and count are one atomic
+    /// step, so a burst cannot overshoot: at most ⌈`threshold` ×
+    /// `max`⌉ requests besides the `held` ones are ever admitted at once.
+    fn enter(&self, max: u32, held: u32, threshold: f64) -> Result<(), f64> {
+        let mut n = self.in_flight.load(Ordering::Relaxed);
+        loop {
+            let p = in_flight_pressure(n, held, max);
+            if p >= threshold {
+                return Err(p);
+            }
+            match self.in_flight.compare_exchange_weak(
+                n,
+                n + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    fn ticket(&self) -> Ticket {
+        Ticket(Arc::clone(&self.in_flight))
+    }
+
+    /// Samples `queued` (if any) and says whether CoDel finds a standing
+    /// queue, under one lock.
+    fn codel_overloaded(&self, queued: Option<Duration>) -> bool {
+        let now = Instant::now();
+        let mut codel = crate::sync::lock(&self.codel);
+        if let Some(delay) = queued {
+            codel.sample(delay, now);
+        }
+        codel.overloaded(now)
     }
 
     fn threshold(&self, p: Priority) -> f64 {
@@ -221,33 +302,6 @@ impl Shedder {
             Priority::Normal => 1.0,
             Priority::Sheddable => self.cfg.sheddable_at,
         }
-    }
-
-    /// Admit a request of `priority` (counted in flight until its
-    /// [`InFlight`] is dropped), or shed it.
-    pub(crate) fn admit(
-        self: &Arc<Self>,
-        priority: Priority,
-        accepted: Option<std::time::Instant>,
-    ) -> Result<Ticket, Shed> {
-        let (pressure, signal) = self.pressure();
-        if pressure >= self.threshold(priority) {
-            let shed = Shed {
-                priority,
-                signal,
-                pressure,
-                retry_after: self.retry_after,
-            };
-            self.log_shed(&shed);
-            return Err(shed);
-        }
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Ok(Ticket {
-            shedder: Arc::clone(self),
-            entered: Instant::now(),
-            accepted,
-            guard: InFlight(Arc::clone(&self.in_flight)),
-        })
     }
 
     fn log_shed(&self, s: &Shed) {
@@ -266,34 +320,99 @@ impl Shedder {
     }
 }
 
-/// An admitted request: in flight until its response is over.
+/// An admitted request's place in this instance's count of requests in
+/// flight, given back when dropped (with its response).
 #[derive(Debug)]
-pub(crate) struct Ticket {
-    shedder: Arc<Shedder>,
-    entered: Instant,
-    accepted: Option<std::time::Instant>,
-    guard: InFlight,
-}
+pub(crate) struct Ticket(Arc<AtomicU32>);
 
-impl Ticket {
-    /// The handler is being called now: its queueing delay goes to CoDel,
-    /// and the returned guard is held until the response is over.
-    pub(crate) fn start(self) -> InFlight {
-        let delay = match self.accepted {
-            Some(at) => at.elapsed(),
-            None => self.entered.elapsed(),
-        };
-        crate::sync::lock(&self.shedder.codel).sample(delay, Instant::now());
-        self.guard
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// One request in this instance's count of requests in flight.
-#[derive(Debug)]
-pub(crate) struct InFlight(Arc<AtomicU32>);
+/// `n` requests in flight, `held` of them held on purpose, against `max`.
+fn in_flight_pressure(n: u32, held: u32, max: u32) -> f64 {
+    f64::from(n.saturating_sub(held)) / f64::from(max)
+}
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shedder(max_in_flight: Option<u32>) -> Shedder {
+        Shedder::new(
+            SheddingConfig {
+                max_in_flight,
+                ..SheddingConfig::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn held_requests_are_not_pressure() {
+        let s = shedder(Some(4));
+        let tickets: Vec<_> = (0..4)
+            .map(|_| s.admit(Priority::Normal, None, 0).unwrap())
+            .collect();
+        let shed = s.admit(Priority::Normal, None, 0).unwrap_err();
+        assert_eq!((shed.signal, shed.pressure), (Signal::InFlight, 1.0));
+        // The same 4, all parked by `on_exceed = "delay"`: nothing in the
+        // handlers, room for 4 more.
+        let more: Vec<_> = (0..4)
+            .map(|_| s.admit(Priority::Normal, None, 4).unwrap())
+            .collect();
+        assert!(s.admit(Priority::Normal, None, 4).is_err());
+        drop((tickets, more));
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_burst_never_overshoots_max_in_flight() {
+        const THREADS: usize = 4;
+        let s = shedder(Some(3));
+        let peak = AtomicU32::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for _ in 0..500_000 {
+                        if let Ok(t) = s.admit(Priority::Normal, None, 0) {
+                            peak.fetch_max(s.in_flight(), Ordering::Relaxed);
+                            drop(t);
+                        }
+                    }
+                });
+            }
+        });
+        let peak = peak.into_inner();
+        assert!(peak <= 3, "{peak} in flight at once, max_in_flight 3");
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_before_the_layer_is_the_queueing_delay_and_nothing_after() {
+        let s = shedder(None);
+        let interval = SheddingConfig::default().queue_delay_interval;
+        let target = SheddingConfig::default().queue_delay_target;
+        // Whatever happens after `admit` (a frozen Redis, a delay) does
+        // not count: requests without `Accepted` are never a sample.
+        for _ in 0..30 {
+            let t = s.admit(Priority::Normal, None, 0).unwrap();
+            tokio::time::advance(interval / 10).await;
+            drop(t);
+        }
+        // Waited 10 × target in front of the layer, for over an interval.
+        let queued = || Some(std::time::Instant::now() - target * 10);
+        for _ in 0..12 {
+            let _ = s.admit(Priority::Critical, queued(), 0).unwrap();
+            tokio::time::advance(interval / 10).await;
+        }
+        let shed = s.admit(Priority::Normal, queued(), 0).unwrap_err();
+        assert_eq!((shed.signal, shed.pressure), (Signal::QueueDelay, 1.0));
+        // A request that did not wait ends it, itself included.
+        assert!(s
+            .admit(Priority::Normal, Some(std::time::Instant::now()), 0)
+            .is_ok());
     }
 }

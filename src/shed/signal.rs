@@ -78,7 +78,10 @@ impl FleetSignal {
         if v == 0.0 {
             return 0.0;
         }
-        let age = self.millis_now() - self.read_at.load(Ordering::Relaxed);
+        // The refresh task may have stored a reading taken after `now`.
+        let age = self
+            .millis_now()
+            .saturating_sub(self.read_at.load(Ordering::Relaxed));
         if Duration::from_millis(age) > self.stale_after {
             return 0.0;
         }
@@ -209,6 +212,17 @@ mod tests {
         assert_eq!(parse("-1"), None);
         assert_eq!(parse("inf"), None);
         assert_eq!(parse("NaN"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reading_newer_than_now_is_fresh() {
+        let s = FleetSignal::new(Duration::from_secs(1));
+        s.set(1.2);
+        // The refresh task's clock read came after this thread's: as if
+        // the value were stored a moment from now.
+        let later = s.millis_now() + 5;
+        s.read_at.store(later, Ordering::Relaxed);
+        assert_eq!(s.pressure(), 1.2);
     }
 
     #[tokio::test(start_paused = true)]
