@@ -27,6 +27,11 @@
 //!    calling a failing Redis for a cool-off.
 //! 4. **Decide**: admitted requests reach the service and get
 //!    `X-RateLimit-*` headers; refused ones get `429` with `Retry-After`.
+//!    A limit may instead delay the request or hand the service a
+//!    [`Challenge`] (`on_exceed`), count only failed answers
+//!    (`count = "failures"`, given back after the handler answered), or cap
+//!    requests in flight (`algorithm = "concurrency"`, a slot held until the
+//!    response body ends).
 //! 5. **Redis failed**: the route's `on_redis_error` — `open`, `closed`
 //!    (503) or `local` (in-process buckets of limit ÷ fleet size).
 //!
