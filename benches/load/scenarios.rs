@@ -121,7 +121,12 @@ pub fn scenarios() -> Vec<Scenario> {
         Scenario {
             title: "(e) a concurrency limit beside a token bucket",
             about: format!(
-                "The normal scenario's traffic ({} keys). fleetlimit on Redis as in (a),                  then with the route's limit a concurrency limit instead (`algorithm =                  \"concurrency\"`, `max_in_flight = {}`: nothing refused): each request                  takes a slot in the general script (no lean script, no coalescing) and                  gives it back with a `ZREM` when its response ends. `script calls/s` as                  in (b) (the `ZREM`s are not script calls).",
+                "The normal scenario's traffic ({} keys). fleetlimit on Redis as in (a), \
+                 then with the route's limit a concurrency limit instead (`algorithm = \
+                 \"concurrency\"`, `max_in_flight = {}`: nothing refused): each request \
+                 takes a slot in the general script (no lean script, no coalescing) and \
+                 gives it back with a `ZREM` when its response ends. `script calls/s` as \
+                 in (b) (the `ZREM`s are not script calls).",
                 thousands(NORMAL_KEYS as f64),
                 WITHIN.capacity
             ),
