@@ -384,6 +384,51 @@ async fn a_client_that_disconnects_mid_response_frees_its_slot() {
     );
 }
 
+/// A request cancelled while Redis is asked (an outer timeout, a reset
+/// stream): the script still runs once Redis answers, and the slot it took
+/// is given back then, not held until max_hold (30 s). One connection, so
+/// the release reaches Redis after the script it undoes.
+#[tokio::test]
+async fn a_request_cancelled_while_redis_is_asked_gives_its_slot_back() {
+    let server = RedisServer::start();
+    let prefix = prefix("in-flight-cancelled");
+    let src = format!(
+        "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"3s\"\npool_size = 1\n{IN_FLIGHT_5}",
+        server.url()
+    );
+    let cfg = Config::from_toml_str(&src).unwrap();
+    let key = redis_key(&cfg, "in-flight", "k");
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let call = || {
+        send(
+            &app,
+            request("GET", "/", "192.0.2.1:1", &[("x-api-key", "k")]),
+        )
+    };
+    // Loads the script; its slot is given back when the body is dropped.
+    assert_eq!(call().await.status(), 200);
+    assert!(eventually(Duration::from_secs(5), || zcard(&server, &key) == 0).await);
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+
+    server.freeze();
+    let cut = tokio::time::timeout(Duration::from_millis(300), call()).await;
+    assert!(cut.is_err(), "answered while Redis was frozen");
+    server.thaw();
+    assert!(
+        eventually(Duration::from_secs(5), || server.calls_of("evalsha") == 1
+            && server.calls_of("zrem") == 1)
+        .await,
+        "the cancelled request's script and its release did not both reach Redis"
+    );
+    assert_eq!(
+        zcard(&server, &key),
+        0,
+        "the cancelled request's slot is held"
+    );
+}
+
 /// A route counted against a token bucket and a concurrency limit: all or
 /// nothing. A refusal by either charges neither.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -716,6 +761,26 @@ limits = ["in-flight"]
     let e = error_for("long.toml", "max_hold = \"30s\"", "max_hold = \"2d\"");
     assert!(e.starts_with("long.toml:5:12:"), "{e}");
     assert!(e.contains("max_hold must be at most 24 h"), "{e}");
+    // Past max_in_flight nothing is taken: a concurrency limit only refuses.
+    let e = error_for(
+        "escalate.toml",
+        "max_hold = \"30s\"",
+        "max_hold = \"30s\"\non_exceed = \"challenge\"",
+    );
+    assert!(e.starts_with("escalate.toml:6:13:"), "{e}");
+    assert!(e.contains("a concurrency limit can only refuse"), "{e}");
+    // A delayed request would hold its slot while it waits.
+    let e = error_for(
+        "delay.toml",
+        "[default]\nlimits = [\"in-flight\"]",
+        "[limits.slow]\nkey = \"ip\"\ncapacity = 5\nrefill = \"1/s\"\non_exceed = \"delay\"\n\
+         delay = \"1s\"\n\n[default]\nlimits = [\"in-flight\", \"slow\"]",
+    );
+    assert!(e.starts_with("delay.toml:15:24:"), "{e}");
+    assert!(
+        e.contains("cannot have both a concurrency limit and a limit that delays"),
+        "{e}"
+    );
     // A bucket's table with a concurrency field.
     let e = error_for(
         "tb.toml",

@@ -441,6 +441,14 @@ impl<'s> Validator<'s> {
             }
             l.failures = Some(statuses.into());
         }
+        if l.rule.is_concurrency() && on_exceed != OnExceed::Refuse {
+            return Err(err(
+                at.on_exceed.clone().or(at.key.clone()),
+                "a concurrency limit can only refuse: past max_in_flight no slot is taken, \
+                 so a delayed or challenged request would run uncounted"
+                    .into(),
+            ));
+        }
         if let OnExceed::Delay(d) = on_exceed {
             if d.is_zero() || d > MAX_DELAY {
                 return Err(err(
@@ -546,6 +554,21 @@ impl<'s> Validator<'s> {
             }
             if picked.iter().any(|x| Arc::ptr_eq(x, l)) {
                 return Err(self.err(span, format!("limit {name:?} is listed twice")));
+            }
+            let delays = |x: &Limit| matches!(x.on_exceed, OnExceed::Delay(_));
+            let slots_and_delay = |a: &Limit, b: &Limit| a.rule.is_concurrency() && delays(b);
+            if picked
+                .iter()
+                .any(|x| slots_and_delay(x, l) || slots_and_delay(l, x))
+            {
+                return Err(self.err(
+                    span,
+                    format!(
+                        "limit {name:?}: a route cannot have both a concurrency limit and a limit \
+                         that delays (on_exceed = \"delay\"): a delayed request would hold its \
+                         slot while it waits"
+                    ),
+                ));
             }
             picked.push(Arc::clone(l));
         }

@@ -27,7 +27,7 @@ use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
 use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
-use super::slot::Release;
+use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
 use crate::route::OnExceed;
@@ -110,7 +110,12 @@ impl Limiter {
             // No check or outcome vectors for a single limit.
             ([bucket], None) => {
                 let (allowed, state) = memory.check_one(bucket, cost);
-                self.decision(p, buckets, allowed, &[state], None, DecidedBy::Primary)
+                self.decision(
+                    p,
+                    buckets,
+                    Answered::new(allowed, &[state], None, cost),
+                    DecidedBy::Primary,
+                )
             }
             (_, slot) => {
                 let check = Check {
@@ -120,8 +125,8 @@ impl Limiter {
                 };
                 let o = memory.check_now(&check);
                 let buckets = Buckets::from_vec(check.buckets);
-                let slot = check.slot.as_deref();
-                self.decision(p, buckets, o.allowed, &o.limits, slot, DecidedBy::Primary)
+                let answered = Answered::new(o.allowed, &o.limits, check.slot.as_deref(), cost);
+                self.decision(p, buckets, answered, DecidedBy::Primary)
             }
         })
     }
@@ -171,20 +176,19 @@ impl Limiter {
         if let Some(d) = self.leased(&p, &check).await {
             return d;
         }
+        // Cancelled, timed out or failed, the script may still have taken
+        // a slot: it is given back rather than counted until max_hold.
+        let asking = Asking::new(self.store(), &check);
         match self.ask(&check).await {
             Ok(o) => {
+                asking.answered();
                 let buckets = Buckets::from_vec(check.buckets);
-                let slot = check.slot.as_deref();
-                self.decision(&p, buckets, o.allowed, &o.limits, slot, DecidedBy::Primary)
+                let answered =
+                    Answered::new(o.allowed, &o.limits, check.slot.as_deref(), check.cost);
+                self.decision(&p, buckets, answered, DecidedBy::Primary)
             }
             Err(e) => {
-                if let (Some(slot), StoreError::Timeout) = (&check.slot, &e) {
-                    // Unknown outcome: the script may have taken the slot.
-                    // Given back at once rather than counted to max_hold.
-                    for b in check.buckets.iter().filter(|b| b.rule.is_concurrency()) {
-                        self.store.release(&b.key, slot);
-                    }
-                }
+                drop(asking);
                 self.fall_back(&p, check, &e)
             }
         }
@@ -197,8 +201,10 @@ impl Limiter {
             Answer::Reject(r) => Decision::Reject(r),
             Answer::Local(check, o) => {
                 let buckets = Buckets::from_vec(check.buckets);
-                let slot = check.slot.as_deref();
-                self.decision(p, buckets, o.allowed, &o.limits, slot, DecidedBy::Fallback)
+                // `local` may charge less than the cost (see fallback.rs).
+                let answered =
+                    Answered::new(o.allowed, &o.limits, check.slot.as_deref(), check.cost);
+                self.decision(p, buckets, answered, DecidedBy::Fallback)
             }
         }
     }
@@ -263,18 +269,20 @@ impl Limiter {
         }
     }
 
-    /// Step 5: the decision for a store's answer, `allowed` and each
-    /// bucket's state (`limits`, in the order of `buckets`); `slot`: the
-    /// request's concurrency slot id, when it has one.
+    /// Step 5: the decision for a store's answer.
     fn decision(
         self: &Arc<Self>,
         p: &Pending,
         buckets: Buckets,
-        allowed: bool,
-        limits: &[LimitState],
-        slot: Option<&str>,
+        answered: Answered<'_>,
         by: DecidedBy,
     ) -> Decision {
+        let Answered {
+            allowed,
+            limits,
+            slot,
+            charged,
+        } = answered;
         let degraded = by.degraded();
         // Soft in the store: in shadow mode, or escalating instead of refusing.
         let shadow = |i: usize| buckets[i].shadow;
@@ -316,7 +324,7 @@ impl Limiter {
             };
             let counts_failures = p.policy.limits.iter().any(|l| l.failures.is_some());
             if counts_failures {
-                admitted.after = self.settle(p, &buckets, limits, by);
+                admitted.after = self.settle(p, &buckets, limits, charged, by);
             }
             if p.policy.limits.iter().any(|l| l.escalates()) {
                 self.escalate(p, &buckets, limits, by, &mut admitted);
@@ -335,9 +343,9 @@ impl Limiter {
                             ..*s
                         })
                         .collect();
-                    Refund::new(self, buckets, &requests_only, p.cost, by)
+                    Refund::new(self, buckets, &requests_only, p.cost, charged, by)
                 } else {
-                    Refund::new(self, buckets, limits, p.cost, by)
+                    Refund::new(self, buckets, limits, p.cost, charged, by)
                 };
             }
             return Decision::Admit(admitted);
@@ -376,6 +384,29 @@ impl Limiter {
             degraded,
             false,
         ))
+    }
+}
+
+/// A store's answer for one request.
+struct Answered<'a> {
+    allowed: bool,
+    /// Each bucket's state, in the order of the buckets.
+    limits: &'a [LimitState],
+    /// The request's concurrency slot id, when it has one.
+    slot: Option<&'a str>,
+    /// What each limit with room was charged: the cost, or less when the
+    /// `local` policy capped it at a share.
+    charged: f64,
+}
+
+impl<'a> Answered<'a> {
+    fn new(allowed: bool, limits: &'a [LimitState], slot: Option<&'a str>, charged: f64) -> Self {
+        Self {
+            allowed,
+            limits,
+            slot,
+            charged,
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::{Buckets, DecidedBy, Limiter};
 use crate::algorithm::LimitState;
+use crate::store::{Check, Store};
 
 /// Makes the slot ids of one limiter.
 pub(super) struct SlotIds {
@@ -85,6 +86,53 @@ impl Drop for Release {
         match self.by {
             DecidedBy::Primary => self.limiter.store().release(&self.key, &self.slot),
             DecidedBy::Fallback => self.limiter.fallback.release(&self.key, &self.slot),
+        }
+    }
+}
+
+/// The slots a check may take while the store is asked: until the answer
+/// arrives the outcome is unknown (the script may run even if this request
+/// is cancelled, or its call times out or fails), so unless
+/// [`answered`](Self::answered) is called, `Drop` gives every slot back.
+/// A release by id of a slot never taken removes nothing.
+pub(super) struct Asking {
+    store: Option<Arc<dyn Store>>,
+    keys: Vec<String>,
+    slot: String,
+}
+
+impl Asking {
+    /// Nothing to give back (no allocation) for a check without a slot.
+    pub(super) fn new(store: &Arc<dyn Store>, check: &Check) -> Self {
+        let Some(slot) = &check.slot else {
+            return Self {
+                store: None,
+                keys: Vec::new(),
+                slot: String::new(),
+            };
+        };
+        Self {
+            store: Some(Arc::clone(store)),
+            keys: (check.buckets.iter())
+                .filter(|b| b.rule.is_concurrency())
+                .map(|b| b.key.clone())
+                .collect(),
+            slot: slot.clone(),
+        }
+    }
+
+    /// The store answered: the decision gives back what was taken.
+    pub(super) fn answered(mut self) {
+        self.store = None;
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if let Some(store) = &self.store {
+            for key in &self.keys {
+                store.release(key, &self.slot);
+            }
         }
     }
 }

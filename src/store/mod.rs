@@ -66,8 +66,10 @@ pub struct Check {
     /// The request's slot id, unique fleet-wide: what a concurrency limit
     /// (see [`Rule::Concurrency`]) records the request under, to
     /// [`release`](Store::release) it later. `None` for a check without a
-    /// concurrency limit (or a refund); a concurrency limit then takes an
-    /// anonymous slot that only its deadline frees.
+    /// concurrency limit (or a refund). Give one to every check with a
+    /// concurrency limit: without it the slot cannot be released, only its
+    /// deadline frees it, and the stores differ (Redis records every
+    /// anonymous slot as the same member, the in-process store counts each).
     pub slot: Option<String>,
 }
 
