@@ -429,6 +429,50 @@ async fn redis_down_closed_is_503_and_local_counts_failures_in_process() {
     assert_eq!(wrong(&app, "192.0.2.1", "alice").await.0, 429);
 }
 
+/// Redis down under `local` with a fleet of 10: the request is charged a
+/// share (0.5, the smallest limit's tenth) and a success gives back exactly
+/// that, so interleaved successes never buy an IP more failures than its
+/// share of 2 holds (4). (Given back 1 each, the share would refill and
+/// every guess pass.)
+#[tokio::test]
+async fn under_local_a_success_gives_back_what_was_charged_not_more() {
+    let server = RedisServer::start();
+    let prefix = prefix("login-down-share");
+    let body = r#"
+        [fleet]
+        size = 10
+
+        [limits.per-ip]
+        key = "ip"
+        count = "failures"
+        capacity = 20
+        refill = "20/h"
+
+        [limits.per-ip-account]
+        key = "ip+account:x-account"
+        count = "failures"
+        capacity = 5
+        refill = "5/h"
+
+        [[routes]]
+        path = "/login"
+        limits = ["per-ip", "per-ip-account"]
+        on_redis_error = "local"
+    "#;
+    let cfg = redis_config(&server, &prefix, "100ms", body);
+    let app = Router::new()
+        .route("/login", post(login))
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    server.kill();
+    let mut seen = Vec::new();
+    for i in 1..=5 {
+        seen.push(wrong(&app, "192.0.2.9", &format!("victim-{i}")).await.0);
+        seen.push(right(&app, "192.0.2.9", false).await.0);
+    }
+    // After the 4th failure the IP's share is spent: refused, right or wrong.
+    assert_eq!(seen, [401, 200, 401, 200, 401, 200, 401, 429, 429, 429]);
+}
+
 /// Redis stops (SIGSTOP) while the handler runs: giving the success back
 /// fails within the deadline and the response still goes out. Whether the
 /// unit stays charged is then unknown (the timed-out call may still run

@@ -16,13 +16,15 @@ use crate::store::{Bucket, Check};
 
 impl Limiter {
     /// The work to run with the handler's status: refund the charged
-    /// buckets of limits that count failures, when the status is not one.
+    /// buckets of limits that count failures (`each` units each), when
+    /// the status is not one.
     /// `None` when no such limit was charged.
     pub(super) fn settle(
         self: &Arc<Self>,
         p: &Pending,
         buckets: &Buckets,
         limits: &[LimitState],
+        each: f64,
         by: DecidedBy,
     ) -> Option<After> {
         let charged: Vec<(Arc<Limit>, Bucket)> = p
@@ -38,7 +40,8 @@ impl Limiter {
             return None;
         }
         let this = Arc::clone(self);
-        let cost = f64::from(p.cost);
+        // What was charged, not the route's cost: `local` may charge less.
+        let cost = each;
         Some(Box::new(move |status, extensions| {
             // A challenge asked for (`ChallengeRequired`) is not a failed
             // attempt: nothing was tried. Counting it would turn a

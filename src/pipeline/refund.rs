@@ -57,17 +57,22 @@ struct RefundInner {
     buckets: Buckets,
     /// Which store charged them: the one given back to.
     by: DecidedBy,
+    /// Store units per unit of the route's cost: 1, or less when `local`
+    /// charged a share instead of the whole cost.
+    scale: f64,
     left: AtomicU32,
 }
 
 impl Refund {
-    /// The handle of a request charged `cost` in `buckets` (those whose
-    /// state says `enough` were); `None` when none was.
+    /// The handle of a request of cost `cost` charged `each` units in
+    /// `buckets` (those whose state says `enough` were); `None` when none
+    /// was.
     pub(super) fn new(
         limiter: &Arc<Limiter>,
         mut buckets: Buckets,
         limits: &[LimitState],
         cost: u32,
+        each: f64,
         by: DecidedBy,
     ) -> Option<Self> {
         // Keep only the buckets that were charged, in place; a concurrency
@@ -82,6 +87,11 @@ impl Refund {
                 limiter: Arc::clone(limiter),
                 buckets,
                 by,
+                scale: if cost == 0 {
+                    1.0
+                } else {
+                    each / f64::from(cost)
+                },
                 left: AtomicU32::new(cost),
             })),
         })
@@ -120,7 +130,7 @@ impl Refund {
         }
         let refund = Check {
             slot: None,
-            cost: -f64::from(n),
+            cost: -f64::from(n) * inner.scale,
             buckets: inner.buckets.to_vec(),
         };
         let limiter = &inner.limiter;
