@@ -127,6 +127,44 @@ async fn sweep_repairs_the_3_keys_without_expiry_and_leaves_997_alone() {
 }
 
 #[tokio::test]
+async fn sweep_repairs_a_concurrency_limits_set_of_slots() {
+    let server = RedisServer::start();
+    let prefix = prefix("sweep-slots");
+    let cfg = config_file("sweep-slots.toml", &server.url(), &prefix);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "{text}\n[limits.in-flight]\nkey = \"header:x-api-key\"\nalgorithm = \"concurrency\"\n\
+             max_in_flight = 5\nmax_hold = \"30s\"\n"
+        ),
+    )
+    .unwrap();
+    // A set of slots left without expiry, and a string where a set belongs.
+    let slots = format!("{prefix}:in-flight:{{h:caller}}");
+    let foreign = format!("{prefix}:in-flight:{{h:other}}");
+    server.cli(&["ZADD", &slots, "1", "a:1"]).unwrap();
+    server.cli(&["SET", &foreign, "x"]).unwrap();
+
+    let (code, out, err) = run(&["sweep", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(line_value(&out, "repaired:"), 1, "{out}");
+    let pttl: i64 = server
+        .cli(&["PTTL", &slots])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The limit's own TTL: max_hold and 1 ms.
+    assert!((25_000..=30_001).contains(&pttl), "{pttl}");
+    assert!(
+        out.contains("a string, where fleetlimit writes a zset"),
+        "{out}"
+    );
+    assert_eq!(server.cli(&["PTTL", &foreign]).unwrap().trim(), "-1");
+}
+
+#[tokio::test]
 async fn sweep_scans_every_cluster_primary() {
     let cluster = RedisCluster::start();
     let prefix = prefix("sweep-cluster");

@@ -147,8 +147,9 @@ async fn scan_all(pool: &Pool, prefix: &str) -> Result<Vec<String>, StoreError> 
 enum Shape {
     /// The fleet heartbeat (a sorted set).
     Heartbeat,
-    /// A bucket of a configured limit.
-    Limit,
+    /// A bucket of a configured limit, and the Redis type its algorithm
+    /// writes.
+    Limit(&'static str),
     /// A bucket's name, of a limit the configuration does not define.
     UnknownLimit(String),
 }
@@ -160,19 +161,23 @@ fn shape(config: &Config, key: &str) -> Option<Shape> {
         return Some(Shape::Heartbeat);
     }
     let name = StoreKey::parse(&config.key_prefix, key)?.limit().to_owned();
-    Some(if config.limits.iter().any(|l| *l.name == *name) {
-        Shape::Limit
-    } else {
-        Shape::UnknownLimit(name)
+    Some(match config.limits.iter().find(|l| *l.name == *name) {
+        Some(l) if l.rule.is_concurrency() => Shape::Limit("zset"),
+        Some(_) => Shape::Limit("string"),
+        None => Shape::UnknownLimit(name),
     })
 }
 
-/// The Redis type fleetlimit writes under a key of this shape: every
-/// algorithm keeps one string (lua/), the heartbeat is a sorted set.
-fn expected_type(shape: &Shape) -> &'static str {
+/// The Redis type fleetlimit writes under a key of this shape (`found`:
+/// the key's type now): a concurrency limit and the heartbeat keep a
+/// sorted set, every other algorithm one string (lua/). A limit no longer
+/// configured may have been either.
+fn expected_type(shape: &Shape, found: &str) -> &'static str {
     match shape {
         Shape::Heartbeat => "zset",
-        Shape::Limit | Shape::UnknownLimit(_) => "string",
+        Shape::Limit(t) => t,
+        Shape::UnknownLimit(_) if found == "zset" => "zset",
+        Shape::UnknownLimit(_) => "string",
     }
 }
 
@@ -223,7 +228,6 @@ impl Admin {
                 )));
                 continue;
             }
-            let want = expected_type(&shape);
             let found: String = pool
                 .custom(
                     CustomCommand::new_static("TYPE", ClusterHash::FirstKey, false),
@@ -235,6 +239,7 @@ impl Admin {
                 // Expired since the scan: nothing to repair.
                 continue;
             }
+            let want = expected_type(&shape, &found);
             if found != want {
                 report
                     .skipped
@@ -329,7 +334,7 @@ refill = "1/s"
         )
         .unwrap();
         let written = Admin::redis_key(&config, "per-key", "sk_live_X").unwrap();
-        assert_eq!(shape(&config, &written), Some(Shape::Limit));
+        assert_eq!(shape(&config, &written), Some(Shape::Limit("string")));
         for ours in [
             "rl:per-key:{h:older-raw-api-key}",
             "rl:per-key:{ip:2001:db8::}",
@@ -337,7 +342,7 @@ refill = "1/s"
             "rl:per-key:{g:all}",
             "rl:per-key:{a#0123456789abcdef0123456789abcdef}",
         ] {
-            assert_eq!(shape(&config, ours), Some(Shape::Limit), "{ours}");
+            assert_eq!(shape(&config, ours), Some(Shape::Limit("string")), "{ours}");
         }
         assert_eq!(
             shape(&config, "rl:fleet:{instances}"),
