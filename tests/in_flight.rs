@@ -100,6 +100,22 @@ fn redis_key(cfg: &Config, limit: &str, value: &str) -> String {
     fleetlimit::admin::Admin::redis_key(cfg, limit, value).unwrap()
 }
 
+/// `GET /` answers "ok" once `gate` gives it a permit: requests held in
+/// the handler for as long as the test wants.
+fn gated(gate: &Arc<Semaphore>) -> Router {
+    let g = Arc::clone(gate);
+    Router::new().route(
+        "/",
+        get(move || {
+            let g = Arc::clone(&g);
+            async move {
+                g.acquire().await.unwrap().forget();
+                "ok"
+            }
+        }),
+    )
+}
+
 fn zcard(server: &RedisServer, key: &str) -> u64 {
     server.cli(&["ZCARD", key]).unwrap().trim().parse().unwrap()
 }
@@ -455,19 +471,7 @@ on_redis_error = "closed"
     let slots = redis_key(&cfg, "in-flight", "k");
     let admin = fleetlimit::admin::Admin::connect(&cfg).await.unwrap();
     let gate = Arc::new(Semaphore::new(0));
-    let g = Arc::clone(&gate);
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let g = Arc::clone(&g);
-                async move {
-                    g.acquire().await.unwrap().forget();
-                    "ok"
-                }
-            }),
-        )
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = gated(&gate).layer(RateLimitLayer::new(cfg).await.unwrap());
     let req = || request("GET", "/", "127.0.0.1:9", &[("x-api-key", "k")]);
 
     // A takes a token and the slot, and waits in the handler.
@@ -526,18 +530,7 @@ cost = 7
     )
     .unwrap();
     let gate = Arc::new(Semaphore::new(0));
-    let g = Arc::clone(&gate);
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let g = Arc::clone(&g);
-                async move {
-                    g.acquire().await.unwrap().forget();
-                    "ok"
-                }
-            }),
-        )
+    let app = gated(&gate)
         .route(
             "/stream",
             get(|| async { Body::new(Drip(tokio::time::interval(Duration::from_secs(1)))) }),
@@ -603,19 +596,7 @@ on_redis_error = "local"
 "#;
     let cfg = redis_config(&server, &prefix, "50ms", body);
     let gate = Arc::new(Semaphore::new(0));
-    let g = Arc::clone(&gate);
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let g = Arc::clone(&g);
-                async move {
-                    g.acquire().await.unwrap().forget();
-                    "ok"
-                }
-            }),
-        )
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = gated(&gate).layer(RateLimitLayer::new(cfg).await.unwrap());
     server.kill();
     let req = || request("GET", "/", "127.0.0.1:9", &[("x-api-key", "k")]);
     for round in 0..2 {
@@ -660,19 +641,7 @@ async fn garbage_in_a_key_affects_that_key_only() {
         .cli(&["ZADD", &b, "2000000000000000", "forever"])
         .unwrap();
     let gate = Arc::new(Semaphore::new(0));
-    let g = Arc::clone(&gate);
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let g = Arc::clone(&g);
-                async move {
-                    g.acquire().await.unwrap().forget();
-                    "ok"
-                }
-            }),
-        )
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = gated(&gate).layer(RateLimitLayer::new(cfg).await.unwrap());
     let req = |k: &str| request("GET", "/", "127.0.0.1:9", &[("x-api-key", k)]);
     for (k, key) in [("a", &a), ("b", &b), ("c", &c)] {
         let app2 = app.clone();
@@ -882,19 +851,7 @@ on_redis_error = "local"
     let cfg = redis_config(&server, &prefix, "100ms", body);
     let key = redis_key(&cfg, "in-flight", "k");
     let gate = Arc::new(Semaphore::new(0));
-    let g = Arc::clone(&gate);
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let g = Arc::clone(&g);
-                async move {
-                    g.acquire().await.unwrap().forget();
-                    "ok"
-                }
-            }),
-        )
-        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let app = gated(&gate).layer(RateLimitLayer::new(cfg).await.unwrap());
     let req = || request("GET", "/", "127.0.0.1:9", &[("x-api-key", "k")]);
     server.freeze();
     let tasks: Vec<_> = (0..3)
