@@ -110,3 +110,25 @@ async fn a_shadow_admission_gets_a_no_op_refund() {
         assert_eq!(call(&app, "/shadow").await, (200, "refundable=0".into()));
     }
 }
+
+/// Redis down under `local` with a fleet of 4: a cost-4 request is charged
+/// the share (2.5 of 10 ÷ 4), so giving back 3 of its 4 units returns 3/4
+/// of that share (1.875), not 3: the next request, charged 2.5, does not fit.
+#[tokio::test]
+async fn under_local_a_refund_gives_back_its_part_of_the_share() {
+    let server = RedisServer::start();
+    let prefix = prefix("refund-share");
+    let cfg = redis_config(
+        &server,
+        &prefix,
+        "50ms",
+        &format!("[fleet]\nsize = 4\n{LIMITS}"),
+    );
+    let app = app(RateLimitLayer::new(cfg).await.unwrap());
+    server.kill();
+    assert_eq!(
+        call(&app, "/local").await,
+        (200, "refundable=4 after=1".into())
+    );
+    assert_eq!(call(&app, "/local").await.0, 429);
+}
