@@ -228,19 +228,6 @@ async fn four_instances_never_more_than_max_in_flight() {
     assert_eq!(get_http(addrs[0], "/", "shared").await.0, 200);
 }
 
-fn example_binary() -> std::path::PathBuf {
-    // target/debug/deps/in_flight-<hash> → target/debug/examples/concurrency
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join("concurrency");
-    assert!(
-        bin.exists(),
-        "{} missing: run through `cargo test`, which builds examples",
-        bin.display()
-    );
-    bin
-}
-
 /// An instance in a process of its own (`examples/concurrency.rs`) killed
 /// with SIGKILL while its requests hold slots: the slots still count, then
 /// stop counting at their `max_hold`, and the key expires.
@@ -278,7 +265,7 @@ on_redis_error = "closed"
     let key = redis_key(&cfg, "searches-in-flight", "k");
 
     let port = free_port();
-    let mut child = std::process::Command::new(example_binary())
+    let mut child = std::process::Command::new(support::example::example_binary("concurrency"))
         .env("FLEETLIMIT_ADDR", format!("127.0.0.1:{port}"))
         .env("FLEETLIMIT_CONFIG", &path)
         .env("REDIS_URL", server.url())

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod chaos;
+pub mod example;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

@@ -1,0 +1,101 @@
+//! The examples as a user runs them: the binary `cargo test` builds,
+//! started on a free loopback port and driven over real HTTP.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::free_port;
+
+/// `target/debug/examples/<name>`, built by `cargo test` (or `cargo build
+/// --examples` before a single test file is run).
+pub fn example_binary(name: &str) -> PathBuf {
+    // target/debug/deps/<test>-<hash> → target/debug/examples/<name>
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} missing: run through `cargo test`, which builds examples",
+        bin.display()
+    );
+    bin
+}
+
+/// An example server, killed when dropped.
+pub struct Example {
+    child: Child,
+    /// Kept open: a closed pipe would make the example's `println!` panic.
+    _stdout: BufReader<std::process::ChildStdout>,
+    pub port: u16,
+    /// The first line it printed.
+    pub banner: String,
+}
+
+impl Example {
+    /// Starts example `name` with `args` on a free port (`FLEETLIMIT_ADDR`),
+    /// the environment's `REDIS_URL` and `FLEETLIMIT_CONFIG` removed and
+    /// `env` set, and waits for its banner.
+    pub fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(example_binary(name));
+        cmd.args(args)
+            .env("FLEETLIMIT_ADDR", format!("127.0.0.1:{port}"))
+            .env_remove("REDIS_URL")
+            .env_remove("FLEETLIMIT_CONFIG")
+            .env("RUST_LOG", "off")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut banner = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut banner).unwrap();
+        assert!(!banner.is_empty(), "example {name} exited before serving");
+        Self {
+            child,
+            _stdout: stdout,
+            port,
+            banner,
+        }
+    }
+
+    /// One HTTP/1.1 request; returns (status, lower-cased raw response).
+    pub fn http(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 0\r\n"
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out)
+            .unwrap_or_else(|e| panic!("{method} {path} {headers:?}: {e}; read {out:?}"));
+        let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, out.to_ascii_lowercase())
+    }
+
+    /// The statuses of `n` identical requests.
+    pub fn statuses(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        n: usize,
+    ) -> Vec<u16> {
+        (0..n).map(|_| self.http(method, path, headers).0).collect()
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
