@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // 10 requests at once, then 1 a second, per API key (no key: per IP).
         .limit(
             "per-key",
-            LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1.0))
+            LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1))
                 .on_missing(OnMissing::Ip),
         )
         // And at most 100 a day per key, counted in calendar windows.

@@ -47,7 +47,7 @@ pub enum FailurePolicy {
 /// ```
 /// use fleetlimit::{KeySource, LimitConfig, OnMissing, Rate};
 ///
-/// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1.0))
+/// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1))
 ///     .on_missing(OnMissing::Ip);
 /// # let _ = per_key;
 /// ```
@@ -76,11 +76,11 @@ pub enum OnMissing {
 ///
 /// // Sign-in failures per account: 10, one more a minute; past them, ask
 /// // for a CAPTCHA instead of locking the owner out.
-/// let per_account = LimitConfig::token_bucket(KeySource::Account(None), 10, Rate::per_minute(1.0))
+/// let per_account = LimitConfig::token_bucket(KeySource::Account(None), 10, Rate::per_minute(1))
 ///     .count_failures([401, 403])
 ///     .on_exceed(OnExceed::Challenge);
 /// // Per IP: past 30 a minute, each request waits 2 s first.
-/// let per_ip = LimitConfig::token_bucket(KeySource::ClientIp, 30, Rate::per_minute(30.0))
+/// let per_ip = LimitConfig::token_bucket(KeySource::ClientIp, 30, Rate::per_minute(30))
 ///     .on_exceed(OnExceed::Delay(Duration::from_secs(2)));
 /// # let _ = (per_account, per_ip);
 /// ```

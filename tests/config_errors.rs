@@ -269,7 +269,7 @@ fn the_builder_applies_the_same_bounds() {
     let e = build(LimitConfig::token_bucket(
         KeySource::Global,
         (1 << 53) + 1,
-        Rate::per_second(1.0),
+        Rate::per_second(1),
     ))
     .unwrap_err();
     assert!(
@@ -279,7 +279,7 @@ fn the_builder_applies_the_same_bounds() {
     let e = build(LimitConfig::token_bucket(
         KeySource::Global,
         5,
-        Rate::per_second(1e7),
+        Rate::per_second(10_000_000),
     ))
     .unwrap_err();
     assert!(
@@ -301,9 +301,9 @@ fn the_builder_applies_the_same_bounds() {
     .unwrap_err();
     assert!(e.contains("whole number of milliseconds"), "{e}");
     let e = build(
-        LimitConfig::token_bucket(KeySource::Global, 5, Rate::per_second(1.0)).plan(
+        LimitConfig::token_bucket(KeySource::Global, 5, Rate::per_second(1)).plan(
             "pro",
-            LimitConfig::token_bucket(KeySource::Global, 5, Rate::per_second(1e7)),
+            LimitConfig::token_bucket(KeySource::Global, 5, Rate::per_second(10_000_000)),
         ),
     )
     .unwrap_err();
@@ -311,7 +311,7 @@ fn the_builder_applies_the_same_bounds() {
     assert!(build(LimitConfig::token_bucket(
         KeySource::Global,
         1_000_000,
-        Rate::per_second(1e6)
+        Rate::per_second(1_000_000)
     ))
     .is_ok());
 }

@@ -120,7 +120,7 @@ impl Case {
                 Rule::TokenBucket { refill_per_sec, .. } => LimitConfig::token_bucket(
                     KeySource::Global,
                     self.caps[i],
-                    Rate::per_second(refill_per_sec),
+                    format!("{refill_per_sec}/s").parse::<Rate>().unwrap(),
                 ),
                 _ => LimitConfig::fixed_window(
                     KeySource::Global,

@@ -663,7 +663,7 @@ fn an_account_keyed_failure_limit_that_refuses_is_a_config_error() {
             fleetlimit::LimitConfig::token_bucket(
                 fleetlimit::KeySource::Account(None),
                 5,
-                fleetlimit::Rate::per_minute(1.0),
+                fleetlimit::Rate::per_minute(1),
             )
             .count_failures([401]),
         )

@@ -23,7 +23,7 @@ use crate::shed::SheddingConfig;
 ///
 /// let cfg = Config::builder()
 ///     .deadline(Duration::from_millis(5))
-///     .limit("per-key", LimitConfig::token_bucket(KeySource::header("x-api-key"), 5, Rate::per_second(1.0)))
+///     .limit("per-key", LimitConfig::token_bucket(KeySource::header("x-api-key"), 5, Rate::per_second(1)))
 ///     .route("/search", RouteConfig::new(["per-key"]).on_redis_error(FailurePolicy::Local))
 ///     .build()?;
 /// assert_eq!(cfg.deadline(), Duration::from_millis(5));

@@ -23,7 +23,7 @@ use crate::shed::Priority;
 ///     .on_missing(OnMissing::Ip)
 ///     .plan("pro", LimitConfig::fixed_window(KeySource::header("x-api-key"), 1_000, Duration::from_secs(60)));
 /// // A burst of 5 sign-in attempts per account and address, one more every 12 s.
-/// let sign_in = LimitConfig::token_bucket(KeySource::IpAndAccount(None), 5, Rate::per_minute(5.0));
+/// let sign_in = LimitConfig::token_bucket(KeySource::IpAndAccount(None), 5, Rate::per_minute(5));
 /// # let _ = (api, sign_in, Account::new("bob"));
 /// ```
 #[derive(Clone, Debug)]

@@ -84,7 +84,7 @@ fn builder_validates_too() {
     let ok = Config::builder()
         .limit(
             "ip",
-            LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1.0)),
+            LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1)),
         )
         .default_route(RouteConfig::new(["ip"]).refund())
         .build()
@@ -287,7 +287,7 @@ on_redis_error = "closed"
         )
         .limit(
             "per-key",
-            LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10.0))
+            LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10))
                 .on_missing(OnMissing::Ip)
                 .lease(10, 20),
         )
@@ -337,7 +337,7 @@ fn the_builders_new_options_are_checked_as_in_toml() {
     assert!(m.contains("ipv6_prefix must be between 0 and 128"), "{m}");
     let m = msg(Config::builder().key_secret_env("FLEETLIMIT_TEST_UNSET_SECRET_VAR"));
     assert!(m.contains("is not set"), "{m}");
-    let bucket = LimitConfig::token_bucket(KeySource::ClientIp, 5, Rate::per_second(1.0));
+    let bucket = LimitConfig::token_bucket(KeySource::ClientIp, 5, Rate::per_second(1));
     let m = msg(Config::builder().limit("l", bucket.lease(6, 50)));
     assert!(
         m.contains("lease_batch must be between 2 and the capacity"),

@@ -17,8 +17,10 @@ use crate::algorithm::fmt_duration;
 /// use fleetlimit::Rate;
 ///
 /// let rate: Rate = "100/15min".parse()?;
-/// assert_eq!(rate, Rate::new(100.0, Duration::from_secs(900)));
-/// assert_eq!(Rate::per_minute(60.0).tokens_per_second(), 1.0);
+/// assert_eq!(rate, Rate::new(100, Duration::from_secs(900)));
+/// assert_eq!(Rate::per_minute(60).tokens_per_second(), 1.0);
+/// assert_eq!(Rate::per_hour(3600).tokens_per_second(), 1.0);
+/// assert_eq!(Rate::per_day(86_400).tokens_per_second(), 1.0);
 /// # Ok::<(), fleetlimit::ParseUnitError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,27 +30,44 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// `amount` tokens every `per`. Panics if either is zero or not finite;
-    /// use [`Rate::from_str`] for untrusted input.
+    /// `amount` tokens every `per`: `Rate::new(100, Duration::from_secs(900))`
+    /// is 100 every 15 minutes. Panics if either is zero; use
+    /// [`Rate::from_str`] for untrusted input (it also takes fractions,
+    /// `"0.5/s"`).
     #[must_use]
-    pub fn new(amount: f64, per: Duration) -> Self {
+    pub fn new(amount: u64, per: Duration) -> Self {
         assert!(
-            amount.is_finite() && amount > 0.0 && !per.is_zero(),
+            amount > 0 && !per.is_zero(),
             "a rate needs a positive amount and a non-zero period"
         );
-        Self { amount, per }
+        Self {
+            amount: amount as f64,
+            per,
+        }
     }
 
-    /// `amount` tokens per second.
+    /// `n` tokens a second.
     #[must_use]
-    pub fn per_second(amount: f64) -> Self {
-        Self::new(amount, Duration::from_secs(1))
+    pub fn per_second(n: u64) -> Self {
+        Self::new(n, Duration::from_secs(1))
     }
 
-    /// `amount` tokens per minute.
+    /// `n` tokens a minute.
     #[must_use]
-    pub fn per_minute(amount: f64) -> Self {
-        Self::new(amount, Duration::from_secs(60))
+    pub fn per_minute(n: u64) -> Self {
+        Self::new(n, Duration::from_secs(60))
+    }
+
+    /// `n` tokens an hour.
+    #[must_use]
+    pub fn per_hour(n: u64) -> Self {
+        Self::new(n, Duration::from_secs(3600))
+    }
+
+    /// `n` tokens a day.
+    #[must_use]
+    pub fn per_day(n: u64) -> Self {
+        Self::new(n, Duration::from_secs(86_400))
     }
 
     /// Tokens added per second.
