@@ -9,7 +9,19 @@ use crate::config::Config;
 use crate::store::redis::script::map_err;
 use crate::store::StoreError;
 
-/// One bucket as stored in Redis.
+/// One bucket as stored in Redis, as [`Admin::inspect`] reads it.
+///
+/// ```no_run
+/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
+/// use fleetlimit::admin::Admin;
+///
+/// let admin = Admin::connect(&cfg).await?;
+/// for b in admin.inspect("sk_live_42", None).await? {
+///     // e.g. `per-key rl:per-key:{h:…} 3.2 of 10 tokens, full in 68 s`
+///     println!("{} {} {} (pttl {} ms)", b.limit, b.key, b.state, b.pttl);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct BucketInfo {
     /// The limit.

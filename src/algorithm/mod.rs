@@ -29,7 +29,16 @@ pub(crate) const SCRIPT: &str = concat!(
     include_str!("../../lua/decide.lua"),
 );
 
-/// One bucket's state after a decision.
+/// One bucket's state after a decision (see
+/// [`Check`](crate::store::Check) for a whole round).
+///
+/// ```
+/// use fleetlimit::store::LimitState;
+///
+/// let s = LimitState { enough: true, remaining: 3.5, wait: 0.0, reset: 6.5, capacity: 10.0 };
+/// // What `X-RateLimit-Remaining` says: whole units.
+/// assert_eq!(s.remaining.floor(), 3.0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LimitState {
     /// This limit had room for the cost (and was charged if the request was
@@ -47,6 +56,18 @@ pub struct LimitState {
 }
 
 /// One limit's rule, as the stores apply it.
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::store::Rule;
+///
+/// let bucket = Rule::TokenBucket { capacity: 50.0, refill_per_sec: 10.0 };
+/// let daily = Rule::FixedWindow { limit: 1000.0, window: Duration::from_secs(86_400) };
+/// let in_flight = Rule::Concurrency { max_in_flight: 5.0, max_hold: Duration::from_secs(60) };
+/// assert_eq!(bucket.capacity(), 50.0);
+/// assert_eq!(daily.capacity(), 1000.0);
+/// assert!(in_flight.is_concurrency());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Rule {
     /// Capacity (burst) and refill rate.

@@ -55,7 +55,21 @@ impl<S> Layer<S> for AcceptedLayer {
     }
 }
 
-/// The service [`AcceptedLayer`] wraps a service in.
+/// The service [`AcceptedLayer`] wraps a service in: it stamps each request
+/// with [`Accepted`] (now) before calling the inner service.
+///
+/// ```
+/// use fleetlimit::{Accepted, AcceptedLayer};
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let svc = AcceptedLayer.layer(service_fn(|req: http::Request<()>| async move {
+///     Ok::<_, std::convert::Infallible>(req.extensions().get::<Accepted>().is_some())
+/// }));
+/// assert!(svc.oneshot(http::Request::new(())).await.unwrap());
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct StampAccepted<S> {
     inner: S,

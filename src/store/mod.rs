@@ -20,10 +20,48 @@ pub use self::redis::RedisStore;
 pub use crate::algorithm::{LimitState, Rule};
 
 /// The future a store returns: boxed, so stores are interchangeable behind
-/// `Arc<dyn Store>`.
+/// `Arc<dyn Store>` (see [`Store`] for one written by hand).
+///
+/// ```
+/// use fleetlimit::store::{Outcome, StoreFuture};
+///
+/// // An answer known at once, boxed like any other.
+/// let ready: StoreFuture = Box::pin(async { Ok(Outcome { allowed: true, limits: vec![] }) });
+/// # drop(ready);
+/// ```
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> + Send + 'static>>;
 
-/// Where rate-limit state lives.
+/// Where rate-limit state lives. Bring your own with
+/// [`RateLimitLayerBuilder::store`](crate::RateLimitLayerBuilder::store).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
+/// use fleetlimit::{Config, RateLimitLayer};
+///
+/// /// The in-process store, counting the checks it decides.
+/// #[derive(Debug)]
+/// struct Counted {
+///     inner: MemoryStore,
+///     checks: AtomicU64,
+/// }
+///
+/// impl Store for Counted {
+///     fn check(&self, check: &Check) -> StoreFuture {
+///         self.checks.fetch_add(1, Ordering::Relaxed);
+///         self.inner.check(check)
+///     }
+///     fn release(&self, key: &str, slot: &str) {
+///         self.inner.release(key, slot)
+///     }
+/// }
+///
+/// # async fn f(cfg: Config) -> Result<(), fleetlimit::StoreError> {
+/// let store = Arc::new(Counted { inner: MemoryStore::new(10_000), checks: AtomicU64::new(0) });
+/// let layer = RateLimitLayer::builder(cfg).store(store).build().await?;
+/// # drop(layer); Ok(()) }
+/// ```
 pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// Decides one request: if every bucket holds `cost` tokens, take them
     /// from all; otherwise take none. Must finish within the store's own
@@ -45,7 +83,18 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     fn release(&self, _key: &str, _slot: &str) {}
 }
 
-/// A store's answer for one request.
+/// A store's answer for one request (see [`Check`] for a whole round).
+///
+/// ```
+/// use fleetlimit::store::{LimitState, Outcome};
+///
+/// let refused = Outcome {
+///     allowed: false,
+///     limits: vec![LimitState { enough: false, remaining: 0.4, wait: 0.6, reset: 9.6, capacity: 10.0 }],
+/// };
+/// // What a client would be told: retry after the wait, rounded up.
+/// assert_eq!(refused.limits[0].wait.ceil(), 1.0);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
     /// Every enforced limit had room, and each limit with room was charged.
@@ -56,6 +105,33 @@ pub struct Outcome {
 }
 
 /// Every limit one request is counted against, decided all or nothing.
+///
+/// ```
+/// use fleetlimit::store::{Bucket, Check, MemoryStore, Rule, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), fleetlimit::StoreError> {
+/// let store = MemoryStore::new(1000);
+/// let bucket = |key: &str, capacity| Bucket {
+///     key: key.into(),
+///     rule: Rule::TokenBucket { capacity, refill_per_sec: 0.001 },
+///     shadow: false,
+/// };
+/// // A tenant's bucket inside a shared one: both take 3, or neither does.
+/// let check = Check {
+///     cost: 3.0,
+///     buckets: vec![bucket("rl:tenant:{a}", 5.0), bucket("rl:all:{g}", 100.0)],
+///     slot: None,
+/// };
+/// let first = store.check(&check).await?;
+/// assert!(first.allowed);
+/// assert_eq!(first.limits[0].remaining.floor(), 2.0);
+/// // The tenant has 2 left: refused, and the shared bucket is not charged.
+/// let second = store.check(&check).await?;
+/// assert!(!second.allowed && !second.limits[0].enough);
+/// assert_eq!(second.limits[1].remaining.floor(), 97.0);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Check {
     /// Units each limit must give. A negative cost is a refund: it gives
@@ -74,6 +150,18 @@ pub struct Check {
 }
 
 /// One limit's bucket, by key.
+///
+/// ```
+/// use fleetlimit::store::{Bucket, Rule};
+///
+/// // 10 at once, then one every 6 s, counted but never refused (shadow).
+/// let b = Bucket {
+///     key: "rl:per-key:{h:abc}".into(),
+///     rule: Rule::TokenBucket { capacity: 10.0, refill_per_sec: 1.0 / 6.0 },
+///     shadow: true,
+/// };
+/// assert_eq!(b.rule.capacity(), 10.0);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bucket {
     /// The full store key, e.g. `rl:per-key:{h:abc}`.
