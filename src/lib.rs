@@ -62,9 +62,16 @@
 //! `layer/` → `pipeline/` (prepare, decide, fallback, response) → `route.rs`,
 //! `key/` → `store/` → `algorithm/`.
 //!
-//! See [`Config`] for the TOML schema (and [`ConfigBuilder`] for the same in
-//! code), [`RateLimitLayer`] for what clients see, [`store`] to bring a store
-//! of your own, and [`admin`] for the operator's tools.
+//! See [`configuration`] for every setting (the TOML file and the builder
+//! alike), [`Config`] for the TOML schema (and [`ConfigBuilder`] for the
+//! same in code), [`RateLimitLayer`] for what clients see, [`store`] to
+//! bring a store of your own, and [`admin`] for the operator's tools.
+//!
+//! ## Requirements
+//!
+//! With Redis: **Redis 7.0 or newer** (standalone, Sentinel or Cluster); the
+//! scripts use `PEXPIRE … NX` and `SET … PXAT/KEEPTTL`. Without a `[redis]`
+//! section nothing is needed: the buckets live in the process.
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -81,6 +88,10 @@ mod breaker;
 mod config;
 mod fleet;
 pub mod headers;
+
+/// The configuration reference, `docs/configuration.md` as rendered here.
+#[doc = include_str!("../docs/configuration.md")]
+pub mod configuration {}
 mod key;
 mod layer;
 mod log_throttle;
