@@ -108,8 +108,8 @@ mod sync;
 // store's vocabulary in `store`, the operator's tools in `admin`.
 pub use breaker::{BreakerState, BreakerStats};
 pub use config::{
-    redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError, FailurePolicy, LimitConfig,
-    OnMissing, ParseUnitError, Rate, RouteConfig,
+    parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError, FailurePolicy,
+    LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
 };
 pub use key::{Account, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture};

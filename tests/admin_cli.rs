@@ -221,7 +221,10 @@ async fn check_config_inspect_and_reset() {
         "999999999999999999d",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--default-ttl: cannot read"), "{err}");
+    assert!(
+        err.contains("--default-ttl") && err.contains("too long"),
+        "{err}"
+    );
 
     let client = server.client().await;
     let key = header_key(&prefix, "per-key", "alice");
@@ -267,7 +270,11 @@ async fn check_config_inspect_and_reset() {
     assert_eq!(code, 1, "an unreachable Redis fails cleanly: {err}");
     let (code, _, err) = run(&["frobnicate"]);
     assert_eq!(code, 2);
-    assert!(err.contains("usage"), "{err}");
+    assert!(
+        err.contains("unrecognized subcommand 'frobnicate'"),
+        "{err}"
+    );
+    assert!(err.contains("Usage: fleetlimit <COMMAND>"), "{err}");
 }
 
 /// The tokens `inspect` shows for the token bucket (`4.50 of 10 tokens`).
@@ -624,4 +631,54 @@ fn bad_redis_urls_are_usage_errors() {
         err.contains("REDIS_URL: cannot read the Redis URL"),
         "{err}"
     );
+}
+
+/// The command behaves like other Rust CLIs: help and version exit 0,
+/// each command has its own help, usage errors exit 2 with clap's message,
+/// and it prints shell completions.
+#[test]
+fn help_version_usage_errors_and_completions() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for command in [
+        "check-config",
+        "inspect",
+        "reset",
+        "sweep",
+        "shed",
+        "completions",
+    ] {
+        assert!(out.contains(command), "--help lists {command}: {out}");
+    }
+    let (code, out, _) = run(&["-h"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!("fleetlimit {}", env!("CARGO_PKG_VERSION"))
+    );
+    let (code, out, _) = run(&["inspect", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("--limit <NAME>") && out.contains("--config <FILE>"),
+        "{out}"
+    );
+    let (code, _, err) = run(&["inspect", "alice"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--config <FILE>"), "{err}");
+    let (code, _, err) = run(&["sweep", "--config", "x.toml", "--default-ttl", "soon"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("invalid value 'soon' for '--default-ttl"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["completions", "bash"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("_fleetlimit()") && out.contains("inspect"),
+        "{out}"
+    );
+    let (code, _, _) = run(&["completions", "tcsh"]);
+    assert_eq!(code, 2);
 }

@@ -8,6 +8,8 @@
 //! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
 //!                  [--include-unknown-limits]
 //! fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]
+//! fleetlimit completions SHELL
+//! fleetlimit --help | --version | COMMAND --help
 //! ```
 //!
 //! `shed` sets the fleet-wide load-shedding signal (`<prefix>:shed:{fleet}`)
@@ -28,98 +30,117 @@
 //! and type) and lists the others under the prefix as skipped.
 //! Exit status: 0 done, 1 failed, 2 bad usage or config (a bad URL included).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 use fleetlimit::admin::{self, Admin};
 use fleetlimit::Config;
-
-const USAGE: &str = "usage:
-  fleetlimit check-config FILE
-  fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
-  fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
-  fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl DURATION]
-                   [--include-unknown-limits]
-  fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]";
 
 /// Skipped keys listed by `sweep`; the rest are counted.
 const SKIPPED_SHOWN: usize = 100;
 
-struct Args {
-    command: String,
-    positional: Vec<String>,
-    config: Option<String>,
+/// Operate fleetlimit's state in Redis: validate a configuration, inspect or
+/// reset a caller's buckets, sweep for keys without an expiry, set the
+/// fleet-wide shedding signal.
+///
+/// Exit status: 0 done, 1 failed (Redis unreachable...), 2 bad usage or
+/// configuration.
+#[derive(Parser, Debug)]
+#[command(name = "fleetlimit", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the configuration and Redis are.
+#[derive(Args, Debug)]
+struct Target {
+    /// The configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The Redis URL, instead of `REDIS_URL` or the configuration's.
+    #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    limit: Option<String>,
-    dry_run: bool,
-    default_ttl: Duration,
-    include_unknown_limits: bool,
-    /// `shed --for`.
-    shed_for: Option<Duration>,
 }
 
-fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
-    let command = argv.next().ok_or("no command")?;
-    let mut a = Args {
-        command,
-        positional: Vec::new(),
-        config: None,
-        redis: None,
-        limit: None,
-        dry_run: false,
-        default_ttl: Duration::from_secs(3600),
-        include_unknown_limits: false,
-        shed_for: None,
-    };
-    while let Some(arg) = argv.next() {
-        let mut value = |name: &str| argv.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--config" => a.config = Some(value("--config")?),
-            "--redis" => a.redis = Some(value("--redis")?),
-            "--limit" => a.limit = Some(value("--limit")?),
-            "--dry-run" => a.dry_run = true,
-            "--include-unknown-limits" => a.include_unknown_limits = true,
-            "--default-ttl" => {
-                let v = value("--default-ttl")?;
-                a.default_ttl =
-                    parse_secs(&v).ok_or(format!("--default-ttl: cannot read {v:?}"))?;
-                if a.default_ttl.is_zero() {
-                    // A zero TTL would delete the keys, not repair them.
-                    return Err(format!("--default-ttl must be longer than 0s, not {v:?}"));
-                }
-            }
-            "--for" => {
-                let v = value("--for")?;
-                a.shed_for = Some(parse_secs(&v).ok_or(format!("--for: cannot read {v:?}"))?);
-            }
-            "-h" | "--help" => return Err(String::new()),
-            s if s.starts_with("--") => return Err(format!("unknown option {s}")),
-            _ => a.positional.push(arg),
-        }
-    }
-    Ok(a)
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Validate a configuration and print its routes and limits.
+    CheckConfig {
+        /// The configuration file (TOML).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Show a caller's buckets: state, and when each key expires.
+    Inspect {
+        /// The caller's key value: an API key (raw), an account, an IP, or
+        /// `ip|account`.
+        key: String,
+        /// Only this limit's bucket.
+        #[arg(long, value_name = "NAME")]
+        limit: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a caller's buckets and tell every instance to forget its
+    /// remembered refusals and leases of them.
+    Reset {
+        /// The caller's key value (as for `inspect`).
+        key: String,
+        /// Only this limit's bucket.
+        #[arg(long, value_name = "NAME")]
+        limit: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Give fleetlimit's keys left without an expiry the one their limit
+    /// sets; keys that are not fleetlimit's are listed, never touched.
+    Sweep {
+        #[command(flatten)]
+        target: Target,
+        /// Count only; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The TTL of keys whose limit is not configured (with
+        /// --include-unknown-limits) and of the heartbeat without discovery.
+        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+        default_ttl: Duration,
+        /// Also repair keys of limits the configuration no longer defines.
+        #[arg(long)]
+        include_unknown_limits: bool,
+    },
+    /// Set the fleet-wide load-shedding signal every instance with
+    /// `[shedding]` reads (`1.2` sheds normal and sheddable routes, `0.9`
+    /// sheddable ones only); `off` or `0` clears it.
+    Shed {
+        /// The pressure (a number ≥ 0), or `off`.
+        #[arg(value_name = "PRESSURE")]
+        pressure: String,
+        /// How long it holds: it always expires.
+        #[arg(long = "for", value_name = "DURATION", value_parser = duration)]
+        duration: Option<Duration>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print a completion script for a shell (`fleetlimit completions bash
+    /// > /etc/bash_completion.d/fleetlimit`).
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
 }
 
-/// `90s`, `15min`, `1h`, `2d` → a duration (the units the config accepts).
-fn parse_secs(v: &str) -> Option<Duration> {
-    let split = v.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = v.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    let secs = match unit {
-        "s" => 1,
-        "m" | "min" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return None,
-    };
-    // Checked: an absurd number is an error, not a wrapped duration.
-    Some(Duration::from_secs(n.checked_mul(secs)?))
+/// A duration as the configuration writes it (`90s`, `15min`, `1h`, `2d`).
+fn duration(v: &str) -> Result<Duration, String> {
+    fleetlimit::parse_duration(v).map_err(|e| e.to_string())
 }
 
-fn load(a: &Args) -> Result<Config, String> {
-    let path = a.config.as_deref().ok_or("--config FILE is required")?;
-    let mut cfg = Config::from_toml_file(path).map_err(|e| e.to_string())?;
-    let url = match &a.redis {
+fn load(t: &Target) -> Result<Config, String> {
+    let mut cfg = Config::from_toml_file(&t.config).map_err(|e| e.to_string())?;
+    let url = match &t.redis {
         Some(url) => Some(("--redis", url.clone())),
         None => std::env::var("REDIS_URL")
             .ok()
@@ -135,17 +156,9 @@ fn load(a: &Args) -> Result<Config, String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("fleetlimit: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
+    // Usage errors exit 2 with clap's message; --help and --version exit 0.
+    let cli = Cli::parse();
+    match run(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, e)) => {
             eprintln!("fleetlimit: {e}");
@@ -154,55 +167,54 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(a: Args) -> Result<(), (u8, String)> {
+async fn run(command: Command) -> Result<(), (u8, String)> {
     let usage = |e: String| (2, e);
     let failed = |e: fleetlimit::StoreError| (1, e.to_string());
-    match a.command.as_str() {
-        "check-config" => {
-            let path = a
-                .positional
-                .first()
-                .or(a.config.as_ref())
-                .ok_or_else(|| usage("check-config FILE".into()))?;
-            let cfg = Config::from_toml_file(path).map_err(|e| usage(e.to_string()))?;
-            println!("{path}: ok");
+    match command {
+        Command::CheckConfig { file } => {
+            let cfg = Config::from_toml_file(&file).map_err(|e| usage(e.to_string()))?;
+            println!("{}: ok", file.display());
             print!("{}", cfg.describe());
             Ok(())
         }
-        "inspect" | "reset" => {
-            let key = a
-                .positional
-                .first()
-                .ok_or_else(|| usage(format!("{} KEY", a.command)))?;
-            let cfg = load(&a).map_err(usage)?;
-            Admin::check_target(&cfg, key, a.limit.as_deref()).map_err(usage)?;
-            let admin = Admin::connect(&cfg).await.map_err(failed)?;
-            if a.command == "inspect" {
-                for b in admin
-                    .inspect(key, a.limit.as_deref())
-                    .await
-                    .map_err(failed)?
-                {
-                    let ttl = match b.pttl {
-                        -2 => "no key".to_owned(),
-                        -1 => "NO EXPIRY (run `fleetlimit sweep`)".to_owned(),
-                        ms => format!("expires in {:.3} s", ms as f64 / 1000.0),
-                    };
-                    println!("{}  {}\n    {}; {ttl}", b.limit, b.key, b.state);
-                }
-            } else {
-                let n = admin.reset(key, a.limit.as_deref()).await.map_err(failed)?;
-                println!("reset: {n} key(s) deleted");
+        Command::Inspect { key, limit, target } => {
+            let admin = connect(&target, &key, limit.as_deref()).await?;
+            for b in admin
+                .inspect(&key, limit.as_deref())
+                .await
+                .map_err(failed)?
+            {
+                let ttl = match b.pttl {
+                    -2 => "no key".to_owned(),
+                    -1 => "NO EXPIRY (run `fleetlimit sweep`)".to_owned(),
+                    ms => format!("expires in {:.3} s", ms as f64 / 1000.0),
+                };
+                println!("{}  {}\n    {}; {ttl}", b.limit, b.key, b.state);
             }
             Ok(())
         }
-        "sweep" => {
-            let cfg = load(&a).map_err(usage)?;
+        Command::Reset { key, limit, target } => {
+            let admin = connect(&target, &key, limit.as_deref()).await?;
+            let n = admin.reset(&key, limit.as_deref()).await.map_err(failed)?;
+            println!("reset: {n} key(s) deleted");
+            Ok(())
+        }
+        Command::Sweep {
+            target,
+            dry_run,
+            default_ttl,
+            include_unknown_limits,
+        } => {
+            if default_ttl.is_zero() {
+                // A zero TTL would delete the keys, not repair them.
+                return Err(usage("--default-ttl must be longer than 0s".into()));
+            }
+            let cfg = load(&target).map_err(usage)?;
             let admin = Admin::connect(&cfg).await.map_err(failed)?;
             let options = admin::SweepOptions {
-                dry_run: a.dry_run,
-                default_ttl: a.default_ttl,
-                include_unknown_limits: a.include_unknown_limits,
+                dry_run,
+                default_ttl,
+                include_unknown_limits,
             };
             let r = admin.sweep(&options).await.map_err(failed)?;
             println!("scanned: {} keys under {:?}", r.scanned, cfg.key_prefix());
@@ -221,7 +233,7 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
             for k in &r.keys {
                 println!("  {k}");
             }
-            if a.dry_run {
+            if dry_run {
                 println!("dry run: nothing changed");
             } else {
                 println!("repaired: {}", r.repaired);
@@ -229,20 +241,20 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
             println!("without expiry after: {}", r.after);
             Ok(())
         }
-        "shed" => {
-            let value = a
-                .positional
-                .first()
-                .ok_or_else(|| usage("shed PRESSURE --for DURATION".into()))?;
-            let pressure: f64 = match value.as_str() {
+        Command::Shed {
+            pressure,
+            duration,
+            target,
+        } => {
+            let pressure: f64 = match pressure.as_str() {
                 "off" => 0.0,
                 v => v
                     .parse()
                     .map_err(|_| usage(format!("cannot read the pressure {v:?}")))?,
             };
-            let duration = a.shed_for.unwrap_or(Duration::ZERO);
+            let duration = duration.unwrap_or(Duration::ZERO);
             Admin::check_shed(pressure, duration).map_err(usage)?;
-            let cfg = load(&a).map_err(usage)?;
+            let cfg = load(&target).map_err(usage)?;
             let admin = Admin::connect(&cfg).await.map_err(failed)?;
             let key = admin.shed(pressure, duration).await.map_err(failed)?;
             if pressure == 0.0 {
@@ -257,6 +269,19 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
             }
             Ok(())
         }
-        other => Err(usage(format!("unknown command {other:?}\n{USAGE}"))),
+        Command::Completions { shell } => {
+            // Written whole, so a closed pipe (`| head`) is an error, not a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "fleetlimit", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .map_err(|e| (1, format!("cannot write the completion script: {e}")))
+        }
     }
+}
+
+/// A connection, once the key is checked against the configuration.
+async fn connect(target: &Target, key: &str, limit: Option<&str>) -> Result<Admin, (u8, String)> {
+    let cfg = load(target).map_err(|e| (2, e))?;
+    Admin::check_target(&cfg, key, limit).map_err(|e| (2, e))?;
+    Admin::connect(&cfg).await.map_err(|e| (1, e.to_string()))
 }

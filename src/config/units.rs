@@ -149,8 +149,20 @@ fn unit(u: &str) -> Option<Duration> {
     })
 }
 
-/// Parses `"5ms"`, `"1.5s"`, `"60s"`, `"2min"`, `"1h"`.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
+/// Parses a duration the way the configuration writes one: a number and a
+/// unit, `ms`, `s`, `min` (or `m`), `h` or `d`.
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::parse_duration;
+///
+/// assert_eq!(parse_duration("5ms")?, Duration::from_millis(5));
+/// assert_eq!(parse_duration("1.5s")?, Duration::from_millis(1500));
+/// assert_eq!(parse_duration("15min")?, Duration::from_secs(900));
+/// assert!(parse_duration("5").is_err());
+/// # Ok::<(), fleetlimit::ParseUnitError>(())
+/// ```
+pub fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
