@@ -1,11 +1,12 @@
 //! The sweep: fleetlimit's keys left without an expiry, and only those.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, LuaInterface};
-use fred::types::config::{Options, Server};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
+use fred::types::{ClusterHash, CustomCommand, Key, Value};
+use futures_core::Stream;
 
 use super::Admin;
 use crate::algorithm::Rule;
@@ -117,55 +118,21 @@ fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
-/// Every key under the prefix, on every primary.
+/// Every key under the prefix, on every primary: fred's scan streams, each
+/// page of `SCAN` bounded by the admin pool's command timeout.
 async fn scan_all(pool: &Pool, prefix: &str) -> Result<Vec<String>, StoreError> {
     let client = pool.next();
-    let nodes: Vec<Option<Server>> = if client.is_clustered() {
-        client
-            .cached_cluster_state()
-            .map(|s| s.unique_primary_nodes().into_iter().map(Some).collect())
-            .unwrap_or_default()
-    } else {
-        vec![None]
-    };
     let pattern = format!("{prefix}:*");
-    let mut keys = Vec::new();
-    for node in nodes {
-        let opts = Options {
-            cluster_node: node,
-            timeout: Some(Duration::from_secs(5)),
-            ..Options::default()
+    let mut stream: Pin<Box<dyn Stream<Item = Result<Key, fred::error::Error>> + Send>> =
+        if client.is_clustered() {
+            Box::pin(client.scan_cluster_buffered(pattern, Some(1000), None))
+        } else {
+            Box::pin(client.scan_buffered(pattern, Some(1000), None))
         };
-        let mut cursor = "0".to_owned();
-        // SCAN ends when the cursor comes back to 0; the bound is a guard.
-        for _ in 0..1_000_000 {
-            let cmd = CustomCommand::new_static("SCAN", None, false);
-            let args: Vec<Value> = vec![
-                cursor.as_str().into(),
-                "MATCH".into(),
-                pattern.as_str().into(),
-                "COUNT".into(),
-                1000.into(),
-            ];
-            let reply: Value = client
-                .with_options(&opts)
-                .custom(cmd, args)
-                .await
-                .map_err(map_err)?;
-            let Value::Array(mut parts) = reply else {
-                return Err(StoreError::Protocol("SCAN did not answer an array".into()));
-            };
-            let batch = parts.pop();
-            cursor = parts
-                .pop()
-                .and_then(|c| c.as_string())
-                .ok_or_else(|| StoreError::Protocol("SCAN without a cursor".into()))?;
-            if let Some(Value::Array(batch)) = batch {
-                keys.extend(batch.into_iter().filter_map(|k| k.as_string()));
-            }
-            if cursor == "0" {
-                break;
-            }
+    let mut keys = Vec::new();
+    while let Some(key) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+        if let Some(k) = key.map_err(map_err)?.into_string() {
+            keys.push(k);
         }
     }
     keys.sort();
