@@ -116,7 +116,7 @@ pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, 
 pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
-pub use plan::{PlanFuture, PlanResolver};
+pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};
 pub use request::RequestRef;
 pub use route::OnExceed;
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};

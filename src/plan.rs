@@ -21,23 +21,95 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bounded::{Bounded, Evict};
+use crate::log_throttle::Throttle;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-/// The future a [`PlanResolver`] returns: the caller's plan, or `None`.
+/// Why a [`PlanResolver`] could not answer (the database is down, say):
+/// distinct from "no plan". The request gets the base numbers, the error
+/// is logged (at most once a second), and the key is asked again after a
+/// short while ([`PlanError::RETRY_AFTER`], or the cache TTL if shorter).
+///
+/// Any error converts into it, so `?` works in a resolver.
+///
+/// ```
+/// use fleetlimit::PlanError;
+///
+/// fn parse(row: &str) -> Result<Option<String>, PlanError> {
+///     let tier: u8 = row.parse()?; // a ParseIntError becomes a PlanError
+///     Ok((tier > 0).then(|| "pro".to_owned()))
+/// }
+/// assert_eq!(parse("1").unwrap().as_deref(), Some("pro"));
+/// assert!(parse("x").unwrap_err().to_string().contains("invalid digit"));
+/// ```
+pub struct PlanError(Box<dyn std::error::Error + Send + Sync>);
+
+impl PlanError {
+    /// How long an error stands for a key before the resolver is asked
+    /// again (at most the cache TTL).
+    pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+    /// An error with this message.
+    pub fn msg(message: impl fmt::Display) -> Self {
+        Self(message.to_string().into())
+    }
+}
+
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for PlanError {
+    fn from(e: E) -> Self {
+        Self(e.into())
+    }
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// What a [`PlanResolver`] answers for a key.
+pub type PlanResult = Result<Option<String>, PlanError>;
+
+/// The future a [`PlanResolver`] returns: the caller's plan, `None` for
+/// the base numbers, or why it could not say.
 ///
 /// ```
 /// use fleetlimit::PlanFuture;
 ///
 /// fn everyone_is_pro(_key: &str) -> PlanFuture<'_> {
-///     Box::pin(async { Some("pro".to_owned()) })
+///     Box::pin(async { Ok(Some("pro".to_owned())) })
 /// }
 /// # let _ = everyone_is_pro;
 /// ```
-pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = PlanResult> + Send + 'a>>;
 
-/// Finds a caller's plan by key (API key, account id...). `None`: the
-/// limit's base numbers.
+/// Finds a caller's plan by key (API key, account id...). `Ok(None)`: the
+/// limit's base numbers; `Err`: the lookup failed (base numbers too, logged,
+/// asked again soon).
+///
+/// An `async fn` or an async closure taking the key as a `String` is a
+/// resolver:
+///
+/// ```
+/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
+/// use fleetlimit::{PlanError, RateLimitLayer};
+///
+/// async fn plan_of(key: String) -> Result<Option<String>, PlanError> {
+///     // e.g. SELECT plan FROM api_keys WHERE key = $1
+///     Ok(key.starts_with("pro_").then(|| "pro".to_owned()))
+/// }
+///
+/// let layer = RateLimitLayer::builder(cfg).plan_resolver(plan_of).build().await?;
+/// # drop(layer); Ok(()) }
+/// ```
+///
+/// or implement the trait on a type of your own:
 ///
 /// ```
 /// use fleetlimit::{PlanFuture, PlanResolver};
@@ -46,10 +118,7 @@ pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + '
 ///
 /// impl PlanResolver for FromDatabase {
 ///     fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
-///         Box::pin(async move {
-///             // e.g. SELECT plan FROM api_keys WHERE key = $1
-///             key.starts_with("pro_").then(|| "pro".to_owned())
-///         })
+///         Box::pin(async move { Ok(key.starts_with("pro_").then(|| "pro".to_owned())) })
 ///     }
 /// }
 /// ```
@@ -58,12 +127,24 @@ pub trait PlanResolver: Send + Sync + 'static {
     fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a>;
 }
 
+/// An `async fn(String) -> Result<Option<String>, PlanError>`, or a closure
+/// returning such a future.
+impl<F, Fut> PlanResolver for F
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = PlanResult> + Send + 'static,
+{
+    fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
+        Box::pin(self(key.to_owned()))
+    }
+}
+
 /// A resolver that is slower than this is skipped (base numbers, logged).
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A lookup shared by every request of its key that waits meanwhile (one
-/// resolver call, not one per request).
-type Lookup = Arc<OnceCell<Option<Arc<str>>>>;
+/// resolver call, not one per request): the plan, and how long it holds.
+type Lookup = Arc<OnceCell<(Option<Arc<str>>, Duration)>>;
 
 /// What the cache knows of a key, and since when.
 #[derive(Debug)]
@@ -109,6 +190,8 @@ pub(crate) struct Plans {
     ttl: Duration,
     /// Answers, and the lookups in flight.
     cache: Bounded<Cached>,
+    /// Failed or slow lookups: one log line a second.
+    errors_logged: Throttle,
 }
 
 impl fmt::Debug for Plans {
@@ -133,6 +216,7 @@ impl Plans {
             resolver,
             ttl,
             cache: Bounded::new(max_keys),
+            errors_logged: Throttle::default(),
         }
     }
 
@@ -167,15 +251,24 @@ impl Plans {
                 }
             }
         };
-        let plan = cell
+        let (plan, fresh_for) = cell
             .get_or_init(|| async {
                 match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.resolve(key)).await {
-                    Ok(p) => p.map(Arc::<str>::from),
+                    Ok(Ok(p)) => (p.map(Arc::<str>::from), self.ttl),
+                    Ok(Err(e)) => {
+                        // Not "no plan": asked again soon, not after a TTL.
+                        if let Some(suppressed) = self.errors_logged.event() {
+                            tracing::warn!(target: "fleetlimit", error = %e, suppressed, "plan resolver failed; using the base numbers");
+                        }
+                        (None, self.ttl.min(PlanError::RETRY_AFTER))
+                    }
                     Err(_) => {
                         // Cached like an answer, so a slow resolver costs
                         // each key this wait once per TTL, not per request.
-                        tracing::warn!(target: "fleetlimit", "plan resolver timed out; using the base numbers");
-                        None
+                        if let Some(suppressed) = self.errors_logged.event() {
+                            tracing::warn!(target: "fleetlimit", suppressed, "plan resolver timed out; using the base numbers");
+                        }
+                        (None, self.ttl)
                     }
                 }
             })
@@ -191,7 +284,7 @@ impl Plans {
             let known = Cached {
                 plan: Plan::Known {
                     plan: plan.clone(),
-                    stale_at: now.checked_add(self.ttl),
+                    stale_at: now.checked_add(fresh_for),
                 },
                 at: now,
             };
@@ -211,7 +304,7 @@ mod tests {
     impl PlanResolver for Counting {
         fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
             let n = self.0.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move { (n > 0).then(|| format!("{key}-{n}")) })
+            Box::pin(async move { Ok((n > 0).then(|| format!("{key}-{n}"))) })
         }
     }
 
@@ -237,7 +330,7 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                Some(format!("{key}-plan"))
+                Ok(Some(format!("{key}-plan")))
             })
         }
     }
@@ -307,5 +400,36 @@ mod tests {
         }
         assert!(plans.cache.len() <= 8, "{}", plans.cache.len());
         assert_eq!(r.0.load(Ordering::SeqCst), 200);
+    }
+
+    /// An error is not "no plan": base numbers now, asked again after
+    /// `RETRY_AFTER` rather than after the TTL; an `async fn` is a resolver.
+    #[tokio::test(start_paused = true)]
+    async fn an_error_is_retried_soon_and_an_async_fn_resolves() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        async fn flaky(key: String) -> PlanResult {
+            match CALLS.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(PlanError::msg("connection refused")),
+                _ => Ok(Some(format!("{key}-pro"))),
+            }
+        }
+        let plans = Plans::new(
+            HashMap::new(),
+            Some(Arc::new(flaky)),
+            Duration::from_secs(60),
+            100,
+        );
+        assert_eq!(plans.plan_of("k").await, None, "the error: base numbers");
+        assert_eq!(plans.plan_of("k").await, None, "cached for a moment");
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+        tokio::time::advance(PlanError::RETRY_AFTER + Duration::from_millis(1)).await;
+        assert_eq!(plans.plan_of("k").await.as_deref(), Some("k-pro"));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(
+            plans.plan_of("k").await.as_deref(),
+            Some("k-pro"),
+            "an answer holds for the TTL"
+        );
+        assert_eq!(CALLS.load(Ordering::SeqCst), 2);
     }
 }

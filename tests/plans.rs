@@ -45,7 +45,7 @@ struct Accounts(Arc<Mutex<HashMap<String, String>>>);
 impl PlanResolver for Accounts {
     fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
         let plan = self.0.lock().unwrap().get(key).cloned();
-        Box::pin(async move { plan })
+        Box::pin(async move { Ok(plan) })
     }
 }
 
@@ -127,4 +127,31 @@ async fn upgrade_raises_the_ceiling_and_downgrade_does_not_forgive() {
     // An unknown caller gets the limit's base numbers.
     assert_eq!(admitted(&app, "nobody", 120).await, 100);
     server.assert_every_key_expires(&prefix);
+}
+
+/// A resolver that fails (the database is down): every request gets the
+/// base numbers, none a 500, and the error is logged — not as "no plan".
+#[tokio::test(flavor = "current_thread")]
+async fn a_failing_resolver_gives_the_base_numbers_and_is_logged() {
+    async fn database_down(_key: String) -> fleetlimit::PlanResult {
+        Err(fleetlimit::PlanError::msg("connection refused"))
+    }
+    let server = RedisServer::start();
+    let prefix = prefix("plans-down");
+    let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::builder(cfg)
+            .plan_resolver(database_down)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let (ok, logs) = logged(admitted(&app, "k", 120)).await;
+    assert_eq!(ok, 100, "the base numbers: 100 per window");
+    assert!(
+        logs.contains("plan resolver failed") && logs.contains("connection refused"),
+        "{logs}"
+    );
+    // The static table still answers.
+    assert_eq!(admitted(&app, "static-pro-key", 120).await, 120);
 }
