@@ -80,6 +80,8 @@ mod bounded;
 mod breaker;
 mod config;
 mod fleet;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod headers;
 mod key;
 mod layer;
