@@ -304,6 +304,15 @@ async fn only_the_limiters_answers_to_grpc_requests_change() {
     let svc = tower::service_fn(|req: http::Request<String>| async move {
         let res = match req.uri().path() {
             "/challenge" => ChallengeRequired::default().into_response(),
+            "/large" => (
+                http::StatusCode::TOO_MANY_REQUESTS,
+                [
+                    ("content-type", "application/problem+json"),
+                    ("retry-after", "5"),
+                ],
+                format!("{{\"detail\":\"{}\"}}", "x".repeat(64 * 1024)),
+            )
+                .into_response(),
             "/grpc-error" => Status::not_found("no such thing")
                 .into_http::<axum::body::Body>()
                 .into_response(),
@@ -346,4 +355,77 @@ async fn only_the_limiters_answers_to_grpc_requests_change() {
     let res = send("/other", "application/grpc").await.unwrap();
     assert_eq!(res.status(), 429);
     assert!(res.headers().get("grpc-status").is_none());
+
+    // A problem body too large to be one of the limiter's is not read: the
+    // status alone names the refusal.
+    let res = send("/large", "application/grpc").await.unwrap();
+    let status = Status::from_header_map(res.headers()).unwrap();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "Too Many Requests");
+    assert_eq!(res.headers()["grpc-retry-pushback-ms"], "5000");
+}
+
+/// `[shedding]`: a shed gRPC request is UNAVAILABLE (`OVERLOADED`), with
+/// the shedder's Retry-After as pushback.
+#[tokio::test]
+async fn shed_requests_are_unavailable() {
+    let cfg = Config::from_toml_str(&format!(
+        "{LIMITS}\n[shedding]\nretry_after = \"3s\"\n\n[default]\nlimits = [\"per-key\"]\n"
+    ))
+    .unwrap();
+    let layer = RateLimitLayer::builder(cfg)
+        // Saturated: every normal-priority request is shed.
+        .load_signal(|| 2.0)
+        .build()
+        .await
+        .unwrap();
+    let addr = serve_bare(layer).await;
+    let mut c = client(addr).await;
+    let shed = check(&mut c, Some("k1"), None).await.unwrap_err();
+    assert_eq!(shed.code(), Code::Unavailable, "{shed:?}");
+    assert_eq!(reason(&shed), "OVERLOADED");
+    assert_eq!(meta(&shed, "grpc-retry-pushback-ms"), "3000");
+    assert_eq!(
+        shed.get_error_details().retry_info().unwrap().retry_delay,
+        Some(Duration::from_secs(3))
+    );
+    assert!(shed.message().contains("overloaded"), "{shed:?}");
+}
+
+/// An IP-keyed limit on a bare tonic server, with the peer address copied
+/// from tonic's `TcpConnectInfo` as the module guide shows: counted per
+/// client address (loopback here), refused with RESOURCE_EXHAUSTED.
+#[tokio::test]
+async fn ip_keyed_limits_on_a_bare_tonic_server() {
+    use tonic::transport::server::TcpConnectInfo;
+    let cfg = Config::from_toml_str(
+        "[limits.per-ip]\nkey = \"ip\"\ncapacity = 1\nrefill = \"1/min\"\n\n[default]\nlimits = [\"per-ip\"]\n",
+    )
+    .unwrap();
+    let peer_addr =
+        tower::util::MapRequestLayer::new(|mut req: http::Request<tonic::body::Body>| {
+            let peer = req
+                .extensions()
+                .get::<TcpConnectInfo>()
+                .and_then(TcpConnectInfo::remote_addr);
+            if let Some(addr) = peer {
+                req.extensions_mut().insert::<SocketAddr>(addr);
+            }
+            req
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let server = Server::builder()
+        .layer(GrpcRefusalLayer::new())
+        .layer(peer_addr)
+        .layer(RateLimitLayer::in_memory(&cfg))
+        .add_service(health);
+    tokio::spawn(server.serve_with_incoming(TcpIncoming::from(listener)));
+    let mut c = client(addr).await;
+    let first = check(&mut c, None, None).await.expect("admitted");
+    assert_eq!(first.metadata().get("x-ratelimit-remaining").unwrap(), "0");
+    let refused = check(&mut c, None, None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(reason(&refused), "RATE_LIMIT_EXCEEDED");
 }

@@ -110,11 +110,39 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Limits keyed by client IP need the peer address, which tonic's server
-//! keeps in its own `TcpConnectInfo` extension: insert its `remote_addr()`
-//! as a `SocketAddr` extension in a layer outside the rate-limit layer
-//! (fleetlimit reads a `SocketAddr` extension), or key gRPC routes by a
-//! metadata header.
+//! Limits keyed by client IP need the peer's address. tonic's server keeps
+//! it in its own `TcpConnectInfo` extension, which fleetlimit does not
+//! read (without it an IP-keyed limit answers `503`, here `UNAVAILABLE`):
+//! copy it into a `SocketAddr` extension in a layer outside the rate-limit
+//! layer.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use fleetlimit::grpc::GrpcRefusalLayer;
+//! use fleetlimit::{Config, RateLimitLayer};
+//! use tonic::transport::server::TcpConnectInfo;
+//! use tower::util::MapRequestLayer;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let cfg = Config::builder().build()?;
+//! let peer_addr = MapRequestLayer::new(|mut req: http::Request<tonic::body::Body>| {
+//!     let peer = req.extensions().get::<TcpConnectInfo>().and_then(TcpConnectInfo::remote_addr);
+//!     if let Some(addr) = peer {
+//!         req.extensions_mut().insert::<SocketAddr>(addr);
+//!     }
+//!     req
+//! });
+//! let (_reporter, health) = tonic_health::server::health_reporter();
+//! tonic::transport::Server::builder()
+//!     .layer(GrpcRefusalLayer::new())
+//!     .layer(peer_addr)
+//!     .layer(RateLimitLayer::new(cfg).await?)
+//!     .add_service(health)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
 
 mod body;
 mod future;

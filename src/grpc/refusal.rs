@@ -140,3 +140,109 @@ pub(super) fn answer<B>(
     new.extensions = extensions;
     Response::from_parts(new, GrpcRefusalBody::empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem_parts(status: u16, retry_after: Option<&str>) -> http::response::Parts {
+        let mut b = Response::builder()
+            .status(status)
+            .header(CONTENT_TYPE, "application/problem+json")
+            .header(CONTENT_LENGTH, "123");
+        if let Some(r) = retry_after {
+            b = b.header(RETRY_AFTER, r);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn decoded(res: &Response<GrpcRefusalBody<String>>) -> Status {
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()[CONTENT_TYPE], "application/grpc");
+        assert!(res.headers().get(CONTENT_LENGTH).is_none());
+        Status::from_header_map(res.headers()).expect("a grpc-status")
+    }
+
+    #[test]
+    fn only_problems_with_the_limiters_statuses_are_refusals() {
+        let mut h = HeaderMap::new();
+        assert_eq!(classify(StatusCode::TOO_MANY_REQUESTS, &h), None);
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert_eq!(classify(StatusCode::TOO_MANY_REQUESTS, &h), None);
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json; charset=utf-8"),
+        );
+        assert_eq!(
+            classify(StatusCode::TOO_MANY_REQUESTS, &h),
+            Some(Refusal::Exceeded)
+        );
+        assert_eq!(
+            classify(StatusCode::PAYLOAD_TOO_LARGE, &h),
+            Some(Refusal::TooCostly)
+        );
+        for other in [200, 400, 403, 404, 500, 502] {
+            assert_eq!(classify(StatusCode::from_u16(other).unwrap(), &h), None);
+        }
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+jsonx"),
+        );
+        assert_eq!(classify(StatusCode::TOO_MANY_REQUESTS, &h), None);
+    }
+
+    #[test]
+    fn messages_are_percent_encoded_and_decode_back() {
+        let detail = "limit \"caf\u{e9}\" at 100% \u{2014} retry\nlater";
+        let body = serde_json::json!({"type": "about:blank", "title": "Too Many Requests",
+            "status": 429, "detail": detail, "limit": "caf\u{e9}"});
+        let body = serde_json::to_vec(&body).unwrap();
+        let res = answer::<String>(
+            problem_parts(429, Some("7")),
+            Refusal::Exceeded,
+            Some(&body),
+        );
+        let raw = res.headers()["grpc-message"].to_str().unwrap();
+        assert!(
+            raw.is_ascii() && raw.contains("%25") && raw.contains("%C3%A9"),
+            "{raw}"
+        );
+        let status = decoded(&res);
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(status.message(), detail);
+        assert_eq!(res.headers()[&GRPC_RETRY_PUSHBACK_MS], "7000");
+        let details = status.get_error_details();
+        assert_eq!(
+            details.retry_info().unwrap().retry_delay,
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(details.error_info().unwrap().metadata["limit"], "caf\u{e9}");
+    }
+
+    #[test]
+    fn an_unreadable_body_still_maps_by_status() {
+        for body in [None, Some(&b"not json"[..]), Some(&b"[1,2]"[..])] {
+            let res = answer::<String>(problem_parts(503, Some("2")), Refusal::Unavailable, body);
+            let status = decoded(&res);
+            assert_eq!(status.code(), Code::Unavailable);
+            assert_eq!(status.message(), "Service Unavailable");
+            let details = status.get_error_details();
+            assert_eq!(details.error_info().unwrap().reason, "LIMITER_UNAVAILABLE");
+            assert_eq!(res.headers()[&GRPC_RETRY_PUSHBACK_MS], "2000");
+        }
+        // A Retry-After that is not whole seconds: no retry information,
+        // never a made-up one.
+        let res = answer::<String>(
+            problem_parts(429, Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            Refusal::Exceeded,
+            None,
+        );
+        let status = decoded(&res);
+        assert!(status.get_error_details().retry_info().is_none());
+        assert!(res.headers().get(&GRPC_RETRY_PUSHBACK_MS).is_none());
+        assert_eq!(
+            status.metadata().get("retry-after").unwrap(),
+            "Wed, 21 Oct 2015 07:28:00 GMT"
+        );
+    }
+}
