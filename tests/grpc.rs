@@ -237,6 +237,22 @@ async fn redis_refusals_are_grpc_statuses() {
     );
     // Not a rate-limit refusal: no limit's headers.
     assert!(down.metadata().get("x-ratelimit-remaining").is_none());
+
+    // Restarted (empty, script cache gone): once fred has reconnected
+    // (bounded wait), calls are decided by Redis again, and the mapping
+    // with them: a fresh key admits exactly its capacity.
+    redis.restart();
+    let give_up = Instant::now() + Duration::from_secs(15);
+    loop {
+        match check(&mut c, Some("probe"), None).await {
+            Ok(_) => break,
+            Err(s) => assert_eq!(s.code(), Code::Unavailable, "{s:?}"),
+        }
+        assert!(Instant::now() < give_up, "Redis never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    admits_two_then_exhausted(&mut c, "fresh").await;
+    redis.assert_every_key_expires(&prefix);
 }
 
 #[tokio::test]
