@@ -87,6 +87,8 @@ mod bounded;
 mod breaker;
 mod config;
 mod fleet;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod headers;
 
 /// The configuration reference, `docs/configuration.md` as rendered here.

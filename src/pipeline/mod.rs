@@ -42,6 +42,8 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+#[cfg(feature = "grpc")]
+pub(crate) use self::challenge::CHALLENGE_REQUIRED;
 pub use self::challenge::{Challenge, ChallengeRequired};
 use self::fallback::Fallback;
 use self::lease::Leases;
