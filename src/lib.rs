@@ -78,6 +78,7 @@ pub mod admin;
 mod algorithm;
 mod bounded;
 mod breaker;
+pub mod client;
 mod config;
 mod fleet;
 pub mod headers;
