@@ -13,7 +13,7 @@
 //! The Redis key does not depend on the plan: an upgrade raises the ceiling
 //! over the usage so far, and a downgrade does not forgive it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bounded::{Bounded, Evict};
+use crate::log_throttle::Throttle;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -106,6 +107,10 @@ impl Evict for Cached {
 pub(crate) struct Plans {
     assignments: HashMap<String, Arc<str>>,
     resolver: Option<Arc<dyn PlanResolver>>,
+    /// The plans the configuration defines: a resolver's answer outside
+    /// them is the base numbers, and logged.
+    known: HashSet<Arc<str>>,
+    unknown_log: Throttle,
     ttl: Duration,
     /// Answers, and the lookups in flight.
     cache: Bounded<Cached>,
@@ -125,12 +130,15 @@ impl Plans {
     pub(crate) fn new(
         assignments: HashMap<String, Arc<str>>,
         resolver: Option<Arc<dyn PlanResolver>>,
+        known: HashSet<Arc<str>>,
         ttl: Duration,
         max_keys: usize,
     ) -> Self {
         Self {
             assignments,
             resolver,
+            known,
+            unknown_log: Throttle::default(),
             ttl,
             cache: Bounded::new(max_keys),
         }
@@ -170,7 +178,24 @@ impl Plans {
         let plan = cell
             .get_or_init(|| async {
                 match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.resolve(key)).await {
-                    Ok(p) => p.map(Arc::<str>::from),
+                    Ok(Some(p)) => match self.known.get(p.as_str()) {
+                        Some(known) => Some(Arc::clone(known)),
+                        None => {
+                            // A bad row must not go unnoticed; the caller
+                            // (whose key is not logged) keeps the base numbers.
+                            if let Some(held) = self.unknown_log.event() {
+                                let plan: String = p.chars().take(64).collect();
+                                tracing::warn!(
+                                    target: "fleetlimit",
+                                    plan = ?plan,
+                                    suppressed = held,
+                                    "plan resolver named a plan the configuration does not define; using the base numbers"
+                                );
+                            }
+                            None
+                        }
+                    },
+                    Ok(None) => None,
                     Err(_) => {
                         // Cached like an answer, so a slow resolver costs
                         // each key this wait once per TTL, not per request.
@@ -208,6 +233,10 @@ mod tests {
 
     struct Counting(AtomicUsize);
 
+    fn known(names: impl IntoIterator<Item = String>) -> HashSet<Arc<str>> {
+        names.into_iter().map(Arc::from).collect()
+    }
+
     impl PlanResolver for Counting {
         fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
             let n = self.0.fetch_add(1, Ordering::SeqCst);
@@ -220,7 +249,13 @@ mod tests {
         let r = Arc::new(Counting(AtomicUsize::new(0)));
         let mut static_table = HashMap::new();
         static_table.insert("vip".to_owned(), Arc::<str>::from("gold"));
-        let plans = Plans::new(static_table, Some(r.clone()), Duration::from_secs(5), 100);
+        let plans = Plans::new(
+            static_table,
+            Some(r.clone()),
+            known(["k-1".to_owned()]),
+            Duration::from_secs(5),
+            100,
+        );
         assert_eq!(plans.plan_of("vip").await.as_deref(), Some("gold"));
         assert_eq!(plans.plan_of("k").await, None);
         assert_eq!(plans.plan_of("k").await, None, "cached");
@@ -248,6 +283,7 @@ mod tests {
         let plans = Arc::new(Plans::new(
             HashMap::new(),
             Some(r.clone()),
+            known(["a", "b", "c"].map(|k| format!("{k}-plan"))),
             Duration::from_secs(5),
             100,
         ));
@@ -288,6 +324,7 @@ mod tests {
         let plans = Arc::new(Plans::new(
             HashMap::new(),
             Some(r.clone()),
+            known((0..200).map(|i| format!("k{i}-plan"))),
             Duration::from_secs(5),
             8,
         ));
@@ -307,5 +344,21 @@ mod tests {
         }
         assert!(plans.cache.len() <= 8, "{}", plans.cache.len());
         assert_eq!(r.0.load(Ordering::SeqCst), 200);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plan_the_configuration_does_not_define_is_the_base_numbers() {
+        let r = Arc::new(Slow(AtomicUsize::new(0)));
+        let plans = Plans::new(
+            HashMap::new(),
+            Some(r.clone()),
+            known(["good-plan".to_owned()]),
+            Duration::from_secs(5),
+            100,
+        );
+        assert_eq!(plans.plan_of("good").await.as_deref(), Some("good-plan"));
+        assert_eq!(plans.plan_of("bad").await, None);
+        assert_eq!(plans.plan_of("bad").await, None, "cached");
+        assert_eq!(r.0.load(Ordering::SeqCst), 2);
     }
 }
