@@ -87,6 +87,8 @@ mod layer;
 mod log_throttle;
 mod pipeline;
 mod plan;
+#[cfg(feature = "postgres")]
+mod plan_postgres;
 mod request;
 mod reset;
 mod route;
@@ -107,6 +109,8 @@ pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanFuture, PlanResolver};
+#[cfg(feature = "postgres")]
+pub use plan_postgres::{PostgresPlans, PostgresPlansError};
 pub use request::RequestRef;
 pub use route::OnExceed;
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};
