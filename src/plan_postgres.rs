@@ -138,7 +138,8 @@ impl PostgresPlans {
     /// The longest one lookup may take, from waiting for a connection to
     /// the row (250 ms by default). Slower: base numbers, logged. Keep it
     /// well below the Redis-free part of your latency budget: the first
-    /// request of a key (per cache TTL) waits for it.
+    /// request of a key (per cache TTL) waits for it. The layer's own bound
+    /// on any resolver (1 s) still applies above it.
     pub fn lookup_timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self

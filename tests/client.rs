@@ -370,6 +370,50 @@ async fn malformed_headers_are_ignored() {
     assert_eq!(start.elapsed(), Duration::from_millis(700));
 }
 
+#[tokio::test(start_paused = true)]
+async fn errors_of_the_inner_client_pass_through_untried() {
+    let calls = Arc::new(Mutex::new(0));
+    let counted = Arc::clone(&calls);
+    let failing = service_fn(move |_req: Request<String>| {
+        *counted.lock().unwrap() += 1;
+        async { Err::<Response<String>, _>("connection refused") }
+    });
+    let client = HonorLimitsLayer::new().layer(failing);
+    let err = client.oneshot(get("/e")).await.unwrap_err();
+    assert_eq!(err, "connection refused");
+    assert_eq!(*calls.lock().unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn huge_advised_waits_do_not_overflow() {
+    let script = Script::default()
+        .then(429, &[("retry-after", &u64::MAX.to_string())])
+        .then(
+            200,
+            &[
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", "999999999"),
+            ],
+        );
+    let mut client = HonorLimitsLayer::new()
+        .max_wait(Duration::MAX)
+        .max_retries(0)
+        .layer(script.service());
+    let start = Instant::now();
+    let res = client.ready().await.unwrap().call(get("/h")).await.unwrap();
+    assert_eq!(res.status(), 429, "no retries allowed");
+    let svc = client.ready().await.unwrap();
+    assert_eq!(svc.call(get("/h")).await.unwrap().status(), 200);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let svc = client.ready().await.unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(60), svc.call(get("/h"))).await;
+    assert!(
+        res.is_err(),
+        "paced for the advised (31 years) wait, without a panic"
+    );
+    assert_eq!(script.seen().len(), 2);
+}
+
 // ---- Against the quickstart example on Redis, over real HTTP ----
 
 use bytes::Bytes;

@@ -92,8 +92,10 @@ impl Shared {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
         let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-        wait.mul_f64(1.0 + self.settings.jitter * unit)
-            .min(self.settings.max_wait.max(wait))
+        // Checked: a huge advised wait under a huge max_wait must not panic.
+        Duration::try_from_secs_f64(wait.as_secs_f64() * (1.0 + self.settings.jitter * unit))
+            .unwrap_or(wait)
+            .clamp(wait, self.settings.max_wait.max(wait))
     }
 
     fn pause(&self, origin: &str, wait: Duration) {
