@@ -85,6 +85,7 @@ pub mod admin;
 mod algorithm;
 mod bounded;
 mod breaker;
+pub mod client;
 mod config;
 mod fleet;
 #[cfg(feature = "grpc")]
@@ -99,6 +100,8 @@ mod layer;
 mod log_throttle;
 mod pipeline;
 mod plan;
+#[cfg(feature = "postgres")]
+mod plan_postgres;
 mod request;
 mod reset;
 mod route;
@@ -119,6 +122,8 @@ pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};
+#[cfg(feature = "postgres")]
+pub use plan_postgres::{PostgresPlans, PostgresPlansError};
 pub use request::RequestRef;
 pub use route::OnExceed;
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};

@@ -13,7 +13,7 @@
 //! The Redis key does not depend on the plan: an upgrade raises the ceiling
 //! over the usage so far, and a downgrade does not forgive it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -187,6 +187,10 @@ impl Evict for Cached {
 pub(crate) struct Plans {
     assignments: HashMap<String, Arc<str>>,
     resolver: Option<Arc<dyn PlanResolver>>,
+    /// The plans the configuration defines: a resolver's answer outside
+    /// them is the base numbers, and logged.
+    known: HashSet<Arc<str>>,
+    unknown_log: Throttle,
     ttl: Duration,
     /// Answers, and the lookups in flight.
     cache: Bounded<Cached>,
@@ -208,12 +212,15 @@ impl Plans {
     pub(crate) fn new(
         assignments: HashMap<String, Arc<str>>,
         resolver: Option<Arc<dyn PlanResolver>>,
+        known: HashSet<Arc<str>>,
         ttl: Duration,
         max_keys: usize,
     ) -> Self {
         Self {
             assignments,
             resolver,
+            known,
+            unknown_log: Throttle::default(),
             ttl,
             cache: Bounded::new(max_keys),
             errors_logged: Throttle::default(),
@@ -254,7 +261,24 @@ impl Plans {
         let (plan, fresh_for) = cell
             .get_or_init(|| async {
                 match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.resolve(key)).await {
-                    Ok(Ok(p)) => (p.map(Arc::<str>::from), self.ttl),
+                    Ok(Ok(Some(p))) => match self.known.get(p.as_str()) {
+                        Some(known) => (Some(Arc::clone(known)), self.ttl),
+                        None => {
+                            // A bad row must not go unnoticed; the caller
+                            // (whose key is not logged) keeps the base numbers.
+                            if let Some(held) = self.unknown_log.event() {
+                                let plan: String = p.chars().take(64).collect();
+                                tracing::warn!(
+                                    target: "fleetlimit",
+                                    plan = ?plan,
+                                    suppressed = held,
+                                    "plan resolver named a plan the configuration does not define; using the base numbers"
+                                );
+                            }
+                            (None, self.ttl)
+                        }
+                    },
+                    Ok(Ok(None)) => (None, self.ttl),
                     Ok(Err(e)) => {
                         // Not "no plan": asked again soon, not after a TTL.
                         if let Some(suppressed) = self.errors_logged.event() {
@@ -301,6 +325,10 @@ mod tests {
 
     struct Counting(AtomicUsize);
 
+    fn known(names: impl IntoIterator<Item = String>) -> HashSet<Arc<str>> {
+        names.into_iter().map(Arc::from).collect()
+    }
+
     impl PlanResolver for Counting {
         fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
             let n = self.0.fetch_add(1, Ordering::SeqCst);
@@ -313,7 +341,13 @@ mod tests {
         let r = Arc::new(Counting(AtomicUsize::new(0)));
         let mut static_table = HashMap::new();
         static_table.insert("vip".to_owned(), Arc::<str>::from("gold"));
-        let plans = Plans::new(static_table, Some(r.clone()), Duration::from_secs(5), 100);
+        let plans = Plans::new(
+            static_table,
+            Some(r.clone()),
+            known(["k-1".to_owned()]),
+            Duration::from_secs(5),
+            100,
+        );
         assert_eq!(plans.plan_of("vip").await.as_deref(), Some("gold"));
         assert_eq!(plans.plan_of("k").await, None);
         assert_eq!(plans.plan_of("k").await, None, "cached");
@@ -341,6 +375,7 @@ mod tests {
         let plans = Arc::new(Plans::new(
             HashMap::new(),
             Some(r.clone()),
+            known(["a", "b", "c"].map(|k| format!("{k}-plan"))),
             Duration::from_secs(5),
             100,
         ));
@@ -381,6 +416,7 @@ mod tests {
         let plans = Arc::new(Plans::new(
             HashMap::new(),
             Some(r.clone()),
+            known((0..200).map(|i| format!("k{i}-plan"))),
             Duration::from_secs(5),
             8,
         ));
@@ -416,6 +452,7 @@ mod tests {
         let plans = Plans::new(
             HashMap::new(),
             Some(Arc::new(flaky)),
+            known(["k-pro".to_owned()]),
             Duration::from_secs(60),
             100,
         );
@@ -431,5 +468,21 @@ mod tests {
             "an answer holds for the TTL"
         );
         assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plan_the_configuration_does_not_define_is_the_base_numbers() {
+        let r = Arc::new(Slow(AtomicUsize::new(0)));
+        let plans = Plans::new(
+            HashMap::new(),
+            Some(r.clone()),
+            known(["good-plan".to_owned()]),
+            Duration::from_secs(5),
+            100,
+        );
+        assert_eq!(plans.plan_of("good").await.as_deref(), Some("good-plan"));
+        assert_eq!(plans.plan_of("bad").await, None);
+        assert_eq!(plans.plan_of("bad").await, None, "cached");
+        assert_eq!(r.0.load(Ordering::SeqCst), 2);
     }
 }

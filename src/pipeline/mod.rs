@@ -279,6 +279,10 @@ impl Limiter {
             plans: Plans::new(
                 cfg.plan_assignments.0.clone(),
                 extras.resolver,
+                cfg.limits
+                    .iter()
+                    .flat_map(|l| l.plans.keys().cloned())
+                    .collect(),
                 cfg.plan_cache_ttl,
                 cfg.plan_cache_keys,
             ),

@@ -1,0 +1,306 @@
+//! Plans from PostgreSQL (feature `postgres`): against the PostgreSQL at
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
+//! redis-server processes of the tests' own. Each test makes its own table
+//! and drops it.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use fleetlimit::{PostgresPlans, RateLimitLayer};
+use support::*;
+
+/// Base 5; `basic` 10; `pro` 50 — a header says which numbers applied.
+const LIMITS: &str = r#"
+[limits.api]
+key = "header:x-api-key"
+algorithm = "fixed-window"
+limit = 5
+window = "60s"
+
+[plans.basic.api]
+limit = 10
+
+[plans.pro.api]
+limit = 50
+
+[plan_cache]
+ttl = "300ms"
+
+[[routes]]
+path = "/"
+limits = ["api"]
+on_redis_error = "closed"
+"#;
+const TTL: Duration = Duration::from_millis(300);
+const LOOKUP_TIMEOUT: Duration = Duration::from_millis(200);
+
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+async fn pg() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {}: {e}", database_url()));
+    tokio::spawn(conn);
+    client
+}
+
+/// A plans table of this test's own, dropped at the end (also when the
+/// test fails).
+struct Table {
+    name: String,
+    client: tokio_postgres::Client,
+}
+
+impl Table {
+    async fn create(test: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "fleetlimit_plans_{test}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        let client = pg().await;
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {name} (subject text PRIMARY KEY, plan text NOT NULL)"
+            ))
+            .await
+            .unwrap();
+        Self { name, client }
+    }
+
+    async fn set(&self, subject: &str, plan: &str) {
+        self.client
+            .execute(
+                &format!(
+                    "INSERT INTO {} (subject, plan) VALUES ($1, $2) \
+                     ON CONFLICT (subject) DO UPDATE SET plan = EXCLUDED.plan",
+                    self.name
+                ),
+                &[&subject, &plan],
+            )
+            .await
+            .unwrap();
+    }
+
+    fn resolver(&self) -> PostgresPlans {
+        PostgresPlans::connect(&database_url())
+            .unwrap()
+            .table(&self.name)
+            .unwrap()
+            .lookup_timeout(LOOKUP_TIMEOUT)
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop can't await: a thread with a runtime of its own.
+        let done = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    pg().await
+                        .batch_execute(&format!("DROP TABLE IF EXISTS {name}"))
+                        .await
+                })
+        })
+        .join();
+        if !matches!(done, Ok(Ok(()))) && !std::thread::panicking() {
+            panic!("dropping table {}: {done:?}", self.name);
+        }
+    }
+}
+
+async fn instance(server: &RedisServer, prefix: &str, plans: PostgresPlans) -> Router {
+    let cfg = redis_config(server, prefix, "500ms", LIMITS);
+    Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::builder(cfg)
+            .plan_resolver(plans)
+            .build()
+            .await
+            .unwrap(),
+    )
+}
+
+async fn hit(app: &Router, key: &str) -> axum::http::Response<axum::body::Body> {
+    send(
+        app,
+        request("GET", "/", "127.0.0.1:1", &[("x-api-key", key)]),
+    )
+    .await
+}
+
+/// The limit a response says applied (status must be 200 or 429).
+async fn limit_seen(app: &Router, key: &str) -> u64 {
+    let res = hit(app, key).await;
+    let s = res.status().as_u16();
+    assert!(s == 200 || s == 429, "{s}");
+    header_u64(&res, "x-ratelimit-limit")
+}
+
+#[tokio::test]
+async fn plans_from_the_table_apply_on_every_instance() {
+    let server = RedisServer::start();
+    let prefix = prefix("pg-apply");
+    let table = Table::create("apply").await;
+    table.set("pro-key", "pro").await;
+    table.set("basic-key", "basic").await;
+    let a = instance(&server, &prefix, table.resolver()).await;
+    let b = instance(&server, &prefix, table.resolver()).await;
+
+    // 70 requests of a pro key, alternating instances: 50 admitted in all.
+    let mut admitted = 0;
+    for i in 0..70 {
+        let app = if i % 2 == 0 { &a } else { &b };
+        let res = hit(app, "pro-key").await;
+        assert_eq!(header_u64(&res, "x-ratelimit-limit"), 50);
+        admitted += usize::from(res.status() == 200);
+    }
+    assert_eq!(admitted, 50);
+    assert_eq!(limit_seen(&a, "basic-key").await, 10);
+    assert_eq!(limit_seen(&b, "basic-key").await, 10);
+    assert_eq!(limit_seen(&a, "no-row").await, 5, "no row: base numbers");
+    assert_eq!(limit_seen(&b, "no-row").await, 5);
+    server.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test]
+async fn an_upgrade_reaches_both_instances_within_the_ttl() {
+    let server = RedisServer::start();
+    let prefix = prefix("pg-upgrade");
+    let table = Table::create("upgrade").await;
+    table.set("k", "basic").await;
+    let a = instance(&server, &prefix, table.resolver()).await;
+    let b = instance(&server, &prefix, table.resolver()).await;
+    assert_eq!(limit_seen(&a, "k").await, 10);
+    assert_eq!(limit_seen(&b, "k").await, 10);
+
+    table.set("k", "pro").await;
+    // Each instance's answer went stale at most a TTL after the update
+    // (its lookup was before it); the next request looks up again.
+    tokio::time::sleep(TTL).await;
+    assert_eq!(limit_seen(&a, "k").await, 50);
+    assert_eq!(limit_seen(&b, "k").await, 50);
+
+    // And a downgrade the same way.
+    table.set("k", "basic").await;
+    tokio::time::sleep(TTL).await;
+    assert_eq!(limit_seen(&a, "k").await, 10);
+    assert_eq!(limit_seen(&b, "k").await, 10);
+}
+
+#[tokio::test]
+async fn postgres_unreachable_gives_the_base_numbers_and_is_logged() {
+    let server = RedisServer::start();
+    let prefix = prefix("pg-down");
+    // Nothing listens on this port.
+    let url = format!("postgres://postgres@127.0.0.1:{}/test", free_port());
+    let plans = PostgresPlans::connect(&url)
+        .unwrap()
+        .lookup_timeout(LOOKUP_TIMEOUT);
+    let app = instance(&server, &prefix, plans).await;
+    let start = Instant::now();
+    let (statuses, logs) = logged(async {
+        let mut statuses = Vec::new();
+        for i in 0..7 {
+            let res = hit(&app, "pro-key").await;
+            assert_eq!(header_u64(&res, "x-ratelimit-limit"), 5, "request {i}");
+            statuses.push(res.status().as_u16());
+        }
+        statuses
+    })
+    .await;
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    assert!(logs.contains("plan lookup in PostgreSQL failed"), "{logs}");
+    // Cached for the TTL, and throttled: a line a second at most, not one
+    // per request.
+    let lines = logs.matches("plan lookup in PostgreSQL failed").count();
+    assert!(
+        lines as u64 <= 1 + start.elapsed().as_secs(),
+        "{lines} lines in {:?}: {logs}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_blocked_lookup_is_cut_off_by_the_timeout() {
+    let server = RedisServer::start();
+    let prefix = prefix("pg-slow");
+    let table = Table::create("slow").await;
+    table.set("pro-key", "pro").await;
+    let app = instance(&server, &prefix, table.resolver()).await;
+
+    // Another session holds the table: every read of it waits.
+    let locker = pg().await;
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE",
+            table.name
+        ))
+        .await
+        .unwrap();
+    let (elapsed, logs) = logged(async {
+        let start = Instant::now();
+        assert_eq!(limit_seen(&app, "pro-key").await, 5, "base numbers");
+        start.elapsed()
+    })
+    .await;
+    assert!(elapsed >= LOOKUP_TIMEOUT, "{elapsed:?}");
+    assert!(
+        logs.contains(&format!("timed out after {LOOKUP_TIMEOUT:?}")),
+        "cut off by the lookup timeout, not the layer's own bound: {logs}"
+    );
+    // Within the TTL the cached answer is used: no second wait.
+    let start = Instant::now();
+    assert_eq!(limit_seen(&app, "pro-key").await, 5);
+    assert!(start.elapsed() < LOOKUP_TIMEOUT, "{:?}", start.elapsed());
+
+    // Released: the next lookup (after the TTL) reads the row, on a
+    // connection that is not stuck behind the cut-off query.
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    tokio::time::sleep(TTL).await;
+    assert_eq!(limit_seen(&app, "pro-key").await, 50);
+}
+
+#[tokio::test]
+async fn a_plan_name_the_config_does_not_define_gives_the_base_numbers_and_is_logged() {
+    let server = RedisServer::start();
+    let prefix = prefix("pg-garbage");
+    let table = Table::create("garbage").await;
+    table
+        .set("junk-subject", "\u{1b}[31m; DROP TABLE x; --")
+        .await;
+    table.set("typo-subject", "Pro ").await;
+    table.set("fine-subject", "pro").await;
+    let app = instance(&server, &prefix, table.resolver()).await;
+    let ((junk, typo, fine), logs) = logged(async {
+        (
+            limit_seen(&app, "junk-subject").await,
+            limit_seen(&app, "typo-subject").await,
+            limit_seen(&app, "fine-subject").await,
+        )
+    })
+    .await;
+    assert_eq!(
+        (junk, typo, fine),
+        (5, 5, 50),
+        "a bad row costs its caller only"
+    );
+    assert!(logs.contains("does not define"), "{logs}");
+    assert!(logs.contains("DROP TABLE x"), "the plan named: {logs}");
+    assert!(!logs.contains('\u{1b}'), "escaped in the log: {logs:?}");
+    assert!(
+        !logs.contains("-subject"),
+        "the caller's key is not logged: {logs}"
+    );
+}
