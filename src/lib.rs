@@ -102,7 +102,8 @@ pub use config::{
 };
 pub use key::{Account, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture};
-pub use pipeline::Refund;
+pub use pipeline::response::HeaderStyle;
+pub use pipeline::{Refund, Refusal, RefusalReason};
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanFuture, PlanResolver};
