@@ -26,7 +26,9 @@
 //!    and write each key together with its expiry. A circuit breaker stops
 //!    calling a failing Redis for a cool-off.
 //! 4. **Decide**: admitted requests reach the service and get
-//!    `X-RateLimit-*` headers; refused ones get `429` with `Retry-After`.
+//!    `X-RateLimit-*` headers (and/or the IETF `RateLimit-Policy` /
+//!    `RateLimit`, `[headers] style`); refused ones get `429` with
+//!    `Retry-After` (reshaped by `RateLimitLayerBuilder::on_refusal` if set).
 //!    A limit may instead delay the request or hand the service a
 //!    [`Challenge`] (`on_exceed`), count only failed answers
 //!    (`count = "failures"`, given back after the handler answered), or cap

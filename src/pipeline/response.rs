@@ -1,5 +1,7 @@
-//! What clients see: `X-RateLimit-*`, `Retry-After`, and problem bodies.
+//! What clients see: `X-RateLimit-*` and/or `RateLimit-Policy` /
+//! `RateLimit` (`[headers] style`), `Retry-After`, and problem bodies.
 //!
+//! Legacy fields, of the route's most restrictive limit:
 //! - `X-RateLimit-Limit`: the bucket's capacity (its burst);
 //! - `X-RateLimit-Remaining`: whole tokens left, rounded down, so a client
 //!   told `5` can spend 5 (unless someone else sharing the key does first);
@@ -7,9 +9,16 @@
 //!   (a delay, not a timestamp: clients need no synchronised clock);
 //! - `Retry-After`: on every 429 and 503, whole seconds, at least 1.
 //!
-//! Refusals (`429`), missing keys (`401`), costs no limit can hold (`413`)
-//! and an undecidable request (`503`) carry an `application/problem+json`
-//! body (RFC 9457) naming the limit.
+//! IETF fields (draft-ietf-httpapi-ratelimit-headers), one item per limit
+//! of the route: `q` and `w` in `RateLimit-Policy`, `r` and `t` in
+//! `RateLimit` (see docs/algorithms.md for the mapping of each algorithm).
+//! A `local` decision writes the policy only: no remaining it cannot know.
+//!
+//! Refusals (`429`), missing keys (`401`, with `WWW-Authenticate`), costs
+//! no limit can hold (`413`) and an undecidable request (`503`) carry an
+//! `application/problem+json` body (RFC 9457) naming the limit, its `type`
+//! one of [`RefusalReason::problem_type`]; the application's `on_refusal`
+//! hook may reshape any of them.
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
