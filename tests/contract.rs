@@ -10,6 +10,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
@@ -724,4 +726,55 @@ async fn the_style_chooses_the_fields() {
             Some(r#""per-key";r=4;t=3600"#.into())
         ]
     );
+}
+
+/// Redis dies between the decision and the handler's refund: the refund
+/// fails, and the headers say what the store last said (5 left), not a
+/// refund that did not happen.
+#[tokio::test]
+async fn a_failed_refund_is_not_reported() {
+    let server = RedisServer::start();
+    let cfg = config(Store::Redis, Some(&server), "refund-fails", "");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = Arc::clone(&gate);
+    let handler = move |Extension(refund): Extension<Refund>| {
+        let g = Arc::clone(&g);
+        async move {
+            g.acquire().await.unwrap().forget();
+            match refund.give_back(4).await {
+                Ok(()) => "refunded".to_owned(),
+                Err(e) => format!("refund failed: {e}"),
+            }
+        }
+    };
+    let layer = RateLimitLayer::new(cfg).await.unwrap();
+    let app = Router::new().route("/refund", get(handler)).layer(layer);
+    let call = tokio::spawn({
+        let app = app.clone();
+        async move { get_as(&app, "/refund", "mallory").await }
+    });
+    // Admitted (charged 5: the key is in Redis) and waiting in the
+    // handler: kill Redis now. Bounded: 10 s at most.
+    for _ in 0..1000 {
+        if server.cli(&["DBSIZE"]).is_some_and(|n| n.trim() != "0") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(!call.is_finished(), "the handler waits for the gate");
+    server.kill();
+    gate.add_permits(1);
+    let res = call.await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        fields(&res),
+        some([
+            "10",
+            "5",
+            "18000",
+            r#""spend";q=10;w=36000"#,
+            r#""spend";r=5;t=18000"#
+        ])
+    );
+    assert!(body_text(res).await.starts_with("refund failed"));
 }
