@@ -26,7 +26,9 @@
 //!    and write each key together with its expiry. A circuit breaker stops
 //!    calling a failing Redis for a cool-off.
 //! 4. **Decide**: admitted requests reach the service and get
-//!    `X-RateLimit-*` headers; refused ones get `429` with `Retry-After`.
+//!    `X-RateLimit-*` headers (and/or the IETF `RateLimit-Policy` /
+//!    `RateLimit`, `[headers] style`); refused ones get `429` with
+//!    `Retry-After` (reshaped by `RateLimitLayerBuilder::on_refusal` if set).
 //!    A limit may instead delay the request or hand the service a
 //!    [`Challenge`] (`on_exceed`), count only failed answers
 //!    (`count = "failures"`, given back after the handler answered), or cap
@@ -118,7 +120,8 @@ pub use config::{
 };
 pub use key::{Account, ForwardedHeader, KeySource};
 pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture};
-pub use pipeline::Refund;
+pub use pipeline::response::HeaderStyle;
+pub use pipeline::{Refund, Refusal, RefusalReason};
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};

@@ -23,6 +23,14 @@ pub(crate) struct Throttle {
 }
 
 impl Throttle {
+    /// For a `static`.
+    pub(crate) const fn new() -> Self {
+        Self {
+            next: Mutex::new(None),
+            held: AtomicU64::new(0),
+        }
+    }
+
     /// One event. `Some(n)`: write its line now, saying `n` like events were
     /// held back since the previous one. `None`: counted, write nothing.
     ///

@@ -177,6 +177,10 @@ impl ConfigBuilder {
         if let Some(s) = &self.shedding {
             super::shedding::check(&v, s, &at.shedding)?;
         }
+        let www_authenticate = match &self.www_authenticate {
+            Some(c) => challenge(c).map_err(|e| v.err(at.www_authenticate.clone(), e))?,
+            None => http::HeaderValue::from_static(DEFAULT_WWW_AUTHENTICATE),
+        };
         Ok(Config {
             redis: self.redis,
             deadline,
@@ -199,8 +203,32 @@ impl ConfigBuilder {
                 .unwrap_or(DEFAULT_REFUSED_CACHE_KEYS),
             max_delayed,
             shedding: self.shedding,
+            header_style: self.header_style.unwrap_or_default(),
+            www_authenticate,
         })
     }
+}
+
+/// The challenge of a missing key's `401` when none is configured.
+const DEFAULT_WWW_AUTHENTICATE: &str = "ApiKey";
+
+/// A `WWW-Authenticate` challenge (RFC 9110 §11.6.1): an auth-scheme (a
+/// token), then optionally a space and its parameters, all visible ASCII.
+fn challenge(c: &str) -> Result<http::HeaderValue, String> {
+    let scheme = c.split(' ').next().unwrap_or("");
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if scheme.is_empty() || !scheme.bytes().all(tchar) {
+        return Err(format!(
+            "www_authenticate {c:?} must start with an auth-scheme (letters, digits, \
+             '-', '.', ...), e.g. \"ApiKey\" or \"Bearer realm=\\\"api\\\"\""
+        ));
+    }
+    if c.len() > 1024 || !c.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) || c.ends_with(' ') {
+        return Err(format!(
+            "www_authenticate {c:?} must be at most 1024 characters of visible ASCII and single spaces"
+        ));
+    }
+    http::HeaderValue::from_str(c).map_err(|e| format!("www_authenticate {c:?}: {e}"))
 }
 
 /// The key secret from environment variable `name`, checked.

@@ -58,6 +58,9 @@ pub struct ConfigBuilder {
     pub(super) at: Spans,
     /// Load shedding (`None`: off).
     pub(super) shedding: Option<SheddingConfig>,
+    pub(super) header_style: Option<crate::HeaderStyle>,
+    /// The challenge of a missing key's 401.
+    pub(super) www_authenticate: Option<String>,
 }
 
 /// Where the key secret comes from.
@@ -82,6 +85,7 @@ pub(super) struct Spans {
     pub(super) closed_retry_after: Span,
     pub(super) key_prefix: Span,
     pub(super) secret_env: Span,
+    pub(super) www_authenticate: Span,
     pub(super) fleet_size: Span,
     pub(super) heartbeat: Span,
     pub(super) dead_after: Span,
@@ -272,6 +276,23 @@ impl ConfigBuilder {
     /// TOML): beyond it, a request that would be delayed is challenged instead.
     pub fn max_delayed(mut self, n: usize) -> Self {
         self.max_delayed = Some(n);
+        self
+    }
+
+    /// Which rate-limit fields responses carry (default
+    /// [`HeaderStyle::Legacy`](crate::HeaderStyle::Legacy): `X-RateLimit-*`
+    /// only; `[headers] style` in TOML).
+    pub fn header_style(mut self, style: crate::HeaderStyle) -> Self {
+        self.header_style = Some(style);
+        self
+    }
+
+    /// The `WWW-Authenticate` challenge of the `401` a request without its
+    /// key gets (RFC 9110 requires one): an auth-scheme, optionally with
+    /// parameters, e.g. `Bearer realm="api"`. Default `ApiKey`;
+    /// `[keys] www_authenticate` in TOML. Checked by [`build`](Self::build).
+    pub fn www_authenticate(mut self, challenge: impl Into<String>) -> Self {
+        self.www_authenticate = Some(challenge.into());
         self
     }
 

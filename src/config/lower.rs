@@ -240,6 +240,9 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
         b.at.key_prefix = span(&r.key_prefix);
         b.key_prefix = r.key_prefix.map(Spanned::into_inner);
     }
+    b.at.www_authenticate = span(&raw.keys.www_authenticate);
+    b.www_authenticate = raw.keys.www_authenticate.map(Spanned::into_inner);
+    b.header_style = raw.headers.style;
     if let Some(name) = raw.keys.secret_env {
         b.at.secret_env = Some(name.span());
         b.key_secret = Some(SecretSource::Env(name.into_inner()));

@@ -132,6 +132,8 @@ impl<T> fmt::Debug for Hidden<T> {
 ///
 /// [escalation]
 /// max_delayed = 100             # requests held by `delay` at once per instance
+/// [headers]
+/// style = "both"                # "legacy" (X-RateLimit-*, default), "ietf" or "both"
 /// [shedding]                    # load shedding; absent = off
 /// max_in_flight = 200           # this instance's requests in flight at pressure 1.0
 /// queue_delay_target = "5ms"    # CoDel: overloaded while the shortest wait
@@ -174,6 +176,9 @@ pub struct Config {
     pub(crate) max_delayed: usize,
     /// Load shedding (`[shedding]`; `None`: off).
     pub(crate) shedding: Option<crate::shed::SheddingConfig>,
+    pub(crate) header_style: crate::HeaderStyle,
+    /// The `WWW-Authenticate` challenge of a missing key's 401.
+    pub(crate) www_authenticate: http::HeaderValue,
 }
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
@@ -278,7 +283,19 @@ impl Config {
         self.deadline
     }
 
-    /// The Redis key prefix.
+    /// Which rate-limit fields responses carry.
+    #[must_use]
+    pub fn header_style(&self) -> crate::HeaderStyle {
+        self.header_style
+    }
+
+    /// The `WWW-Authenticate` challenge of a missing key's `401`.
+    #[must_use]
+    pub fn www_authenticate(&self) -> &str {
+        self.www_authenticate.to_str().unwrap_or("")
+    }
+
+    /// The prefix of every Redis key.
     #[must_use]
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix

@@ -38,6 +38,15 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) escalation: RawEscalation,
     pub(super) shedding: Option<RawShedding>,
+    #[serde(default)]
+    pub(super) headers: RawHeaders,
+}
+
+/// `[headers]`: the rate-limit fields responses carry.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHeaders {
+    pub(super) style: Option<crate::HeaderStyle>,
 }
 
 /// `[escalation]`: bounds of `on_exceed` per instance.
@@ -87,6 +96,8 @@ pub(super) struct RawBreaker {
 pub(super) struct RawKeys {
     /// The environment variable holding the secret API keys are hashed with.
     pub(super) secret_env: Option<Spanned<String>>,
+    /// The challenge of a missing key's 401 (`WWW-Authenticate`).
+    pub(super) www_authenticate: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]

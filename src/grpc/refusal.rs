@@ -11,8 +11,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::GrpcRefusalBody;
-use crate::pipeline::response::OVERLOADED_TYPE;
-use crate::pipeline::CHALLENGE_REQUIRED;
+use crate::RefusalReason;
 
 /// The largest problem body read (fleetlimit's are a few hundred bytes).
 pub(super) const MAX_PROBLEM: u64 = 8 * 1024;
@@ -80,9 +79,11 @@ pub(super) fn answer<B>(
     let kind = field("type").unwrap_or("about:blank");
     let (code, reason) = match refusal {
         Refusal::Exceeded => (Code::ResourceExhausted, "RATE_LIMIT_EXCEEDED"),
-        Refusal::Unavailable if kind == OVERLOADED_TYPE => (Code::Unavailable, "OVERLOADED"),
+        Refusal::Unavailable if kind == RefusalReason::Overloaded.problem_type() => {
+            (Code::Unavailable, "OVERLOADED")
+        }
         Refusal::Unavailable => (Code::Unavailable, "LIMITER_UNAVAILABLE"),
-        Refusal::Unauthenticated if kind == CHALLENGE_REQUIRED => {
+        Refusal::Unauthenticated if kind == RefusalReason::ChallengeRequired.problem_type() => {
             (Code::Unauthenticated, "CHALLENGE_REQUIRED")
         }
         Refusal::Unauthenticated => (Code::Unauthenticated, "KEY_MISSING"),

@@ -8,7 +8,9 @@ use tower_service::Service;
 
 use super::ResponseBody;
 use crate::pipeline::response::{RateHeaders, Rejection};
-use crate::pipeline::{Admitted, After, Decision, DecisionFuture, Hold};
+use crate::pipeline::{
+    Admitted, After, Decision, DecisionFuture, Hold, Prompted, Refund, RefusalHook,
+};
 
 /// Work to finish before an admitted response goes out (see [`After`]).
 type Finish = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -56,6 +58,10 @@ pin_project! {
             #[pin]
             future: S::Future,
             headers: Option<RateHeaders>,
+            // Units the handler gives back show in the headers.
+            refund: Option<Refund>,
+            // Reshapes a `ChallengeRequired` the handler answers.
+            on_refusal: Option<RefusalHook>,
             // What the response body keeps until it is over.
             hold: Hold,
             after: Option<After>,
@@ -64,7 +70,7 @@ pin_project! {
         // goes out.
         Finishing {
             work: Finish,
-            response: Option<(S::Response, Hold)>,
+            response: Option<(S::Response, Hold, Option<Box<Rejection>>)>,
         },
         Rejected {
             rejection: Option<Box<Rejection>>,
@@ -103,6 +109,8 @@ where
             state: State::Serving {
                 future,
                 headers: None,
+                refund: None,
+                on_refusal: None,
                 hold: Hold::default(),
                 after: None,
             },
@@ -141,30 +149,36 @@ where
                 StateProj::Serving {
                     future,
                     headers,
+                    refund,
+                    on_refusal,
                     hold,
                     after,
                 } => {
                     let mut res = ready!(future.poll(cx))?;
-                    if let Some(h) = headers.take() {
+                    if let Some(mut h) = headers.take() {
+                        if let Some(r) = refund.take() {
+                            r.patch(&mut h);
+                        }
                         h.write(res.headers_mut());
                     }
+                    let shaped = on_refusal.take().and_then(|hook| challenged(&res, &hook));
                     let hold = std::mem::take(hold);
                     if let Some(work) = after
                         .take()
                         .and_then(|after| after(res.status(), res.extensions()))
                     {
-                        let response = Some((res, hold));
+                        let response = Some((res, hold, shaped));
                         this.state.set(State::Finishing { work, response });
                         continue;
                     }
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, hold))));
+                    return Poll::Ready(Ok(respond(res, hold, shaped)));
                 }
                 StateProj::Finishing { work, response } => {
                     ready!(work.as_mut().poll(cx));
-                    let (res, hold) = response.take().expect("polled after completion");
+                    let (res, hold, shaped) = response.take().expect("polled after completion");
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(res.map(|b| ResponseBody::inner(b, hold))));
+                    return Poll::Ready(Ok(respond(res, hold, shaped)));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
@@ -177,7 +191,11 @@ fn serving<S, ReqBody>(service: &mut S, mut req: Request<ReqBody>, a: Admitted) 
 where
     S: Service<Request<ReqBody>>,
 {
+    let mut kept = None;
     if let Some(refund) = a.refund {
+        if a.headers.is_some() {
+            kept = Some(refund.clone());
+        }
         req.extensions_mut().insert(refund);
     }
     if !a.extensions.is_empty() {
@@ -186,16 +204,39 @@ where
     State::Serving {
         future: service.call(req),
         headers: a.headers,
+        refund: kept,
+        on_refusal: a.on_refusal,
         hold: a.hold,
         after: a.after,
     }
 }
 
+/// The handler's response, or the refusal hook's answer in its place.
+fn respond<B>(
+    res: Response<B>,
+    hold: Hold,
+    shaped: Option<Box<Rejection>>,
+) -> Response<ResponseBody<B>> {
+    match shaped {
+        None => res.map(|b| ResponseBody::inner(b, hold)),
+        // The handler's body is dropped unsent: its response is over.
+        Some(r) => rejected(*r),
+    }
+}
+
+/// A [`ChallengeRequired`](crate::ChallengeRequired) the handler answered,
+/// reshaped by the refusal hook: its default keeps the handler's headers
+/// (the rate-limit ones among them).
+fn challenged<B>(res: &Response<B>, hook: &RefusalHook) -> Option<Box<Rejection>> {
+    let Prompted(c) = res.extensions().get::<Prompted>()?;
+    let mut r = c.rejection();
+    r.status = res.status();
+    r.headers = res.headers().clone();
+    Some(Box::new(r.shape(hook)))
+}
+
 fn rejected<B>(r: Rejection) -> Response<ResponseBody<B>> {
-    let mut res = Response::new(ResponseBody::full(r.body));
-    *res.status_mut() = r.status;
-    *res.headers_mut() = r.headers;
-    res
+    r.into_response().map(ResponseBody::full)
 }
 
 impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>

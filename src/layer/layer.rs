@@ -268,6 +268,50 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Reshapes every refusal the layer answers (status, headers, body):
+    /// a limit exceeded (`429`), the limiter unavailable (`503`, `closed`),
+    /// a missing key (`401`), a cost too high (`413`), no client address
+    /// (`503`), a shed request (`503`), and a
+    /// [`ChallengeRequired`](crate::ChallengeRequired) a handler answers.
+    /// The hook gets a [`Refusal`](crate::Refusal): the
+    /// [`reason`](crate::RefusalReason), limit, `Retry-After`, remaining and
+    /// the default answer (an RFC 9457 problem, see docs/configuration.md),
+    /// and returns the response to send.
+    ///
+    /// It runs on the request path, synchronously: keep it quick. If it
+    /// panics, the default answer is sent (and an ERROR line logged, one a
+    /// second); what it returns is sent as it is.
+    ///
+    /// ```
+    /// use fleetlimit::{Config, RateLimitLayer, RefusalReason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(Config::builder().build()?)
+    ///     .on_refusal(|r| {
+    ///         let status = r.default_response().status();
+    ///         match r.reason() {
+    ///             RefusalReason::LimitExceeded => http::Response::builder()
+    ///                 .status(status)
+    ///                 .header("retry-after", r.retry_after().map_or(1, |d| d.as_secs()))
+    ///                 .body(bytes::Bytes::from_static(b"slow down"))
+    ///                 .unwrap_or_default(),
+    ///             _ => r.into_default_response(),
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_refusal<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(crate::Refusal) -> http::Response<bytes::Bytes> + Send + Sync + 'static,
+    {
+        self.extras.on_refusal = Some(Arc::new(hook));
+        self
+    }
+
     /// Connects (see [`RateLimitLayer::new`]) and builds the layer. On
     /// Redis it also starts the reset listener (a connection of its own,
     /// subscribed to `<key_prefix>:reset`, so `fleetlimit reset` reaches

@@ -63,7 +63,10 @@ where
         let ticket = match self.limiter.shed(&req) {
             None => None,
             Some(Ok(ticket)) => Some(ticket),
-            Some(Err(shed)) => return ResponseFuture::decided(shed, &mut self.inner, req),
+            Some(Err(shed)) => {
+                let shed = self.limiter.shape(shed);
+                return ResponseFuture::decided(shed, &mut self.inner, req);
+            }
         };
         match self.limiter.prepare(&req) {
             Prepared::Unlimited if ticket.is_none() => {
@@ -74,6 +77,7 @@ where
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
             Prepared::Now(decision) => {
+                let decision = self.limiter.shape(decision);
                 ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
             }
             Prepared::Ask(pending) => match self.limiter.decide(pending) {
@@ -81,9 +85,16 @@ where
                 // call the ready service now, keeping the request out of the
                 // future.
                 Decided::Now(decision) => {
+                    let decision = self.limiter.shape(decision);
                     ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
                 }
                 Decided::Later(decision) => {
+                    let decision: DecisionFuture = if self.limiter.shapes() {
+                        let limiter = Arc::clone(&self.limiter);
+                        Box::pin(async move { limiter.shape(decision.await) })
+                    } else {
+                        decision
+                    };
                     let decision: DecisionFuture = match ticket {
                         None => decision,
                         // Resolved as the service is called (same poll).

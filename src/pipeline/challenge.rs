@@ -6,10 +6,11 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
+use super::refusal::RefusalReason;
 use super::response::{json_str, Rejection};
 
 /// The problem `type` of a [`ChallengeRequired`] answer.
-pub(crate) const CHALLENGE_REQUIRED: &str = "urn:fleetlimit:challenge-required";
+pub(crate) const CHALLENGE_REQUIRED: &str = RefusalReason::ChallengeRequired.problem_type();
 
 /// In the extensions of a request that exceeded a limit with
 /// `on_exceed = "challenge"` (and was refused by no other limit): the
@@ -78,15 +79,18 @@ pub struct ChallengeRequired {
 
 impl ChallengeRequired {
     /// The answer's status, headers and body.
-    fn rejection(&self) -> Rejection {
+    pub(crate) fn rejection(&self) -> Rejection {
         let names: Vec<String> = self.limits.iter().map(|l| json_str(l)).collect();
-        Rejection::typed_problem(
+        let mut r = Rejection::typed_problem(
             StatusCode::UNAUTHORIZED,
             CHALLENGE_REQUIRED,
             "Challenge Required",
             "too many failed attempts; complete the challenge and retry",
             &[("limits", format!("[{}]", names.join(",")))],
-        )
+        );
+        r.reason = RefusalReason::ChallengeRequired;
+        r.limit = self.limits.first().cloned();
+        r
     }
 }
 
@@ -97,15 +101,15 @@ impl IntoResponse for ChallengeRequired {
         *res.status_mut() = r.status;
         *res.headers_mut() = r.headers;
         // Its 401 is a question, not a failed attempt (see `failures.rs`).
-        res.extensions_mut().insert(Prompted);
+        res.extensions_mut().insert(Prompted(self));
         res
     }
 }
 
 /// On a [`ChallengeRequired`] answer: limits that count failures do not
-/// count it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Prompted;
+/// count it, and the refusal hook may reshape it.
+#[derive(Clone, Debug)]
+pub(crate) struct Prompted(pub(crate) ChallengeRequired);
 
 #[cfg(test)]
 mod tests {

@@ -26,7 +26,7 @@ use super::escalate;
 use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
-use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
+use super::response::{self, reported, retry_after_secs, Item, RateHeaders, Rejection};
 use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
@@ -147,7 +147,24 @@ impl Limiter {
             };
             let now = Instant::now();
             let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
-            let headers = r.headers.reset_in(left(r.full_at));
+            // The other limits' states are not known here: their policies
+            // only.
+            let items = p
+                .policy
+                .limits
+                .iter()
+                .zip(&p.rules)
+                .map(|(l, rule)| Item::new(&l.name, rule, p.policy.shadow || l.shadow));
+            let mut items: SmallVec<[Item; 1]> = items.collect();
+            let i = items
+                .iter()
+                .position(|it| it.name == limit.name)
+                .unwrap_or(0);
+            if let Some(it) = items.get_mut(i) {
+                it.state = Some((r.state.remaining, r.state.reset));
+            }
+            let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
+            let headers = RateHeaders::new(self.header_style, items, i).aged(elapsed);
             let retry = retry_after_secs(left(r.until));
             return Some(response::refusal(
                 limit,
@@ -233,8 +250,13 @@ impl Limiter {
                 // What this key can still spend: its lease here, and what
                 // Redis had left when the lease was taken.
                 let remaining = (lease_left + shared_left).min(capacity);
-                let headers = RateHeaders::token_bucket(capacity, refill_per_sec, remaining);
-                Some(Decision::admit(Some(headers)))
+                let reset = (capacity - remaining) / refill_per_sec;
+                Some(Decision::admit(Some(self.one_limit(
+                    limit,
+                    &bucket.rule,
+                    remaining,
+                    reset,
+                ))))
             }
             LeaseUse::Take => {
                 let batch = f64::from(lease.batch).max(check.cost);
@@ -255,7 +277,8 @@ impl Limiter {
                         self.leases.granted(&bucket.key, extra, s.remaining, seen);
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
-                        let headers = RateHeaders::new(s.capacity, s.remaining + extra, s.reset);
+                        let headers =
+                            self.one_limit(limit, &bucket.rule, s.remaining + extra, s.reset);
                         Some(Decision::admit(Some(headers)))
                     }
                     // Not enough for a whole lease: ask for this request
@@ -315,7 +338,7 @@ impl Limiter {
             });
         };
         let s = limits[i];
-        let headers = RateHeaders::new(s.capacity, s.remaining, s.reset);
+        let headers = self.headers(p, limits, i, by);
         if allowed {
             let mut admitted = Admitted {
                 headers: Some(headers),
@@ -328,6 +351,7 @@ impl Limiter {
             }
             if p.policy.limits.iter().any(|l| l.escalates()) {
                 self.escalate(p, &buckets, limits, by, &mut admitted);
+                admitted.on_refusal.clone_from(&self.on_refusal);
             }
             // Opt-in per route: the handle is an allocation and an
             // extension insert on every admitted request. It gives back
@@ -369,8 +393,8 @@ impl Limiter {
                     until: now,
                     cost: f64::from(p.cost),
                     rule: buckets[i].rule,
-                    headers,
-                    full_at: now + secs(s.reset),
+                    state: s,
+                    at: now,
                 },
                 p.resets_seen,
             );
@@ -384,6 +408,41 @@ impl Limiter {
             degraded,
             false,
         ))
+    }
+
+    /// The headers of a decision: every limit of the route with its state
+    /// (`limits`, in order), `X-RateLimit-*` reporting limit `reported`.
+    fn headers(
+        &self,
+        p: &Pending,
+        limits: &[LimitState],
+        reported: usize,
+        by: DecidedBy,
+    ) -> RateHeaders {
+        let items = p
+            .policy
+            .limits
+            .iter()
+            .zip(&p.rules)
+            .zip(limits)
+            .map(|((l, rule), s)| Item::new(&l.name, rule, p.policy.shadow || l.shadow).with(s))
+            .collect();
+        let mut h = RateHeaders::new(self.header_style, items, reported);
+        h.local = by.degraded();
+        h
+    }
+
+    /// The headers of a route's only limit (a hot key's lease).
+    fn one_limit(
+        &self,
+        limit: &crate::route::Limit,
+        rule: &Rule,
+        remaining: f64,
+        reset: f64,
+    ) -> RateHeaders {
+        let mut item = Item::new(&limit.name, rule, false);
+        item.state = Some((remaining, reset));
+        RateHeaders::new(self.header_style, smallvec::smallvec![item], 0)
     }
 }
 
@@ -416,8 +475,10 @@ impl<'a> Answered<'a> {
 #[allow(clippy::result_large_err)]
 fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
     let mut buckets = Buckets::with_capacity(p.keys.len());
+    p.rules.clear();
     for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
         let rule = limit.rule_for(k.plan.as_deref());
+        p.rules.push(rule);
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {

@@ -28,6 +28,7 @@ mod fallback;
 mod lease;
 mod prepare;
 mod refund;
+mod refusal;
 mod refused;
 mod slot;
 // Its header names are public as `fleetlimit::headers`.
@@ -42,14 +43,15 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-#[cfg(feature = "grpc")]
-pub(crate) use self::challenge::CHALLENGE_REQUIRED;
+pub(crate) use self::challenge::Prompted;
 pub use self::challenge::{Challenge, ChallengeRequired};
 use self::fallback::Fallback;
 use self::lease::Leases;
 pub(crate) use self::prepare::CostFn;
 pub(crate) use self::prepare::{Pending, Prepared};
 pub use self::refund::Refund;
+pub(crate) use self::refusal::RefusalHook;
+pub use self::refusal::{Refusal, RefusalReason};
 use self::refused::RefusedCache;
 use self::response::{RateHeaders, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
@@ -99,6 +101,11 @@ pub(crate) struct Limiter {
     /// `[escalation] max_delayed`: with `delayed`'s free places, how many
     /// requests are held now (not in flight for shedding).
     max_delayed: usize,
+    /// `[headers] style`.
+    header_style: response::HeaderStyle,
+    /// A missing key's `401` challenge.
+    www_authenticate: http::HeaderValue,
+    on_refusal: Option<RefusalHook>,
 }
 
 impl fmt::Debug for Limiter {
@@ -157,6 +164,8 @@ pub(crate) struct Admitted {
     pub(crate) hold: Hold,
     /// Run with the handler's status, before the response goes out.
     pub(crate) after: Option<After>,
+    /// Reshapes a [`ChallengeRequired`] the handler answers.
+    pub(crate) on_refusal: Option<RefusalHook>,
 }
 
 impl fmt::Debug for Admitted {
@@ -243,6 +252,8 @@ pub(crate) struct Extras {
     pub(crate) cost_fns: HashMap<String, CostFn>,
     /// The application's load signal, for shedding.
     pub(crate) load_signal: Option<Arc<dyn LoadSignal>>,
+    /// Reshapes every refusal (`on_refusal`).
+    pub(crate) on_refusal: Option<RefusalHook>,
 }
 
 impl Extras {
@@ -251,6 +262,7 @@ impl Extras {
             resolver: None,
             cost_fns: HashMap::new(),
             load_signal: None,
+            on_refusal: None,
         }
     }
 }
@@ -294,7 +306,24 @@ impl Limiter {
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
             slot_ids: slot::SlotIds::new(),
             max_delayed: cfg.max_delayed,
+            header_style: cfg.header_style,
+            www_authenticate: cfg.www_authenticate.clone(),
+            on_refusal: extras.on_refusal,
         }
+    }
+
+    /// The application's refusal hook reshapes a refusal.
+    pub(crate) fn shape(&self, d: Decision) -> Decision {
+        match (d, &self.on_refusal) {
+            (Decision::Reject(r), Some(hook)) => Decision::Reject(r.shape(hook)),
+            (d, _) => d,
+        }
+    }
+
+    /// Whether refusals are reshaped (a decision still to come must be
+    /// passed to [`shape`](Self::shape)).
+    pub(crate) fn shapes(&self) -> bool {
+        self.on_refusal.is_some()
     }
 
     /// The shedder, when shedding is on.

@@ -9,6 +9,7 @@ use http::Request;
 use smallvec::SmallVec;
 
 use super::{response, Decision, Limiter};
+use crate::algorithm::Rule;
 use crate::key::{Extracted, KeyMaterial, LogId};
 use crate::route::OnMissing;
 use crate::route::Policy;
@@ -38,6 +39,9 @@ pub(crate) struct Pending {
     pub(super) resets_seen: u64,
     /// Each key's id for logs, kept after the keys move into the buckets.
     pub(super) log_ids: SmallVec<[LogId; 1]>,
+    /// Each limit's numbers under the caller's plan, once known: the
+    /// fleet's, for the headers, even when the `local` policy decides.
+    pub(super) rules: SmallVec<[Rule; 1]>,
 }
 
 pub(super) struct PendingKey {
@@ -107,7 +111,9 @@ impl Limiter {
                         Some(ip) => KeyMaterial::ip(ip),
                         None => return reject(response::no_client_ip(limit)),
                     },
-                    OnMissing::Reject => return reject(response::missing_key(limit)),
+                    OnMissing::Reject => {
+                        return reject(response::missing_key(limit, &self.www_authenticate))
+                    }
                 },
                 Extracted::NoClientIp => return reject(response::no_client_ip(limit)),
             };
@@ -137,6 +143,7 @@ impl Limiter {
             keys,
             resets_seen: 0,
             log_ids,
+            rules: SmallVec::new(),
         })
     }
 

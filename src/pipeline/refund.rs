@@ -2,8 +2,11 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use smallvec::SmallVec;
+
+use super::response::RateHeaders;
 use super::{Buckets, DecidedBy, Limiter};
 use crate::algorithm::LimitState;
 use crate::store::Check;
@@ -23,6 +26,12 @@ use crate::store::Check;
 /// [`give_back`](Self::give_back) returns `Ok(())` and does nothing. A
 /// request admitted by the `local` policy gives back to the in-process
 /// buckets that charged it.
+///
+/// Units given back before the handler returns its response show in that
+/// response's rate-limit headers (`X-RateLimit-Remaining`, `RateLimit`):
+/// they report the buckets as the store left them after the refund.
+/// Units given back later (while the body streams, or from a spawned task)
+/// show in the next response.
 ///
 /// ```toml
 /// [[routes]]
@@ -61,6 +70,11 @@ struct RefundInner {
     /// charged a share instead of the whole cost.
     scale: f64,
     left: AtomicU32,
+    /// Where each of `buckets` is among the route's limits.
+    indices: SmallVec<[usize; 1]>,
+    /// The buckets' states after the latest refund, for the response's
+    /// headers.
+    latest: Mutex<Option<SmallVec<[LimitState; 1]>>>,
 }
 
 impl Refund {
@@ -77,8 +91,15 @@ impl Refund {
     ) -> Option<Self> {
         // Keep only the buckets that were charged, in place; a concurrency
         // slot is given back when the response ends, not by units.
-        let mut charged = limits.iter().map(|s| s.enough);
-        buckets.retain(|b| charged.next().unwrap_or(false) && !b.rule.is_concurrency());
+        let mut indices = SmallVec::new();
+        let mut charged = limits.iter().map(|s| s.enough).enumerate();
+        buckets.retain(|b| match charged.next() {
+            Some((i, true)) if !b.rule.is_concurrency() => {
+                indices.push(i);
+                true
+            }
+            _ => false,
+        });
         if buckets.is_empty() {
             return None;
         }
@@ -93,6 +114,8 @@ impl Refund {
                     each / f64::from(cost)
                 },
                 left: AtomicU32::new(cost),
+                indices,
+                latest: Mutex::new(None),
             })),
         })
     }
@@ -138,7 +161,27 @@ impl Refund {
             DecidedBy::Fallback => limiter.fallback.refund(&refund).await,
             // Behind the breaker like any other call: while it is open a
             // refund fails at once instead of waiting out the deadline.
-            DecidedBy::Primary => limiter.ask(&refund).await.map(|_| ()),
+            DecidedBy::Primary => {
+                let o = limiter.ask(&refund).await?;
+                let mut latest = inner.latest.lock().unwrap_or_else(|p| p.into_inner());
+                *latest = Some(o.limits.into_iter().collect());
+                Ok(())
+            }
+        }
+    }
+
+    /// The response's headers after the refunds made so far: each refunded
+    /// limit's state as the store reported it after the latest one. (The
+    /// `local` policy's headers carry no remaining, so nothing to patch.)
+    pub(crate) fn patch(&self, h: &mut RateHeaders) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        let latest = inner.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(states) = &*latest {
+            for (&i, s) in inner.indices.iter().zip(states) {
+                h.update(i, s);
+            }
         }
     }
 }

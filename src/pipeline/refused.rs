@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::{Duration, Instant};
 
-use super::response::RateHeaders;
-use crate::algorithm::Rule;
+use crate::algorithm::{LimitState, Rule};
 use crate::bounded::{Bounded, Evict};
 
 #[derive(Clone, Debug)]
@@ -26,9 +25,10 @@ pub(crate) struct Refused {
     pub(crate) cost: f64,
     /// The numbers it was refused under (a plan change voids the entry).
     pub(crate) rule: Rule,
-    pub(crate) headers: RateHeaders,
-    /// When the bucket is full, as reported at the refusal.
-    pub(crate) full_at: Instant,
+    /// The refused bucket's state, as Redis reported it.
+    pub(crate) state: LimitState,
+    /// When it was refused (its reset counts down from then).
+    pub(crate) at: Instant,
 }
 
 /// Expired when the refusal ends; the soonest to end go first.
@@ -144,8 +144,14 @@ mod tests {
                 capacity: 5.0,
                 refill_per_sec: 1.0,
             },
-            headers: RateHeaders::new(5.0, 0.0, 5.0),
-            full_at: now + Duration::from_secs(5),
+            state: LimitState {
+                enough: false,
+                remaining: 0.0,
+                wait: 5.0,
+                reset: 5.0,
+                capacity: 5.0,
+            },
+            at: now,
         }
     }
 

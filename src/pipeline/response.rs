@@ -1,5 +1,7 @@
-//! What clients see: `X-RateLimit-*`, `Retry-After`, and problem bodies.
+//! What clients see: `X-RateLimit-*` and/or `RateLimit-Policy` /
+//! `RateLimit` (`[headers] style`), `Retry-After`, and problem bodies.
 //!
+//! Legacy fields, of the route's most restrictive limit:
 //! - `X-RateLimit-Limit`: the bucket's capacity (its burst);
 //! - `X-RateLimit-Remaining`: whole tokens left, rounded down, so a client
 //!   told `5` can spend 5 (unless someone else sharing the key does first);
@@ -7,16 +9,28 @@
 //!   (a delay, not a timestamp: clients need no synchronised clock);
 //! - `Retry-After`: on every 429 and 503, whole seconds, at least 1.
 //!
-//! Refusals (`429`), missing keys (`401`), costs no limit can hold (`413`)
-//! and an undecidable request (`503`) carry an `application/problem+json`
-//! body (RFC 9457) naming the limit.
+//! IETF fields (draft-ietf-httpapi-ratelimit-headers), one item per limit
+//! of the route: `q` and `w` in `RateLimit-Policy`, `r` and `t` in
+//! `RateLimit` (see docs/algorithms.md for the mapping of each algorithm).
+//! A `local` decision writes the policy only: no remaining it cannot know.
+//!
+//! Refusals (`429`), missing keys (`401`, with `WWW-Authenticate`), costs
+//! no limit can hold (`413`) and an undecidable request (`503`) carry an
+//! `application/problem+json` body (RFC 9457) naming the limit, its `type`
+//! one of [`RefusalReason::problem_type`]; the application's `on_refusal`
+//! hook may reshape any of them.
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, StatusCode};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
-use crate::algorithm::LimitState;
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+use smallvec::SmallVec;
+
+use super::refusal::{Refusal, RefusalHook, RefusalReason};
+use crate::algorithm::{LimitState, Rule};
 use crate::key::ShownId;
 use crate::route::Limit;
 
@@ -26,46 +40,230 @@ pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-
 pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers): each limit's
+/// quota `q` and window `w`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers): each limit's
+/// remaining `r` and reset `t`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// The rate-limit headers of one response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which rate-limit fields responses carry (`[headers] style`).
+///
+/// - `Legacy` (the default, as before): `X-RateLimit-Limit`,
+///   `X-RateLimit-Remaining`, `X-RateLimit-Reset`, of the route's most
+///   restrictive limit;
+/// - `Ietf`: `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers),
+///   one item per limit of the route;
+/// - `Both`: all of them.
+///
+/// ```
+/// use fleetlimit::{Config, HeaderStyle};
+///
+/// let cfg = Config::from_toml_str("[headers]\nstyle = \"both\"")?;
+/// assert_eq!(cfg.header_style(), HeaderStyle::Both);
+/// assert_eq!(Config::builder().build()?.header_style(), HeaderStyle::Legacy);
+/// # Ok::<(), fleetlimit::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderStyle {
+    /// `X-RateLimit-*` only.
+    #[default]
+    Legacy,
+    /// `RateLimit-Policy` and `RateLimit` only.
+    Ietf,
+    /// Both sets.
+    Both,
+}
+
+impl HeaderStyle {
+    fn legacy(self) -> bool {
+        self != Self::Ietf
+    }
+
+    fn ietf(self) -> bool {
+        self != Self::Legacy
+    }
+}
+
+/// One limit of the route, for the IETF fields.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Item {
+    pub(crate) name: Arc<str>,
+    /// `q`: a full bucket, a window's requests, or the slots.
+    pub(crate) quota: f64,
+    /// `w`, seconds: the time to refill a full bucket, or the window; none
+    /// for a concurrency limit (slots are not a rate).
+    pub(crate) window: Option<f64>,
+    /// `r` and `t` (seconds until full); `None`: not known here.
+    pub(crate) state: Option<(f64, f64)>,
+    /// In shadow mode: never refuses, so not part of the contract.
+    pub(crate) shadow: bool,
+}
+
+impl Item {
+    /// The limit `name` under `rule` (the caller's plan's numbers).
+    pub(crate) fn new(name: &Arc<str>, rule: &Rule, shadow: bool) -> Self {
+        let window = match *rule {
+            // q = B, w = B / r: a full bucket, and the time it takes to
+            // refill one. A client spending q per w is never refused.
+            Rule::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => Some(capacity / refill_per_sec),
+            Rule::FixedWindow { window, .. } | Rule::SlidingWindow { window, .. } => {
+                Some(window.as_secs_f64())
+            }
+            Rule::Concurrency { .. } => None,
+        };
+        Self {
+            name: Arc::clone(name),
+            quota: rule.capacity(),
+            window,
+            state: None,
+            shadow,
+        }
+    }
+
+    /// With a bucket's state.
+    pub(crate) fn with(mut self, s: &LimitState) -> Self {
+        self.state = Some((s.remaining, s.reset));
+        self
+    }
+}
+
+/// The rate-limit headers of one response: every limit of the route (the
+/// IETF fields list them all), and which of them the legacy headers report.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RateHeaders {
-    pub(crate) limit: u64,
-    pub(crate) remaining: u64,
-    pub(crate) reset: u64,
+    pub(crate) style: HeaderStyle,
+    pub(crate) items: SmallVec<[Item; 1]>,
+    /// The item `X-RateLimit-*` report.
+    pub(crate) reported: usize,
+    /// Decided by the `local` failure policy's buckets: this instance's
+    /// share, not the fleet's count, so no remaining and no reset is
+    /// claimed (see "Degraded mode" in docs/algorithms.md).
+    pub(crate) local: bool,
 }
 
 impl RateHeaders {
-    pub(crate) fn new(capacity: f64, remaining: f64, reset: f64) -> Self {
+    pub(crate) fn new(style: HeaderStyle, items: SmallVec<[Item; 1]>, reported: usize) -> Self {
         Self {
-            limit: capacity.floor() as u64,
-            // Rounded down: a hair under a whole token is not a token, so
-            // the header never promises a request that would be refused.
-            remaining: remaining.floor().max(0.0) as u64,
-            reset: whole_secs(reset),
+            style,
+            items,
+            reported,
+            local: false,
         }
     }
 
-    /// A token bucket holding `remaining` of `capacity` (a hot key's
-    /// lease): full again once the rest has refilled.
-    pub(crate) fn token_bucket(capacity: f64, refill_per_sec: f64, remaining: f64) -> Self {
-        Self::new(capacity, remaining, (capacity - remaining) / refill_per_sec)
+    /// The same headers, `secs` later (a remembered refusal): each reset
+    /// counted down.
+    pub(crate) fn aged(mut self, secs: f64) -> Self {
+        for it in &mut self.items {
+            if let Some((_, reset)) = &mut it.state {
+                *reset = (*reset - secs).max(0.0);
+            }
+        }
+        self
     }
 
-    /// The same headers, full again in `secs` (a remembered refusal,
-    /// counted down).
-    pub(crate) fn reset_in(self, secs: f64) -> Self {
-        Self {
-            reset: whole_secs(secs),
-            ..self
+    /// Item `i`'s state is now `s` (a refund); the legacy headers report
+    /// the limit with the least room left again.
+    pub(crate) fn update(&mut self, i: usize, s: &LimitState) {
+        if let Some(it) = self.items.get_mut(i) {
+            it.state = Some((s.remaining, s.reset));
         }
+        let room = |it: &Item| it.state.map_or(f64::INFINITY, |(r, _)| r / it.quota);
+        if let Some(i) = (0..self.items.len())
+            .min_by(|&a, &b| room(&self.items[a]).total_cmp(&room(&self.items[b])))
+        {
+            self.reported = i;
+        }
+    }
+
+    /// Whole units left in the reported limit, whoever decided (for logs).
+    pub(crate) fn left(&self) -> u64 {
+        self.items
+            .get(self.reported)
+            .and_then(|it| it.state)
+            .map_or(0, |(r, _)| whole_down(r))
+    }
+
+    /// `X-RateLimit-Remaining` as written (whole units, rounded down);
+    /// `None` when not written.
+    pub(crate) fn remaining(&self) -> Option<u64> {
+        let it = self.items.get(self.reported)?;
+        if self.local {
+            return None;
+        }
+        it.state.map(|(r, _)| whole_down(r))
     }
 
     pub(crate) fn write(&self, h: &mut HeaderMap) {
-        h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(self.limit));
-        h.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
-        h.insert(X_RATELIMIT_RESET.clone(), number(self.reset));
+        if self.style.legacy() {
+            if let Some(it) = self.items.get(self.reported) {
+                h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(whole_down(it.quota)));
+                if let (Some((remaining, reset)), false) = (it.state, self.local) {
+                    h.insert(X_RATELIMIT_REMAINING.clone(), number(whole_down(remaining)));
+                    h.insert(X_RATELIMIT_RESET.clone(), number(whole_secs(reset)));
+                }
+            }
+        }
+        if self.style.ietf() {
+            let shown = || self.items.iter().filter(|it| !it.shadow);
+            let mut policy = ListSerializer::new();
+            for it in shown() {
+                let p = policy
+                    .bare_item(sf_name(&it.name))
+                    .parameter(KeyRef::constant("q"), sf_int(whole_down(it.quota)));
+                if let Some(w) = it.window {
+                    // Rounded up, at least 1: a client spending q per w is
+                    // never refused.
+                    let _ = p.parameter(KeyRef::constant("w"), sf_int(whole_secs(w).max(1)));
+                }
+            }
+            if let Some(v) = policy.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
+                h.insert(RATELIMIT_POLICY.clone(), v);
+            }
+            if self.local {
+                return;
+            }
+            let mut now = ListSerializer::new();
+            for it in shown() {
+                if let Some((remaining, reset)) = it.state {
+                    let _ = now
+                        .bare_item(sf_name(&it.name))
+                        .parameter(KeyRef::constant("r"), sf_int(whole_down(remaining)))
+                        .parameter(KeyRef::constant("t"), sf_int(whole_secs(reset)));
+                }
+            }
+            if let Some(v) = now.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
+                h.insert(RATELIMIT.clone(), v);
+            }
+        }
     }
+}
+
+/// A policy's name as an sf-string. Limit names are letters, digits, `-`,
+/// `_` and `.` (checked at start-up): always a valid sf-string, not always
+/// a token (`9-lives`), hence strings.
+fn sf_name(name: &str) -> &StringRef {
+    StringRef::from_str(name).unwrap_or(StringRef::constant("?"))
+}
+
+/// An sf-integer: at most 15 digits, saturated.
+fn sf_int(n: u64) -> Integer {
+    Integer::constant(
+        i64::try_from(n)
+            .unwrap_or(i64::MAX)
+            .min(999_999_999_999_999),
+    )
+}
+
+/// Whole units left, rounded down: a hair under a whole token is not a
+/// token, so the header never promises a request that would be refused.
+fn whole_down(x: f64) -> u64 {
+    x.floor().max(0.0) as u64
 }
 
 /// `X-RateLimit-Reset`: rounded up, so a client waiting that long finds
@@ -114,13 +312,30 @@ pub(crate) struct Rejection {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
+    /// Kept from a hook's answer.
+    pub(crate) extensions: http::Extensions,
+    /// What the refusal hook is told.
+    pub(crate) reason: RefusalReason,
+    pub(crate) limit: Option<Arc<str>>,
+    pub(crate) retry: Option<u64>,
+    pub(crate) remaining: Option<u64>,
 }
 
 impl Rejection {
-    /// An `application/problem+json` answer (RFC 9457).
-    pub(crate) fn problem(status: StatusCode, detail: &str, extra: &[(&str, String)]) -> Self {
+    /// An `application/problem+json` answer (RFC 9457) of `reason`'s type,
+    /// titled by the status, naming `limit`.
+    pub(crate) fn problem(
+        reason: RefusalReason,
+        status: StatusCode,
+        limit: &Arc<str>,
+        detail: &str,
+        extra: &[(&str, String)],
+    ) -> Self {
         let title = status.canonical_reason().unwrap_or("");
-        Self::typed_problem(status, "about:blank", title, detail, extra)
+        let mut r = Self::typed_problem(status, reason.problem_type(), title, detail, extra);
+        r.reason = reason;
+        r.limit = Some(Arc::clone(limit));
+        r
     }
 
     /// A problem of its own `type` (a URI) and `title`.
@@ -158,17 +373,74 @@ impl Rejection {
             status,
             headers,
             body: Bytes::from(body),
+            extensions: http::Extensions::new(),
+            reason: RefusalReason::LimitExceeded,
+            limit: None,
+            retry: None,
+            remaining: None,
         }
     }
 
     pub(crate) fn retry_after(mut self, secs: u64) -> Self {
         self.headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        self.retry = Some(secs);
         self
     }
 
     pub(crate) fn rate_headers(mut self, h: &RateHeaders) -> Self {
         h.write(&mut self.headers);
+        self.remaining = h.remaining();
         self
+    }
+
+    /// The answer as an HTTP response.
+    pub(crate) fn into_response(self) -> http::Response<Bytes> {
+        let mut res = http::Response::new(self.body);
+        *res.status_mut() = self.status;
+        *res.headers_mut() = self.headers;
+        *res.extensions_mut() = self.extensions;
+        res
+    }
+
+    /// The application's hook reshapes this answer. A hook that panics
+    /// gets the default answer sent instead (and an ERROR line, one a
+    /// second): never a dropped connection or a bare 500.
+    pub(crate) fn shape(self, hook: &RefusalHook) -> Self {
+        let (reason, limit, retry, remaining) =
+            (self.reason, self.limit.clone(), self.retry, self.remaining);
+        let default = (self.status, self.headers.clone(), self.body.clone());
+        let refusal = Refusal {
+            reason,
+            limit: limit.clone(),
+            retry_after: retry,
+            remaining,
+            response: self.into_response(),
+        };
+        let res = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(refusal))) {
+            Ok(res) => res,
+            Err(_) => {
+                static PANICS: crate::log_throttle::Throttle = crate::log_throttle::Throttle::new();
+                if let Some(suppressed) = PANICS.event() {
+                    tracing::error!(target: "fleetlimit", ?reason, suppressed, "the on_refusal hook panicked; sent the default refusal");
+                }
+                let (status, headers, body) = default;
+                let mut res = http::Response::new(body);
+                *res.status_mut() = status;
+                *res.headers_mut() = headers;
+                res
+            }
+        };
+        let (parts, body) = res.into_parts();
+        Self {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            extensions: parts.extensions,
+            reason,
+            limit,
+            retry,
+            remaining,
+        }
     }
 }
 
@@ -246,7 +518,7 @@ pub(crate) fn refusal(
                 target: "fleetlimit",
                 limit = %limit.name,
                 %key,
-                remaining = headers.remaining,
+                remaining = headers.left(),
                 retry_after = retry,
                 reason = "limit-exceeded",
                 degraded,
@@ -260,12 +532,14 @@ pub(crate) fn refusal(
         Some(suppressed) => refused_event!(info, suppressed),
         None => refused_event!(debug),
     }
-    let limit = &*limit.name;
+    let name = &*limit.name;
     Rejection::problem(
+        RefusalReason::LimitExceeded,
         StatusCode::TOO_MANY_REQUESTS,
-        &format!("rate limit {limit:?} exceeded; retry in {retry} s"),
+        &limit.name,
+        &format!("rate limit {name:?} exceeded; retry in {retry} s"),
         &[
-            ("limit", json_str(limit)),
+            ("limit", json_str(name)),
             ("retry_after", retry.to_string()),
         ],
     )
@@ -274,24 +548,23 @@ pub(crate) fn refusal(
 }
 
 /// `503` of the `closed` failure policy: the store failed.
-pub(crate) fn unavailable(limit: &str, retry: u64) -> Rejection {
+pub(crate) fn unavailable(limit: &Arc<str>, retry: u64) -> Rejection {
     Rejection::problem(
+        RefusalReason::Unavailable,
         StatusCode::SERVICE_UNAVAILABLE,
+        limit,
         "the rate limiter cannot decide right now; retry shortly",
         &[("limit", json_str(limit))],
     )
     .retry_after(retry)
 }
 
-/// The problem `type` of a shed request.
-pub(crate) const OVERLOADED_TYPE: &str = "urn:fleetlimit:overloaded";
-
 /// `503`: shed, the backend being saturated (no limit was exceeded, so not
 /// 429); logged by the shedder, one line a second.
 pub(crate) fn overloaded(priority: &str, signal: &str, pressure: f64, retry: u64) -> Rejection {
-    Rejection::typed_problem(
+    let mut r = Rejection::typed_problem(
         StatusCode::SERVICE_UNAVAILABLE,
-        OVERLOADED_TYPE,
+        RefusalReason::Overloaded.problem_type(),
         "Service Unavailable",
         &format!(
             "the service is overloaded and sheds {priority} requests first; retry in {retry} s"
@@ -303,8 +576,9 @@ pub(crate) fn overloaded(priority: &str, signal: &str, pressure: f64, retry: u64
             ("pressure", format!("{:.2}", pressure.min(1e9))),
             ("retry_after", retry.to_string()),
         ],
-    )
-    .retry_after(retry)
+    );
+    r.reason = RefusalReason::Overloaded;
+    r.retry_after(retry)
 }
 
 /// Which of a limit's `early_log` throttles a line uses.
@@ -326,7 +600,7 @@ macro_rules! throttled {
 }
 
 /// `401`: the request lacks the limit's key (`on_missing = "reject"`).
-pub(crate) fn missing_key(limit: &Limit) -> Rejection {
+pub(crate) fn missing_key(limit: &Limit, challenge: &HeaderValue) -> Rejection {
     throttled!(
         limit,
         MISSING_KEY,
@@ -336,14 +610,19 @@ pub(crate) fn missing_key(limit: &Limit) -> Rejection {
         "refused: the request does not carry {}",
         limit.key.describe()
     );
-    Rejection::problem(
+    let mut r = Rejection::problem(
+        RefusalReason::MissingKey,
         StatusCode::UNAUTHORIZED,
+        &limit.name,
         &format!(
             "this endpoint is rate limited by {}, which the request does not carry",
             limit.key.describe()
         ),
         &[("limit", json_str(&limit.name))],
-    )
+    );
+    // RFC 9110 §15.5.2: a 401 carries at least one challenge.
+    r.headers.insert(WWW_AUTHENTICATE, challenge.clone());
+    r
 }
 
 /// `413`: a cost no bucket of this limit can ever hold. Refused at once,
@@ -353,7 +632,9 @@ pub(crate) fn too_costly(l: &Limit, cost: u32, capacity: f64) -> Rejection {
     let limit = &*l.name;
     throttled!(l, TOO_COSTLY, info, %limit, cost, capacity, reason = "cost-exceeds-capacity", "refused");
     Rejection::problem(
+        RefusalReason::CostTooHigh,
         StatusCode::PAYLOAD_TOO_LARGE,
+        &l.name,
         &format!("this request costs {cost}, more than limit {limit:?} can ever allow ({capacity}); it can never be admitted"),
         &[("limit", json_str(limit)), ("cost", cost.to_string())],
     )
@@ -374,7 +655,9 @@ pub(crate) fn no_client_ip(l: &Limit) -> Rejection {
          or insert a `SocketAddr` extension"
     );
     Rejection::problem(
+        RefusalReason::NoClientIp,
         StatusCode::SERVICE_UNAVAILABLE,
+        &l.name,
         "the rate limiter cannot identify the client",
         &[("limit", json_str(limit))],
     )
@@ -385,26 +668,128 @@ pub(crate) fn no_client_ip(l: &Limit) -> Rejection {
 mod tests {
     use super::*;
 
+    fn bucket(name: &str, capacity: f64, refill_per_sec: f64) -> Item {
+        let rule = Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        };
+        Item::new(&Arc::from(name), &rule, false)
+    }
+
+    fn written(h: &RateHeaders) -> Vec<(String, String)> {
+        let mut map = HeaderMap::new();
+        h.write(&mut map);
+        let mut v: Vec<_> = map
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
     fn header_values_round_honestly() {
-        let h = RateHeaders::new(5.0, 3.9999999999, 1.2);
-        assert_eq!((h.limit, h.remaining, h.reset), (5, 3, 2));
-        let h = RateHeaders::new(5.0, 3.5, 0.0);
-        assert_eq!(h.remaining, 3);
+        let mut it = bucket("a", 5.0, 1.0);
+        it.state = Some((3.9999999999, 1.2));
+        let h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![it], 0);
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            written(&h),
+            pairs(&[
+                ("ratelimit", "\"a\";r=3;t=2"),
+                ("ratelimit-policy", "\"a\";q=5;w=5"),
+                ("x-ratelimit-limit", "5"),
+                ("x-ratelimit-remaining", "3"),
+                ("x-ratelimit-reset", "2"),
+            ])
+        );
+        assert_eq!(h.remaining(), Some(3));
+    }
+
+    #[test]
+    fn windows_round_up_and_concurrency_has_none() {
+        // 10 per second, burst 5: refilled in half a second, written w=1
+        // (a client sending q per w is never refused).
+        let mut fast = bucket("fast", 5.0, 10.0);
+        fast.state = Some((5.0, 0.0));
+        let rule = Rule::Concurrency {
+            max_in_flight: 3.0,
+            max_hold: std::time::Duration::from_secs(30),
+        };
+        let mut slots = Item::new(&Arc::from("9.slots_X-y"), &rule, false);
+        slots.state = Some((2.0, 0.0));
+        let mut hidden = bucket("shadowed", 1.0, 1.0);
+        hidden.shadow = true;
+        hidden.state = Some((0.0, 1.0));
+        let h = RateHeaders::new(
+            HeaderStyle::Ietf,
+            smallvec::smallvec![fast, slots, hidden],
+            0,
+        );
+        let mut map = HeaderMap::new();
+        h.write(&mut map);
+        assert_eq!(
+            map["ratelimit-policy"], "\"fast\";q=5;w=1, \"9.slots_X-y\";q=3",
+            "a shadow limit is no part of the contract"
+        );
+        assert_eq!(
+            map["ratelimit"],
+            "\"fast\";r=5;t=0, \"9.slots_X-y\";r=2;t=0"
+        );
+        assert!(map.get("x-ratelimit-limit").is_none(), "ietf only");
+    }
+
+    #[test]
+    fn a_local_decision_claims_no_remaining() {
+        let mut it = bucket("a", 10.0, 1.0);
+        it.state = Some((4.0, 6.0));
+        let mut h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![it], 0);
+        h.local = true;
+        let mut map = HeaderMap::new();
+        h.write(&mut map);
+        assert_eq!(map["x-ratelimit-limit"], "10");
+        assert_eq!(map["ratelimit-policy"], "\"a\";q=10;w=10");
+        for absent in ["x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit"] {
+            assert!(map.get(absent).is_none(), "{absent}");
+        }
+        assert_eq!(h.remaining(), None);
     }
 
     #[test]
     fn problem_bodies_are_json() {
         let r = Rejection::problem(
+            RefusalReason::LimitExceeded,
             StatusCode::TOO_MANY_REQUESTS,
+            &Arc::from("a"),
             "say \"hi\"\n",
             &[("limit", json_str("a"))],
         );
         let body = std::str::from_utf8(&r.body).unwrap();
         assert_eq!(
             body,
-            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"say \"hi\"\u000a","limit":"a"}"#
+            r#"{"type":"urn:fleetlimit:rate-limited","title":"Too Many Requests","status":429,"detail":"say \"hi\"\u000a","limit":"a"}"#
         );
+    }
+
+    #[test]
+    fn a_panicking_hook_sends_the_default() {
+        let r = Rejection::problem(
+            RefusalReason::CostTooHigh,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &Arc::from("a"),
+            "too much",
+            &[],
+        );
+        let body = r.body.clone();
+        let hook: RefusalHook = Arc::new(|_| panic!("the hook's own bug"));
+        let shaped = r.shape(&hook);
+        assert_eq!(shaped.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(shaped.body, body);
+        assert_eq!(shaped.headers[CONTENT_TYPE], "application/problem+json");
     }
 
     #[test]
