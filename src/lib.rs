@@ -86,6 +86,7 @@ mod layer;
 mod log_throttle;
 mod pipeline;
 mod plan;
+mod record;
 mod request;
 mod reset;
 mod route;
@@ -106,6 +107,7 @@ pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanFuture, PlanResolver};
+pub use record::{RecordConfig, RecordStats};
 pub use request::RequestRef;
 pub use route::OnExceed;
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
+use crate::record::RecordConfig;
 use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline
@@ -126,6 +127,8 @@ pub(crate) struct Limit {
     /// The INFO lines of its escalations (delayed or challenged), and of
     /// failed refunds of a success, one a second each.
     pub(crate) escalation_log: [Throttle; 2],
+    /// Its decisions are written to a Redis stream (`record.rs`).
+    pub(crate) record: Option<RecordConfig>,
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per
@@ -158,6 +161,7 @@ impl Limit {
             failures: None,
             on_exceed: OnExceed::Refuse,
             escalation_log: Default::default(),
+            record: None,
         }
     }
 

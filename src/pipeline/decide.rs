@@ -30,7 +30,8 @@ use super::response::{self, reported, retry_after_secs, RateHeaders, Rejection};
 use super::slot::Release;
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
-use crate::route::OnExceed;
+use crate::record::{Entry, Via};
+use crate::route::{FailurePolicy, OnExceed};
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {
@@ -129,7 +130,8 @@ impl Limiter {
     /// A refusal remembered from Redis under the same rule, for a limit
     /// that is not in shadow mode.
     fn refused_here(&self, p: &Pending, buckets: &Buckets) -> Option<Rejection> {
-        for ((limit, b), &id) in p.policy.limits.iter().zip(buckets).zip(&p.log_ids) {
+        let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
+        for (i, ((limit, b), &id)) in limits.enumerate() {
             if b.shadow {
                 continue;
             }
@@ -144,6 +146,8 @@ impl Limiter {
             let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
             let headers = r.headers.reset_in(left(r.full_at));
             let retry = retry_after_secs(left(r.until));
+            let remaining = |j: usize| (j == i).then_some(r.headers.remaining as f64);
+            self.record(p, buckets, false, remaining, Via::Remembered);
             return Some(response::refusal(
                 limit,
                 id.of(&b.key),
@@ -192,6 +196,12 @@ impl Limiter {
 
     /// The store failed: the route's failure policy decides.
     fn fall_back(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
+        // `local` is recorded with its buckets' answer, in `decision`.
+        match p.policy.on_redis_error {
+            FailurePolicy::Open => self.record(p, &check.buckets, true, |_| None, Via::Open),
+            FailurePolicy::Closed => self.record(p, &check.buckets, false, |_| None, Via::Closed),
+            FailurePolicy::Local => {}
+        }
         match self.fallback.answer(&p.policy, check, p.log_ids[0], e) {
             Answer::Admit => Decision::admit(None),
             Answer::Reject(r) => Decision::Reject(r),
@@ -227,6 +237,7 @@ impl Limiter {
                 // What this key can still spend: its lease here, and what
                 // Redis had left when the lease was taken.
                 let remaining = (lease_left + shared_left).min(capacity);
+                self.record(p, &check.buckets, true, |_| Some(remaining), Via::Lease);
                 let headers = RateHeaders::token_bucket(capacity, refill_per_sec, remaining);
                 Some(Decision::admit(Some(headers)))
             }
@@ -249,7 +260,9 @@ impl Limiter {
                         self.leases.granted(&bucket.key, extra, s.remaining, seen);
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
-                        let headers = RateHeaders::new(s.capacity, s.remaining + extra, s.reset);
+                        let left = s.remaining + extra;
+                        self.record(p, &check.buckets, true, |_| Some(left), Via::Lease);
+                        let headers = RateHeaders::new(s.capacity, left, s.reset);
                         Some(Decision::admit(Some(headers)))
                     }
                     // Not enough for a whole lease: ask for this request
@@ -276,6 +289,8 @@ impl Limiter {
         by: DecidedBy,
     ) -> Decision {
         let degraded = by.degraded();
+        let via = if degraded { Via::Local } else { Via::Redis };
+        self.record(p, &buckets, allowed, |i| Some(limits[i].remaining), via);
         // Soft in the store: in shadow mode, or escalating instead of refusing.
         let shadow = |i: usize| buckets[i].shadow;
         let in_shadow_mode = |i: usize| p.policy.shadow || p.policy.limits[i].shadow;
@@ -379,6 +394,36 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// Hands the decision about each limit that records (see `record.rs`)
+    /// to the recorder: `remaining(i)`, limit `i`'s remaining.
+    fn record(
+        &self,
+        p: &Pending,
+        buckets: &[Bucket],
+        allowed: bool,
+        remaining: impl Fn(usize) -> Option<f64>,
+        via: Via,
+    ) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
+        for (i, ((limit, b), id)) in limits.enumerate() {
+            let Some(record) = limit.record else { continue };
+            recorder.record(Entry {
+                limit: Arc::clone(&limit.name),
+                record,
+                key: id.of(&b.key).to_string(),
+                plan: p.plans.get(i).cloned().flatten(),
+                allowed,
+                remaining: remaining(i),
+                via,
+            });
+        }
+    }
+}
+
 /// Each limit's bucket under the caller's plan (the key strings move into
 /// it); or `413` when the cost can never fit.
 // The refusal is rare and built once; boxing it would cost every caller.
@@ -387,6 +432,7 @@ fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
     let mut buckets = Buckets::with_capacity(p.keys.len());
     for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
         let rule = limit.rule_for(k.plan.as_deref());
+        p.plans.push(k.plan);
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {

@@ -54,6 +54,7 @@ use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
 use crate::key::{ClientIpRules, KeySecret};
 use crate::plan::{PlanResolver, Plans};
+use crate::record::{RecordStats, Recorder};
 use crate::route::RouteTable;
 use crate::shed::{LoadSignal, Shedder, Ticket};
 use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
@@ -97,6 +98,9 @@ pub(crate) struct Limiter {
     /// `[escalation] max_delayed`: with `delayed`'s free places, how many
     /// requests are held now (not in flight for shedding).
     max_delayed: usize,
+    /// Writes the decisions of limits with `record` to Redis (`None`:
+    /// no Redis, or no limit records).
+    recorder: Option<Recorder>,
 }
 
 impl fmt::Debug for Limiter {
@@ -241,6 +245,8 @@ pub(crate) struct Extras {
     pub(crate) cost_fns: HashMap<String, CostFn>,
     /// The application's load signal, for shedding.
     pub(crate) load_signal: Option<Arc<dyn LoadSignal>>,
+    /// The writer of decision records, started on the layer's Redis.
+    pub(crate) recorder: Option<Recorder>,
 }
 
 impl Extras {
@@ -249,6 +255,7 @@ impl Extras {
             resolver: None,
             cost_fns: HashMap::new(),
             load_signal: None,
+            recorder: None,
         }
     }
 }
@@ -288,7 +295,13 @@ impl Limiter {
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
             slot_ids: slot::SlotIds::new(),
             max_delayed: cfg.max_delayed,
+            recorder: extras.recorder,
         }
+    }
+
+    /// What the decision recorder has done (`None`: nothing is recorded).
+    pub(crate) fn record_stats(&self) -> Option<RecordStats> {
+        self.recorder.as_ref().map(Recorder::stats)
     }
 
     /// The shedder, when shedding is on.

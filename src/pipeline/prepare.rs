@@ -38,6 +38,9 @@ pub(crate) struct Pending {
     pub(super) resets_seen: u64,
     /// Each key's id for logs, kept after the keys move into the buckets.
     pub(super) log_ids: SmallVec<[LogId; 1]>,
+    /// Each key's plan, kept after the keys move into the buckets (for
+    /// decision records).
+    pub(super) plans: SmallVec<[Option<Arc<str>>; 1]>,
 }
 
 pub(super) struct PendingKey {
@@ -137,6 +140,7 @@ impl Limiter {
             keys,
             resets_seen: 0,
             log_ids,
+            plans: SmallVec::new(),
         })
     }
 
