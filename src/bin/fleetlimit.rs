@@ -5,10 +5,18 @@
 //! fleetlimit check-config FILE
 //! fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
 //! fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
+//! fleetlimit explain KEY --limit NAME --config FILE [--redis URL]
+//!                    [--since DURATION | --from TIME --to TIME]
 //! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
 //!                  [--include-unknown-limits]
 //! fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]
 //! ```
+//!
+//! `explain` prints limit `NAME`'s contract for the caller in words, its
+//! bucket now, and the caller's decisions recorded over the last hour
+//! (`--since`) or between two RFC 3339 times, each refusal with the answer
+//! before it and each degraded decision marked (the limit needs
+//! `record = true`; see docs/operations.md, "Defending a 429").
 //!
 //! `shed` sets the fleet-wide load-shedding signal (`<prefix>:shed:{fleet}`)
 //! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
@@ -31,13 +39,15 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fleetlimit::admin::{self, Admin};
+use fleetlimit::admin::{self, Admin, TimeRange};
 use fleetlimit::Config;
 
 const USAGE: &str = "usage:
   fleetlimit check-config FILE
   fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
   fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
+  fleetlimit explain KEY --limit NAME --config FILE [--redis URL]
+                     [--since DURATION | --from TIME --to TIME]
   fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl DURATION]
                    [--include-unknown-limits]
   fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]";
@@ -56,6 +66,10 @@ struct Args {
     include_unknown_limits: bool,
     /// `shed --for`.
     shed_for: Option<Duration>,
+    /// `explain --since`, `--from`, `--to`.
+    since: Option<Duration>,
+    from: Option<String>,
+    to: Option<String>,
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -70,6 +84,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         default_ttl: Duration::from_secs(3600),
         include_unknown_limits: false,
         shed_for: None,
+        since: None,
+        from: None,
+        to: None,
     };
     while let Some(arg) = argv.next() {
         let mut value = |name: &str| argv.next().ok_or(format!("{name} needs a value"));
@@ -92,6 +109,18 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
                 let v = value("--for")?;
                 a.shed_for = Some(parse_secs(&v).ok_or(format!("--for: cannot read {v:?}"))?);
             }
+            "--since" => {
+                let v = value("--since")?;
+                let d = parse_secs(&v).ok_or(format!(
+                    "--since: cannot read {v:?} (a duration such as 90s, 15min, 1h, 2d)"
+                ))?;
+                if d.is_zero() {
+                    return Err(format!("--since must be longer than 0s, not {v:?}"));
+                }
+                a.since = Some(d);
+            }
+            "--from" => a.from = Some(value("--from")?),
+            "--to" => a.to = Some(value("--to")?),
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}")),
             _ => a.positional.push(arg),
@@ -194,6 +223,29 @@ async fn run(a: Args) -> Result<(), (u8, String)> {
                 let n = admin.reset(key, a.limit.as_deref()).await.map_err(failed)?;
                 println!("reset: {n} key(s) deleted");
             }
+            Ok(())
+        }
+        "explain" => {
+            let key = a
+                .positional
+                .first()
+                .ok_or_else(|| usage("explain KEY --limit NAME --config FILE".into()))?;
+            let limit = a
+                .limit
+                .as_deref()
+                .ok_or_else(|| usage("explain needs --limit NAME".into()))?;
+            let range = match (a.since, &a.from, &a.to) {
+                (None, None, None) => TimeRange::Since(Duration::from_secs(3600)),
+                (Some(d), None, None) => TimeRange::Since(d),
+                (None, Some(from), Some(to)) => TimeRange::between(from, to).map_err(usage)?,
+                (None, _, _) => return Err(usage("--from and --to go together".into())),
+                (Some(_), _, _) => return Err(usage("--since or --from/--to, not both".into())),
+            };
+            let cfg = load(&a).map_err(usage)?;
+            Admin::check_explain(&cfg, key, limit).map_err(usage)?;
+            let admin = Admin::connect(&cfg).await.map_err(failed)?;
+            let e = admin.explain(key, limit, range).await.map_err(failed)?;
+            print!("{e}");
             Ok(())
         }
         "sweep" => {
