@@ -107,8 +107,8 @@ pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanFuture, PlanResolver};
-pub use record::{RecordConfig, RecordStats};
+pub use record::RecordStats;
 pub use request::RequestRef;
-pub use route::OnExceed;
+pub use route::{OnExceed, RecordConfig};
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};
 pub use store::error::StoreError;

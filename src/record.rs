@@ -27,6 +27,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::sync::mpsc;
 
 use crate::log_throttle::Throttle;
+use crate::route::RecordConfig;
 use crate::store::redis::script::map_err;
 use crate::store::{RedisStore, StoreError};
 
@@ -34,52 +35,6 @@ use crate::store::{RedisStore, StoreError};
 pub(crate) const QUEUE: usize = 4096;
 /// Records written in one pipeline at most.
 const BATCH: usize = 256;
-
-/// How much of a limit's decision record Redis keeps
-/// ([`LimitConfig::record`](crate::LimitConfig::record); `record = true` or
-/// `[limits.<name>.record]` in TOML).
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::{KeySource, LimitConfig, Rate, RecordConfig};
-///
-/// // The last 50 000 decisions of the last 2 hours, whichever is fewer.
-/// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10.0))
-///     .record(RecordConfig::default().max_len(50_000).max_age(Duration::from_secs(7200)));
-/// # let _ = api;
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub struct RecordConfig {
-    pub(crate) max_len: u64,
-    pub(crate) max_age: Duration,
-}
-
-impl Default for RecordConfig {
-    /// 10 000 decisions, one hour.
-    fn default() -> Self {
-        Self {
-            max_len: 10_000,
-            max_age: Duration::from_secs(3600),
-        }
-    }
-}
-
-impl RecordConfig {
-    /// At most about `n` decisions (trimmed with `MAXLEN ~`: Redis may
-    /// keep up to one stream node more).
-    pub fn max_len(mut self, n: u64) -> Self {
-        self.max_len = n;
-        self
-    }
-
-    /// Decisions older than `age` are trimmed, and the stream expires
-    /// `age` after its last write.
-    pub fn max_age(mut self, age: Duration) -> Self {
-        self.max_age = age;
-        self
-    }
-}
 
 /// What a layer's recorder has done since it started
 /// ([`RateLimitLayer::records`](crate::RateLimitLayer::records)).

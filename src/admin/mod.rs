@@ -11,10 +11,11 @@
 //!
 //! Other applications may share the prefix: the sweep touches only keys
 //! that are fleetlimit's by name (`<prefix>:<limit>:{<kind>:<value>}` or
-//! `{<kind>#<digest>}` for a configured limit, or the fleet heartbeat) *and*
-//! by the Redis type fleetlimit writes there (a string for every algorithm,
-//! a sorted set for the heartbeat). Everything else is reported as skipped
-//! and never written to.
+//! `{<kind>#<digest>}` for a configured limit, the fleet heartbeat, or a
+//! recording limit's `<prefix>:record:{<limit>}`) *and* by the Redis type
+//! fleetlimit writes there (a string for every algorithm, a sorted set for
+//! the heartbeat, a stream for decision records). Everything else is
+//! reported as skipped and never written to.
 //!
 //! | file | what |
 //! |------|------|

@@ -24,7 +24,7 @@ use super::validate::{exact_count, unknown_limit, LoginSpans, RuleSpans, Span, D
 use super::{units, ConfigError, Heartbeat, Rate};
 use crate::algorithm::Rule;
 use crate::key::{ForwardedHeader, KeySource};
-use crate::record::RecordConfig;
+use crate::route::RecordConfig;
 use crate::route::{FailurePolicy, OnExceed};
 
 fn parse_at<T, E: std::fmt::Display>(

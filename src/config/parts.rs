@@ -9,7 +9,7 @@ use super::validate::{exact_count, LoginSpans, RouteSettings, RuleSpans, Span};
 use super::Rate;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
-use crate::record::RecordConfig;
+use crate::route::RecordConfig;
 use crate::route::{FailurePolicy, OnExceed, OnMissing};
 use crate::shed::Priority;
 

@@ -10,7 +10,7 @@ use http::Method;
 use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::key::KeySource;
-use crate::record::RecordConfig;
+use crate::route::RecordConfig;
 use crate::route::{FailurePolicy, LeaseConfig, Limit, OnExceed, OnMissing, Policy};
 use crate::shed::Priority;
 
