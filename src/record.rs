@@ -104,6 +104,9 @@ pub(crate) struct Entry {
     /// Whole tokens (or requests) left; `None`: not known (`open`,
     /// `closed`, a limit another limit's refusal kept from being asked).
     pub(crate) remaining: Option<f64>,
+    /// This limit had room for the request (`false` on a refusal: this
+    /// limit refused; `true`: another one did); `None`: not known.
+    pub(crate) enough: Option<bool>,
     pub(crate) via: Via,
 }
 
@@ -240,6 +243,8 @@ impl Writer {
                 i64::from(e.allowed).into(),
                 "remaining".into(),
                 remaining.into(),
+                "enough".into(),
+                e.enough.map_or("", |b| if b { "1" } else { "0" }).into(),
                 "degraded".into(),
                 i64::from(e.via.degraded()).into(),
                 "via".into(),
@@ -300,6 +305,7 @@ mod tests {
                 plan: None,
                 allowed: true,
                 remaining: Some(0.0),
+                enough: Some(true),
                 via: Via::Redis,
             });
         }

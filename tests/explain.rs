@@ -556,3 +556,151 @@ async fn the_in_process_store_records_nothing() {
     let statuses = [hit(&app).await.0, hit(&app).await.0, hit(&app).await.0];
     assert_eq!(statuses, [200, 200, 429]);
 }
+
+/// Degraded decisions are recorded and marked: Redis restarted, the
+/// breaker still open for its cool-off, so the `local` policy decides while
+/// Redis can take the records again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_marks_degraded_decisions() {
+    let server = RedisServer::start();
+    let prefix = prefix("explain-degraded");
+    let path = write_config(
+        "degraded.toml",
+        &format!(
+            r#"{}
+[fleet]
+size = 1
+
+[breaker]
+failures = 1
+cool_off = "5s"
+
+[limits.api]
+key = "header:x-api-key"
+capacity = 1000
+refill = "1000/s"
+record = true
+
+[[routes]]
+path = "/"
+limits = ["api"]
+on_redis_error = "local"
+"#,
+            redis_section(&server, &prefix, "100ms")
+        ),
+    );
+    let (app, layer) = app_of(&path).await;
+    let mut sent = 0u64;
+    for _ in 0..5 {
+        assert_eq!(hit(&app).await.0, 200);
+        sent += 1;
+    }
+    written(&layer, 5).await;
+
+    server.kill();
+    let until = Instant::now() + Duration::from_secs(10);
+    while layer.breaker().unwrap().state != fleetlimit::BreakerState::Open {
+        assert!(Instant::now() < until, "the breaker must open");
+        assert_eq!(hit(&app).await.0, 200, "local fallback");
+        sent += 1;
+    }
+    server.restart();
+    // Open for its cool-off: decided locally, recorded once the pool is
+    // back (the records of the moments it is not are counted as failed).
+    let until = Instant::now() + Duration::from_secs(10);
+    while layer.breaker().unwrap().state == fleetlimit::BreakerState::Open && Instant::now() < until
+    {
+        assert_eq!(hit(&app).await.0, 200);
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every record is accounted for: written, dropped or failed.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = layer.records().unwrap();
+        if s.written + s.dropped + s.failed == sent {
+            break;
+        }
+        assert!(Instant::now() < until, "{s:?} of {sent}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let config = path.to_str().unwrap();
+    let (code, out, err) = run_cli(
+        &["explain", PRO_KEY, "--limit", "api", "--config", config],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let marked: Vec<&str> = out.lines().filter(|l| l.contains("DEGRADED")).collect();
+    assert!(
+        !marked.is_empty(),
+        "degraded decisions while the breaker was open:\n{out}"
+    );
+    for l in &marked {
+        assert!(l.contains("admitted") && l.contains("via local"), "{l}");
+        assert!(
+            l.contains("DEGRADED (Redis failed: decided by `local`)"),
+            "{l}"
+        );
+    }
+    assert!(
+        out.contains(&format!("0 refused, {} degraded", marked.len())),
+        "{out}"
+    );
+    server.assert_every_key_expires(&prefix);
+}
+
+/// On a Redis Cluster: two recording limits' streams live in their own
+/// slots; both are written and read back, and expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_and_explain_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let prefix = prefix("explain-cluster");
+    let path = write_config(
+        "cluster.toml",
+        &format!(
+            r#"[redis]
+url = "{}"
+key_prefix = "{prefix}"
+deadline = "500ms"
+
+[limits.api]
+key = "header:x-api-key"
+capacity = 3
+refill = "1/h"
+record = true
+
+[limits.burst]
+key = "header:x-api-key"
+capacity = 100
+refill = "1/s"
+record = true
+
+[[routes]]
+path = "/"
+limits = ["api", "burst"]
+"#,
+            cluster.url()
+        ),
+    );
+    let (app, layer) = app_of(&path).await;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(hit(&app).await.0);
+    }
+    assert_eq!(seen, [200, 200, 200, 429, 429]);
+    // Two limits, one record each per request.
+    written(&layer, 10).await;
+    let config = path.to_str().unwrap();
+    for (limit, summary) in [
+        ("api", "5 recorded, 3 admitted, 2 refused, 0 degraded"),
+        ("burst", "5 recorded, 3 admitted, 2 refused, 0 degraded"),
+    ] {
+        let (code, out, err) = run_cli(
+            &["explain", PRO_KEY, "--limit", limit, "--config", config],
+            &[],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(summary), "{limit}: {out}");
+    }
+    cluster.assert_every_key_expires(&prefix);
+}

@@ -80,6 +80,9 @@ pub struct RecordedDecision {
     pub allowed: bool,
     /// Whole tokens left after it (`None`: not known).
     pub remaining: Option<u64>,
+    /// This limit had room for the request: a refusal with `Some(true)`
+    /// was another limit's (`None`: not known).
+    pub enough: Option<bool>,
     /// Decided without Redis (`local`, `open`, `closed`).
     pub degraded: bool,
     /// How: `redis`, `remembered`, `lease`, `local`, `open`, `closed`.
@@ -254,6 +257,11 @@ fn decision(id: &str, fields: &[(String, String)], key_id: &str) -> Option<Recor
         at_ms,
         allowed: get("allowed")? == "1",
         remaining: get("remaining").and_then(|r| r.parse().ok()),
+        enough: match get("enough") {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            _ => None,
+        },
         degraded: get("degraded") == Some("1"),
         via: get("via").unwrap_or("").to_owned(),
         plan: non_empty(get("plan")),
@@ -400,6 +408,7 @@ impl fmt::Display for Explanation {
             if let Some(r) = run.take() {
                 write_run(f, r)?;
             }
+            let by_another = !d.allowed && d.enough == Some(true);
             let what = match (d.allowed, d.via.as_str()) {
                 (true, _) => "admitted",
                 (false, "closed") => "REFUSED 503",
@@ -419,7 +428,9 @@ impl fmt::Display for Explanation {
             if d.degraded {
                 write!(f, "  DEGRADED (Redis failed: decided by `{}`)", d.via)?;
             }
-            if !d.allowed {
+            if by_another {
+                write!(f, "  (by another limit of the route; this one had room)")?;
+            } else if !d.allowed {
                 write!(f, "  ({before})")?;
                 if previous.and_then(|p| p.remaining).is_some_and(|n| n > 0) {
                     suspicious += 1;

@@ -146,8 +146,8 @@ impl Limiter {
             let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
             let headers = r.headers.reset_in(left(r.full_at));
             let retry = retry_after_secs(left(r.until));
-            let remaining = |j: usize| (j == i).then_some(r.headers.remaining as f64);
-            self.record(p, buckets, false, remaining, Via::Remembered);
+            let state = |j: usize| (j == i).then_some((r.headers.remaining as f64, false));
+            self.record(p, buckets, false, state, Via::Remembered);
             return Some(response::refusal(
                 limit,
                 id.of(&b.key),
@@ -237,7 +237,13 @@ impl Limiter {
                 // What this key can still spend: its lease here, and what
                 // Redis had left when the lease was taken.
                 let remaining = (lease_left + shared_left).min(capacity);
-                self.record(p, &check.buckets, true, |_| Some(remaining), Via::Lease);
+                self.record(
+                    p,
+                    &check.buckets,
+                    true,
+                    |_| Some((remaining, true)),
+                    Via::Lease,
+                );
                 let headers = RateHeaders::token_bucket(capacity, refill_per_sec, remaining);
                 Some(Decision::admit(Some(headers)))
             }
@@ -261,7 +267,7 @@ impl Limiter {
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
                         let left = s.remaining + extra;
-                        self.record(p, &check.buckets, true, |_| Some(left), Via::Lease);
+                        self.record(p, &check.buckets, true, |_| Some((left, true)), Via::Lease);
                         let headers = RateHeaders::new(s.capacity, left, s.reset);
                         Some(Decision::admit(Some(headers)))
                     }
@@ -290,7 +296,8 @@ impl Limiter {
     ) -> Decision {
         let degraded = by.degraded();
         let via = if degraded { Via::Local } else { Via::Redis };
-        self.record(p, &buckets, allowed, |i| Some(limits[i].remaining), via);
+        let state = |i: usize| Some((limits[i].remaining, limits[i].enough));
+        self.record(p, &buckets, allowed, state, via);
         // Soft in the store: in shadow mode, or escalating instead of refusing.
         let shadow = |i: usize| buckets[i].shadow;
         let in_shadow_mode = |i: usize| p.policy.shadow || p.policy.limits[i].shadow;
@@ -396,13 +403,14 @@ impl Limiter {
 
 impl Limiter {
     /// Hands the decision about each limit that records (see `record.rs`)
-    /// to the recorder: `remaining(i)`, limit `i`'s remaining.
+    /// to the recorder: `state(i)`, limit `i`'s remaining and whether it
+    /// had room for the request (`None`: not known).
     fn record(
         &self,
         p: &Pending,
         buckets: &[Bucket],
         allowed: bool,
-        remaining: impl Fn(usize) -> Option<f64>,
+        state: impl Fn(usize) -> Option<(f64, bool)>,
         via: Via,
     ) {
         let Some(recorder) = &self.recorder else {
@@ -417,7 +425,8 @@ impl Limiter {
                 key: id.of(&b.key).to_string(),
                 plan: p.plans.get(i).cloned().flatten(),
                 allowed,
-                remaining: remaining(i),
+                remaining: state(i).map(|s| s.0),
+                enough: state(i).map(|s| s.1),
                 via,
             });
         }
