@@ -192,25 +192,29 @@ impl Writer {
         while rx.recv_many(&mut batch, BATCH).await > 0 {
             let n = batch.len() as u64;
             let sent = tokio::time::timeout(self.deadline, self.send(&batch)).await;
-            match sent {
-                Ok(Ok(())) => {
-                    self.counters.written.fetch_add(n, Ordering::Relaxed);
-                }
-                Ok(Err(_)) | Err(_) => {
-                    self.counters.failed.fetch_add(n, Ordering::Relaxed);
-                    if let Some(suppressed) = failed_log.event() {
-                        let error = match sent {
-                            Ok(Err(e)) => e.to_string(),
-                            _ => format!("no answer within the deadline ({:?})", self.deadline),
-                        };
-                        tracing::warn!(
-                            target: "fleetlimit",
-                            records = n,
-                            suppressed,
-                            %error,
-                            "decision records not written"
-                        );
-                    }
+            let (written, error) = match sent {
+                Ok(Ok(w)) => w,
+                Ok(Err(e)) => (0, Some(e.to_string())),
+                Err(_) => (
+                    0,
+                    Some(format!(
+                        "no answer within the deadline ({:?})",
+                        self.deadline
+                    )),
+                ),
+            };
+            self.counters.written.fetch_add(written, Ordering::Relaxed);
+            let failed = n - written;
+            self.counters.failed.fetch_add(failed, Ordering::Relaxed);
+            if let Some(error) = error {
+                if let Some(suppressed) = failed_log.event() {
+                    tracing::warn!(
+                        target: "fleetlimit",
+                        records = failed,
+                        suppressed,
+                        %error,
+                        "decision records not written, or their stream not trimmed"
+                    );
                 }
             }
             batch.clear();
@@ -218,8 +222,10 @@ impl Writer {
     }
 
     /// One pipeline: each record's `XADD`, then each stream's trim by age
-    /// and expiry.
-    async fn send(&self, batch: &[Entry]) -> Result<(), StoreError> {
+    /// and expiry. Each command answers for itself, so one stream's bad
+    /// key (another type) costs that stream's records only: how many were
+    /// written, and the first error.
+    async fn send(&self, batch: &[Entry]) -> Result<(u64, Option<String>), StoreError> {
         let pipe = self.store.pool().next().pipeline();
         let xadd = CustomCommand::new_static("XADD", ClusterHash::FirstKey, false);
         let mut streams: Vec<&Entry> = Vec::new();
@@ -278,8 +284,25 @@ impl Writer {
             let args: Vec<Value> = vec![key.into(), (age_ms.max(1) as i64).into()];
             let () = pipe.custom(pexpire, args).await.map_err(map_err)?;
         }
-        let _: Vec<Value> = pipe.all().await.map_err(map_err)?;
-        Ok(())
+        let answers = pipe.try_all::<Value>().await;
+        let mut written = 0;
+        let mut error = None;
+        for a in &answers[..batch.len().min(answers.len())] {
+            match a {
+                Ok(_) => written += 1,
+                Err(e) => {
+                    error.get_or_insert_with(|| map_err(e.clone()).to_string());
+                }
+            }
+        }
+        if error.is_none() {
+            // A failed trim or expiry is reported, its records still count.
+            error = answers[batch.len().min(answers.len())..]
+                .iter()
+                .find_map(|a| a.as_ref().err())
+                .map(|e| map_err(e.clone()).to_string());
+        }
+        Ok((written, error))
     }
 }
 

@@ -704,3 +704,61 @@ limits = ["api", "burst"]
     }
     cluster.assert_every_key_expires(&prefix);
 }
+
+/// One limit's stream key holding something else (garbage written by
+/// hand) costs that limit's records only: the other limit's are written.
+#[tokio::test]
+async fn a_bad_stream_key_costs_its_own_records_only() {
+    let server = RedisServer::start();
+    let prefix = prefix("explain-bad-stream");
+    let path = write_config(
+        "bad-stream.toml",
+        &format!(
+            r#"{}
+[limits.a]
+key = "header:x-api-key"
+capacity = 100
+refill = "1/s"
+record = true
+
+[limits.b]
+key = "header:x-api-key"
+capacity = 100
+refill = "1/s"
+record = true
+
+[[routes]]
+path = "/"
+limits = ["a", "b"]
+"#,
+            redis_section(&server, &prefix, "500ms")
+        ),
+    );
+    let a_stream = format!("{prefix}:record:{{a}}");
+    server
+        .cli(&["SET", &a_stream, "not a stream", "EX", "600"])
+        .unwrap();
+    let (app, layer) = app_of(&path).await;
+    for _ in 0..20 {
+        assert_eq!(hit(&app).await.0, 200, "recording never changes an answer");
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = layer.records().unwrap();
+        if s.written + s.failed == 40 {
+            assert_eq!((s.written, s.failed, s.dropped), (20, 20, 0), "{s:?}");
+            break;
+        }
+        assert!(Instant::now() < until, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let b_len = server
+        .cli(&["XLEN", &format!("{prefix}:record:{{b}}")])
+        .unwrap();
+    assert_eq!(b_len.trim(), "20");
+    assert_eq!(
+        server.cli(&["GET", &a_stream]).unwrap().trim(),
+        "not a stream"
+    );
+    server.assert_every_key_expires(&prefix);
+}
