@@ -242,6 +242,12 @@ impl Limit {
         if let Some(f) = &self.failures {
             s.push_str(&format!(", counts failures {f:?}"));
         }
+        if let Some(r) = self.record {
+            s.push_str(&format!(
+                ", decisions recorded (max_len {}, max_age {:?})",
+                r.max_len, r.max_age
+            ));
+        }
         match self.on_exceed {
             OnExceed::Refuse => {}
             OnExceed::Delay(d) => s.push_str(&format!(", on exceed: delay {d:?}")),

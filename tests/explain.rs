@@ -510,6 +510,13 @@ record = true
             "{args:?}: expected {message:?} in {err}"
         );
     }
+    // check-config says which limits record.
+    let (code, out, err) = run_cli(&["check-config", config], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("decisions recorded (max_len 10000, max_age 3600s)"),
+        "{out}"
+    );
 }
 
 /// A bad `record` setting fails at start-up with its place.
