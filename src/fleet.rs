@@ -3,7 +3,7 @@
 //! N the `local` fallback divides limits by.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fred::interfaces::ClientLike;
@@ -18,14 +18,26 @@ const HEARTBEAT: &str = include_str!("../lua/heartbeat.lua");
 
 /// Starts the heartbeat task; it ends when `fleet` (the layer's fleet
 /// size) is dropped with the last clone of the layer.
-pub(crate) fn start(store: RedisStore, fleet: Weak<AtomicU32>, key: String, hb: Heartbeat) {
-    tokio::spawn(heartbeat(store, fleet, key, hb));
+/// `instance`: this layer's id, the member it heartbeats as.
+pub(crate) fn start(
+    store: RedisStore,
+    fleet: Weak<AtomicU32>,
+    key: String,
+    hb: Heartbeat,
+    instance: Arc<str>,
+) {
+    tokio::spawn(heartbeat(store, fleet, key, hb, instance));
 }
 
 /// Heartbeats until the layer is gone. While Redis is down the last count
 /// seen is kept (an outage is no reason to assume the fleet shrank).
-async fn heartbeat(store: RedisStore, fleet: Weak<AtomicU32>, key: String, hb: Heartbeat) {
-    let instance = instance_id();
+async fn heartbeat(
+    store: RedisStore,
+    fleet: Weak<AtomicU32>,
+    key: String,
+    hb: Heartbeat,
+    instance: Arc<str>,
+) {
     let mut tick = tokio::time::interval(hb.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -81,8 +93,9 @@ async fn beat(
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
-/// Unique enough among the instances of one fleet.
-fn instance_id() -> String {
+/// Unique enough among the instances of one fleet: the process id and a
+/// random part (a host may run several layers, or several processes).
+pub(crate) fn instance_id() -> String {
     use std::hash::{BuildHasher, RandomState};
     let nonce = RandomState::new().hash_one(std::time::SystemTime::now());
     format!("{}-{nonce:016x}", std::process::id())

@@ -104,6 +104,7 @@ mod pipeline;
 mod plan;
 #[cfg(feature = "postgres")]
 mod plan_postgres;
+mod record;
 mod request;
 mod reset;
 mod route;
@@ -127,7 +128,8 @@ pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};
 #[cfg(feature = "postgres")]
 pub use plan_postgres::{PostgresPlans, PostgresPlansError};
+pub use record::RecordStats;
 pub use request::RequestRef;
-pub use route::OnExceed;
+pub use route::{OnExceed, RecordConfig};
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};
 pub use store::error::StoreError;

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
 use serde::Deserialize;
@@ -126,6 +127,8 @@ pub(crate) struct Limit {
     /// The INFO lines of its escalations (delayed or challenged), and of
     /// failed refunds of a success, one a second each.
     pub(crate) escalation_log: [Throttle; 2],
+    /// Its decisions are written to a Redis stream (`record.rs`).
+    pub(crate) record: Option<RecordConfig>,
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per
@@ -134,6 +137,52 @@ pub(crate) struct Limit {
 pub(crate) struct LeaseConfig {
     pub(crate) batch: u32,
     pub(crate) above: u32,
+}
+
+/// How much of a limit's decision record Redis keeps
+/// ([`LimitConfig::record`](crate::LimitConfig::record); `record = true` or
+/// `[limits.<name>.record]` in TOML).
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::{KeySource, LimitConfig, Rate, RecordConfig};
+///
+/// // The last 50 000 decisions of the last 2 hours, whichever is fewer.
+/// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10.0))
+///     .record(RecordConfig::default().max_len(50_000).max_age(Duration::from_secs(7200)));
+/// # let _ = api;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct RecordConfig {
+    pub(crate) max_len: u64,
+    pub(crate) max_age: Duration,
+}
+
+impl Default for RecordConfig {
+    /// 10 000 decisions, one hour.
+    fn default() -> Self {
+        Self {
+            max_len: 10_000,
+            max_age: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl RecordConfig {
+    /// At most about `n` decisions (trimmed with `MAXLEN ~`: Redis may
+    /// keep up to one stream node more).
+    pub fn max_len(mut self, n: u64) -> Self {
+        self.max_len = n;
+        self
+    }
+
+    /// Decisions older than `age` are trimmed, and the stream expires
+    /// `age` after its last write.
+    pub fn max_age(mut self, age: Duration) -> Self {
+        self.max_age = age;
+        self
+    }
 }
 
 impl Limit {
@@ -158,6 +207,7 @@ impl Limit {
             failures: None,
             on_exceed: OnExceed::Refuse,
             escalation_log: Default::default(),
+            record: None,
         }
     }
 
@@ -191,6 +241,12 @@ impl Limit {
         );
         if let Some(f) = &self.failures {
             s.push_str(&format!(", counts failures {f:?}"));
+        }
+        if let Some(r) = self.record {
+            s.push_str(&format!(
+                ", decisions recorded (max_len {}, max_age {:?})",
+                r.max_len, r.max_age
+            ));
         }
         match self.on_exceed {
             OnExceed::Refuse => {}

@@ -1,5 +1,6 @@
 //! Admin tasks behind the `fleetlimit` command: inspect and reset a
-//! caller's buckets, and sweep for keys left without an expiry.
+//! caller's buckets, explain its refusals from the decision records, and
+//! sweep for keys left without an expiry.
 //!
 //! Every key the limiter writes carries an expiry (the scripts set it in the
 //! same call). A key under the prefix with no expiry (`PTTL` -1) can only
@@ -10,15 +11,17 @@
 //!
 //! Other applications may share the prefix: the sweep touches only keys
 //! that are fleetlimit's by name (`<prefix>:<limit>:{<kind>:<value>}` or
-//! `{<kind>#<digest>}` for a configured limit, or the fleet heartbeat) *and*
-//! by the Redis type fleetlimit writes there (a string for every algorithm,
-//! a sorted set for the heartbeat). Everything else is reported as skipped
-//! and never written to.
+//! `{<kind>#<digest>}` for a configured limit, the fleet heartbeat, or a
+//! recording limit's `<prefix>:record:{<limit>}`) *and* by the Redis type
+//! fleetlimit writes there (a string for every algorithm, a sorted set for
+//! the heartbeat, a stream for decision records). Everything else is
+//! reported as skipped and never written to.
 //!
 //! | file | what |
 //! |------|------|
 //! | `mod.rs` | [`Admin`], the handle: connect, and the keys a caller's value maps to |
 //! | `inspect.rs` | `inspect` and `reset` (with its announcement to the instances) |
+//! | `explain.rs` | `explain`: a caller's contract in words, its bucket now, its recorded decisions |
 //! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
 //! | `shed.rs` | `shed`: the fleet-wide load-shedding signal |
 
@@ -28,10 +31,12 @@ use crate::config::Config;
 use crate::route::Limit;
 use crate::store::{RedisStore, StoreError};
 
+mod explain;
 mod inspect;
 mod shed;
 mod sweep;
 
+pub use explain::{Explanation, RecordedDecision, TimeRange};
 pub use inspect::BucketInfo;
 pub use sweep::{Skipped, SweepOptions, SweepReport};
 

@@ -12,6 +12,8 @@ use super::Admin;
 use crate::algorithm::Rule;
 use crate::config::Config;
 use crate::key::StoreKey;
+use crate::record::stream_key;
+use crate::route::RecordConfig;
 use crate::store::redis::script::map_err;
 use crate::store::StoreError;
 
@@ -105,6 +107,9 @@ fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
     if key == config.heartbeat_key() {
         return config.heartbeat.map_or(default, |h| 2 * h.dead_after);
     }
+    if let Some(r) = record_of(config, key) {
+        return r.max_age;
+    }
     let key = StoreKey::parse(&config.key_prefix, key);
     let limit = key.and_then(|k| config.limits.iter().find(|l| *l.name == *k.limit()));
     let Some(l) = limit else {
@@ -140,11 +145,21 @@ async fn scan_all(pool: &Pool, prefix: &str) -> Result<Vec<String>, StoreError> 
     Ok(keys)
 }
 
+/// The record settings of the recording limit whose decision stream `key` is.
+fn record_of(config: &Config, key: &str) -> Option<RecordConfig> {
+    config.limits.iter().find_map(|l| {
+        l.record
+            .filter(|_| key == stream_key(&config.key_prefix, &l.name))
+    })
+}
+
 /// Whose a key under the prefix is, by its name alone.
 #[derive(Debug, PartialEq, Eq)]
 enum Shape {
     /// The fleet heartbeat (a sorted set).
     Heartbeat,
+    /// A recording limit's decision stream.
+    Record,
     /// A bucket of a configured limit, and the Redis type its algorithm
     /// writes.
     Limit(&'static str),
@@ -157,6 +172,9 @@ enum Shape {
 fn shape(config: &Config, key: &str) -> Option<Shape> {
     if key == config.heartbeat_key() {
         return Some(Shape::Heartbeat);
+    }
+    if record_of(config, key).is_some() {
+        return Some(Shape::Record);
     }
     let name = StoreKey::parse(&config.key_prefix, key)?.limit().to_owned();
     Some(match config.limits.iter().find(|l| *l.name == *name) {
@@ -173,6 +191,7 @@ fn shape(config: &Config, key: &str) -> Option<Shape> {
 fn expected_type(shape: &Shape, found: &str) -> &'static str {
     match shape {
         Shape::Heartbeat => "zset",
+        Shape::Record => "stream",
         Shape::Limit(t) => t,
         Shape::UnknownLimit(_) if found == "zset" => "zset",
         Shape::UnknownLimit(_) => "string",
@@ -312,6 +331,36 @@ limits = ["fleet"]
         assert_eq!(limit, Duration::from_secs(101));
         // Neither: the default.
         assert_eq!(ttl_for(&config, "p:other:{h:abc}", default), default);
+    }
+
+    #[test]
+    fn the_sweep_knows_decision_streams() {
+        let config = Config::from_toml_str(
+            r#"
+[limits.api]
+key = "ip"
+capacity = 5
+refill = "1/s"
+
+[limits.api.record]
+max_age = "2h"
+
+[limits.quiet]
+key = "ip"
+capacity = 5
+refill = "1/s"
+"#,
+        )
+        .unwrap();
+        let default = Duration::from_secs(7);
+        assert_eq!(shape(&config, "rl:record:{api}"), Some(Shape::Record));
+        assert_eq!(expected_type(&Shape::Record, "stream"), "stream");
+        assert_eq!(
+            ttl_for(&config, "rl:record:{api}", default),
+            Duration::from_secs(7200)
+        );
+        // A limit that does not record owns no stream.
+        assert_eq!(shape(&config, "rl:record:{quiet}"), None);
     }
 
     #[test]

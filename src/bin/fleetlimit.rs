@@ -5,12 +5,20 @@
 //! fleetlimit check-config FILE
 //! fleetlimit inspect KEY [--limit NAME] --config FILE [--redis URL]
 //! fleetlimit reset KEY [--limit NAME] --config FILE [--redis URL]
+//! fleetlimit explain KEY --limit NAME --config FILE [--redis URL]
+//!                    [--since DURATION | --from TIME --to TIME]
 //! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
 //!                  [--include-unknown-limits]
 //! fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]
 //! fleetlimit completions SHELL
 //! fleetlimit --help | --version | COMMAND --help
 //! ```
+//!
+//! `explain` prints limit `NAME`'s contract for the caller in words, its
+//! bucket now, and the caller's decisions recorded over the last hour
+//! (`--since`) or between two RFC 3339 times, each refusal with the answer
+//! before it and each degraded decision marked (the limit needs
+//! `record = true`; see docs/operations.md, "Defending a 429").
 //!
 //! `shed` sets the fleet-wide load-shedding signal (`<prefix>:shed:{fleet}`)
 //! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
@@ -36,7 +44,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
-use fleetlimit::admin::{self, Admin};
+use fleetlimit::admin::{self, Admin, TimeRange};
 use fleetlimit::Config;
 
 /// Skipped keys listed by `sweep`; the rest are counted.
@@ -95,6 +103,26 @@ enum Command {
         limit: Option<String>,
         #[command(flatten)]
         target: Target,
+    },
+    /// A limit's contract in words, the caller's bucket now, and the
+    /// caller's recorded decisions (the limit needs `record = true`).
+    Explain {
+        /// The caller's key value (as for `inspect`).
+        key: String,
+        /// The limit to explain.
+        #[arg(long, value_name = "NAME")]
+        limit: String,
+        #[command(flatten)]
+        target: Target,
+        /// The decisions of this long ago until now [default: 1h].
+        #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with_all = ["from", "to"])]
+        since: Option<Duration>,
+        /// The decisions from this time (RFC 3339), with --to.
+        #[arg(long, value_name = "TIME", requires = "to")]
+        from: Option<String>,
+        /// The decisions until this time (RFC 3339), with --from.
+        #[arg(long, value_name = "TIME", requires = "from")]
+        to: Option<String>,
     },
     /// Give fleetlimit's keys left without an expiry the one their limit
     /// sets; keys that are not fleetlimit's are listed, never touched.
@@ -197,6 +225,29 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             let admin = connect(&target, &key, limit.as_deref()).await?;
             let n = admin.reset(&key, limit.as_deref()).await.map_err(failed)?;
             println!("reset: {n} key(s) deleted");
+            Ok(())
+        }
+        Command::Explain {
+            key,
+            limit,
+            target,
+            since,
+            from,
+            to,
+        } => {
+            let range = match (since, from, to) {
+                (Some(d), _, _) if d.is_zero() => {
+                    return Err(usage("--since must be longer than 0s".into()));
+                }
+                (Some(d), _, _) => TimeRange::Since(d),
+                (None, Some(from), Some(to)) => TimeRange::between(&from, &to).map_err(usage)?,
+                _ => TimeRange::Since(Duration::from_secs(3600)),
+            };
+            let cfg = load(&target).map_err(usage)?;
+            Admin::check_explain(&cfg, &key, &limit).map_err(usage)?;
+            let admin = Admin::connect(&cfg).await.map_err(failed)?;
+            let e = admin.explain(&key, &limit, range).await.map_err(failed)?;
+            print!("{e}");
             Ok(())
         }
         Command::Sweep {

@@ -103,6 +103,9 @@ impl ConfigBuilder {
                 v.set_lease(batch, above, l.at.lease.clone())?;
             }
             v.set_login(l.failures.as_deref(), l.on_exceed, &l.at.login)?;
+            if let Some(r) = l.record {
+                v.set_record(r, &l.at.record)?;
+            }
         }
         for (name, l) in &self.limits {
             for p in &l.plans {

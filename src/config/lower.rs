@@ -17,11 +17,14 @@ use super::parts::{
     LimitConfig, LimitSpans, PlanRule, PlanSpans, RouteConfig, RouteSpans, DEFAULT_FAILURE_STATUSES,
 };
 use super::redis::{RedisSettings, RedisSpans};
-use super::schema::{AlgorithmName, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit};
+use super::schema::{
+    AlgorithmName, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit, RawRecord,
+};
 use super::validate::{exact_count, unknown_limit, LoginSpans, RuleSpans, Span, DEFAULT_MAX_HOLD};
 use super::{units, ConfigError, Heartbeat, Rate};
 use crate::algorithm::Rule;
 use crate::key::{ForwardedHeader, KeySource};
+use crate::route::RecordConfig;
 use crate::route::{FailurePolicy, OnExceed};
 
 fn parse_at<T, E: std::fmt::Display>(
@@ -400,8 +403,28 @@ fn limit(
         rule: numbers.spans(l_span),
         lease: span(&l.lease_batch),
         login: LoginSpans::default(),
+        record: Default::default(),
     };
     login(src, name.get_ref(), l, &mut out)?;
+    if let Some(r) = &l.record {
+        out.at.record = [Some(r.span()), Some(r.span())];
+        out.record = match r.get_ref() {
+            RawRecord::On(false) => None,
+            RawRecord::On(true) => Some(RecordConfig::default()),
+            RawRecord::Table(t) => {
+                let mut c = RecordConfig::default();
+                if let Some(n) = &t.max_len {
+                    c = c.max_len(*n.get_ref());
+                    out.at.record[0] = Some(n.span());
+                }
+                if let Some(a) = &t.max_age {
+                    c = c.max_age(parse_at(src, a, units::parse_duration)?);
+                    out.at.record[1] = Some(a.span());
+                }
+                Some(c)
+            }
+        };
+    }
     Ok(out)
 }
 

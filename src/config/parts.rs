@@ -9,6 +9,7 @@ use super::validate::{exact_count, LoginSpans, RouteSettings, RuleSpans, Span};
 use super::Rate;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
+use crate::route::RecordConfig;
 use crate::route::{FailurePolicy, OnExceed, OnMissing};
 use crate::shed::Priority;
 
@@ -40,6 +41,8 @@ pub struct LimitConfig {
     /// Failure-only counting: the statuses that count (`None`: all do).
     pub(super) failures: Option<Vec<u16>>,
     pub(super) on_exceed: OnExceed,
+    /// Its decisions are recorded in Redis.
+    pub(super) record: Option<RecordConfig>,
 }
 
 /// A limit's numbers for callers on one plan.
@@ -57,6 +60,8 @@ pub(super) struct LimitSpans {
     pub(super) rule: RuleSpans,
     pub(super) lease: Span,
     pub(super) login: LoginSpans,
+    /// `record`'s `max_len` and `max_age` (else `record`), from TOML.
+    pub(super) record: [Span; 2],
 }
 
 /// The statuses `count = "failures"` counts when `failure_statuses` is
@@ -143,6 +148,7 @@ impl LimitConfig {
             at: LimitSpans::default(),
             failures: None,
             on_exceed: OnExceed::Refuse,
+            record: None,
         }
     }
 
@@ -179,6 +185,14 @@ impl LimitConfig {
     /// What exceeding the limit does (default [`OnExceed::Refuse`]).
     pub fn on_exceed(mut self, on_exceed: OnExceed) -> Self {
         self.on_exceed = on_exceed;
+        self
+    }
+
+    /// Record each decision about this limit in a Redis stream, for
+    /// `fleetlimit explain` (`record = true` or `[limits.<name>.record]` in
+    /// TOML). Off by default; with the in-process store nothing is recorded.
+    pub fn record(mut self, record: RecordConfig) -> Self {
+        self.record = Some(record);
         self
     }
 

@@ -164,6 +164,42 @@ pub(super) struct RawLimit {
     /// `algorithm = "concurrency"`: slots per key, and the longest a slot counts.
     pub(super) max_in_flight: Option<Spanned<u64>>,
     pub(super) max_hold: Option<Spanned<String>>,
+    /// `record = true`, or a `[limits.<name>.record]` table.
+    pub(super) record: Option<Spanned<RawRecord>>,
+}
+
+/// A limit's `record`: `true`/`false`, or a table of its bounds.
+pub(super) enum RawRecord {
+    On(bool),
+    Table(RawRecordTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRecordTable {
+    pub(super) max_len: Option<Spanned<u64>>,
+    pub(super) max_age: Option<Spanned<String>>,
+}
+
+impl<'de> Deserialize<'de> for RawRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawRecord;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`true`, `false` or a table with `max_len` and `max_age`")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<RawRecord, E> {
+                Ok(RawRecord::On(b))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<RawRecord, A::Error> {
+                // The table's own checks (unknown fields) apply.
+                let d = serde::de::value::MapAccessDeserializer::new(m);
+                RawRecordTable::deserialize(d).map(RawRecord::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `count`: what a limit counts.

@@ -10,6 +10,7 @@ use http::Method;
 use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::key::KeySource;
+use crate::route::RecordConfig;
 use crate::route::{FailurePolicy, LeaseConfig, Limit, OnExceed, OnMissing, Policy};
 use crate::shed::Priority;
 
@@ -42,6 +43,11 @@ pub(super) const MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// A concurrency slot's longest hold when the configuration gives none.
 pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// The longest decision record a limit keeps, in entries and in age: a
+/// stream is memory in Redis.
+pub(super) const MAX_RECORD_LEN: u64 = 1_000_000;
+pub(super) const MAX_RECORD_AGE: Duration = Duration::from_secs(30 * 86_400);
 
 /// The longest `max_hold`: a slot is a request in flight, and a day is far
 /// beyond any request (and any timeout in front of one).
@@ -378,6 +384,38 @@ impl<'s> Validator<'s> {
             ));
         }
         l.lease = Some(LeaseConfig { batch, above });
+        Ok(())
+    }
+
+    /// Decision records for the limit just added: a bounded stream.
+    pub(super) fn set_record(
+        &mut self,
+        r: RecordConfig,
+        [len_at, age_at]: &[Span; 2],
+    ) -> Result<(), ConfigError> {
+        let src = self.src;
+        let l = self.limits.last_mut().expect("a limit was just added");
+        let err = |at: &Span, m: String| Err(ConfigError::at(src, at.clone(), m));
+        if !(1..=MAX_RECORD_LEN).contains(&r.max_len) {
+            return err(
+                len_at,
+                format!(
+                    "limit {:?}: record max_len must be between 1 and {MAX_RECORD_LEN}",
+                    l.name
+                ),
+            );
+        }
+        if r.max_age < Duration::from_secs(1) || r.max_age > MAX_RECORD_AGE {
+            return err(
+                age_at,
+                format!(
+                    "limit {:?}: record max_age must be between 1s and {}d",
+                    l.name,
+                    MAX_RECORD_AGE.as_secs() / 86_400
+                ),
+            );
+        }
+        l.record = Some(r);
         Ok(())
     }
 

@@ -7,6 +7,7 @@ use crate::breaker::BreakerStats;
 use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
+use crate::record::{RecordStats, Recorder};
 use crate::shed::LoadSignal;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 use crate::RequestRef;
@@ -145,6 +146,15 @@ impl RateLimitLayer {
     #[must_use]
     pub fn in_flight(&self) -> Option<u32> {
         self.limiter.shedder().map(|s| s.in_flight())
+    }
+
+    /// What the decision recorder has written, dropped (queue full) and
+    /// failed to write since the layer was built; `None` when nothing is
+    /// recorded (no limit has `record`, or the store is not the
+    /// configuration's Redis).
+    #[must_use]
+    pub fn records(&self) -> Option<RecordStats> {
+        self.limiter.record_stats()
     }
 
     /// N, the fleet size the `local` fallback divides limits by now.
@@ -338,7 +348,29 @@ impl RateLimitLayerBuilder {
                     (m.clone(), Some(m))
                 }
             };
-        let limiter = Arc::new(Limiter::new(&cfg, store, in_process, self.extras));
+        let mut extras = self.extras;
+        // One id per layer: the fleet's heartbeat and the decision records
+        // name the instance alike.
+        let instance: Arc<str> = crate::fleet::instance_id().into();
+        let records = cfg.limits.iter().any(|l| l.record.is_some());
+        match &redis {
+            Some(store) if records => {
+                let recorder = Recorder::start(
+                    store.clone(),
+                    Arc::clone(&cfg.key_prefix),
+                    Arc::clone(&instance),
+                    cfg.deadline,
+                );
+                extras.recorder = Some(recorder);
+            }
+            None if records => tracing::warn!(
+                target: "fleetlimit",
+                "`record` is set but the store is not the configuration's Redis: \
+                 no decision is recorded"
+            ),
+            _ => {}
+        }
+        let limiter = Arc::new(Limiter::new(&cfg, store, in_process, extras));
         if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
             let ready = crate::reset::start(
                 r,
@@ -358,7 +390,8 @@ impl RateLimitLayerBuilder {
         }
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = cfg.heartbeat_key();
-            crate::fleet::start(store, Arc::downgrade(limiter.fleet_handle()), key, hb);
+            let fleet = Arc::downgrade(limiter.fleet_handle());
+            crate::fleet::start(store, fleet, key, hb, instance);
         }
         Ok(RateLimitLayer { limiter })
     }

@@ -30,7 +30,8 @@ use super::response::{self, reported, retry_after_secs, Item, RateHeaders, Rejec
 use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
-use crate::route::OnExceed;
+use crate::record::{Entry, Via};
+use crate::route::{FailurePolicy, OnExceed};
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {
@@ -134,7 +135,8 @@ impl Limiter {
     /// A refusal remembered from Redis under the same rule, for a limit
     /// that is not in shadow mode.
     fn refused_here(&self, p: &Pending, buckets: &Buckets) -> Option<Rejection> {
-        for ((limit, b), &id) in p.policy.limits.iter().zip(buckets).zip(&p.log_ids) {
+        let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
+        for (at, ((limit, b), &id)) in limits.enumerate() {
             if b.shadow {
                 continue;
             }
@@ -166,6 +168,9 @@ impl Limiter {
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
             let headers = RateHeaders::new(self.header_style, items, i).aged(elapsed);
             let retry = retry_after_secs(left(r.until));
+            let remaining = r.state.remaining.floor().max(0.0);
+            let state = |j: usize| (j == at).then_some((remaining, false));
+            self.record(p, buckets, false, state, Via::Remembered);
             return Some(response::refusal(
                 limit,
                 id.of(&b.key),
@@ -213,6 +218,12 @@ impl Limiter {
 
     /// The store failed: the route's failure policy decides.
     fn fall_back(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
+        // `local` is recorded with its buckets' answer, in `decision`.
+        match p.policy.on_redis_error {
+            FailurePolicy::Open => self.record(p, &check.buckets, true, |_| None, Via::Open),
+            FailurePolicy::Closed => self.record(p, &check.buckets, false, |_| None, Via::Closed),
+            FailurePolicy::Local => {}
+        }
         match self.fallback.answer(&p.policy, check, p.log_ids[0], e) {
             Answer::Admit => Decision::admit(None),
             Answer::Reject(r) => Decision::Reject(r),
@@ -250,6 +261,13 @@ impl Limiter {
                 // What this key can still spend: its lease here, and what
                 // Redis had left when the lease was taken.
                 let remaining = (lease_left + shared_left).min(capacity);
+                self.record(
+                    p,
+                    &check.buckets,
+                    true,
+                    |_| Some((remaining, true)),
+                    Via::Lease,
+                );
                 let reset = (capacity - remaining) / refill_per_sec;
                 Some(Decision::admit(Some(self.one_limit(
                     limit,
@@ -277,8 +295,9 @@ impl Limiter {
                         self.leases.granted(&bucket.key, extra, s.remaining, seen);
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
-                        let headers =
-                            self.one_limit(limit, &bucket.rule, s.remaining + extra, s.reset);
+                        let left = s.remaining + extra;
+                        self.record(p, &check.buckets, true, |_| Some((left, true)), Via::Lease);
+                        let headers = self.one_limit(limit, &bucket.rule, left, s.reset);
                         Some(Decision::admit(Some(headers)))
                     }
                     // Not enough for a whole lease: ask for this request
@@ -307,6 +326,9 @@ impl Limiter {
             charged,
         } = answered;
         let degraded = by.degraded();
+        let via = if degraded { Via::Local } else { Via::Redis };
+        let state = |i: usize| Some((limits[i].remaining, limits[i].enough));
+        self.record(p, &buckets, allowed, state, via);
         // Soft in the store: in shadow mode, or escalating instead of refusing.
         let shadow = |i: usize| buckets[i].shadow;
         let in_shadow_mode = |i: usize| p.policy.shadow || p.policy.limits[i].shadow;
@@ -469,6 +491,38 @@ impl<'a> Answered<'a> {
     }
 }
 
+impl Limiter {
+    /// Hands the decision about each limit that records (see `record.rs`)
+    /// to the recorder: `state(i)`, limit `i`'s remaining and whether it
+    /// had room for the request (`None`: not known).
+    fn record(
+        &self,
+        p: &Pending,
+        buckets: &[Bucket],
+        allowed: bool,
+        state: impl Fn(usize) -> Option<(f64, bool)>,
+        via: Via,
+    ) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
+        for (i, ((limit, b), id)) in limits.enumerate() {
+            let Some(record) = limit.record else { continue };
+            recorder.record(Entry {
+                limit: Arc::clone(&limit.name),
+                record,
+                key: id.of(&b.key).to_string(),
+                plan: p.plans.get(i).cloned().flatten(),
+                allowed,
+                remaining: state(i).map(|s| s.0),
+                enough: state(i).map(|s| s.1),
+                via,
+            });
+        }
+    }
+}
+
 /// Each limit's bucket under the caller's plan (the key strings move into
 /// it); or `413` when the cost can never fit.
 // The refusal is rare and built once; boxing it would cost every caller.
@@ -479,6 +533,7 @@ fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
     for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
         let rule = limit.rule_for(k.plan.as_deref());
         p.rules.push(rule);
+        p.plans.push(k.plan);
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {

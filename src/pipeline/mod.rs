@@ -58,6 +58,7 @@ use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
 use crate::key::{ClientIpRules, KeySecret};
 use crate::plan::{PlanResolver, Plans};
+use crate::record::{RecordStats, Recorder};
 use crate::route::RouteTable;
 use crate::shed::{LoadSignal, Shedder, Ticket};
 use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
@@ -106,6 +107,9 @@ pub(crate) struct Limiter {
     /// A missing key's `401` challenge.
     www_authenticate: http::HeaderValue,
     on_refusal: Option<RefusalHook>,
+    /// Writes the decisions of limits with `record` to Redis (`None`:
+    /// no Redis, or no limit records).
+    recorder: Option<Recorder>,
 }
 
 impl fmt::Debug for Limiter {
@@ -254,6 +258,8 @@ pub(crate) struct Extras {
     pub(crate) load_signal: Option<Arc<dyn LoadSignal>>,
     /// Reshapes every refusal (`on_refusal`).
     pub(crate) on_refusal: Option<RefusalHook>,
+    /// The writer of decision records, started on the layer's Redis.
+    pub(crate) recorder: Option<Recorder>,
 }
 
 impl Extras {
@@ -263,6 +269,7 @@ impl Extras {
             cost_fns: HashMap::new(),
             load_signal: None,
             on_refusal: None,
+            recorder: None,
         }
     }
 }
@@ -309,6 +316,7 @@ impl Limiter {
             header_style: cfg.header_style,
             www_authenticate: cfg.www_authenticate.clone(),
             on_refusal: extras.on_refusal,
+            recorder: extras.recorder,
         }
     }
 
@@ -324,6 +332,11 @@ impl Limiter {
     /// passed to [`shape`](Self::shape)).
     pub(crate) fn shapes(&self) -> bool {
         self.on_refusal.is_some()
+    }
+
+    /// What the decision recorder has done (`None`: nothing is recorded).
+    pub(crate) fn record_stats(&self) -> Option<RecordStats> {
+        self.recorder.as_ref().map(Recorder::stats)
     }
 
     /// The shedder, when shedding is on.

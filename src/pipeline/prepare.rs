@@ -42,6 +42,9 @@ pub(crate) struct Pending {
     /// Each limit's numbers under the caller's plan, once known: the
     /// fleet's, for the headers, even when the `local` policy decides.
     pub(super) rules: SmallVec<[Rule; 1]>,
+    /// Each key's plan, kept after the keys move into the buckets (for
+    /// decision records).
+    pub(super) plans: SmallVec<[Option<Arc<str>>; 1]>,
 }
 
 pub(super) struct PendingKey {
@@ -144,6 +147,7 @@ impl Limiter {
             resets_seen: 0,
             log_ids,
             rules: SmallVec::new(),
+            plans: SmallVec::new(),
         })
     }
 

@@ -1,0 +1,619 @@
+//! `explain`: one caller's contract, its bucket now, and its recorded
+//! decisions over a time range, in words a support engineer can paste.
+
+use std::fmt;
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::{keys_of, Admin};
+use crate::algorithm::Rule;
+use crate::key::StoreKey;
+use crate::record::stream_key;
+use crate::store::redis::script::map_err;
+use crate::store::StoreError;
+
+/// Entries read per `XRANGE` call.
+const PAGE: usize = 1000;
+/// Entries read at most: the longest stream a limit may keep.
+const MAX_SCANNED: usize = 1_000_000;
+
+/// The time range `explain` reads, on Redis's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeRange {
+    /// The last this long, until now.
+    Since(Duration),
+    /// Between two times, in milliseconds since the Unix epoch.
+    Between {
+        /// From (inclusive).
+        from_ms: u64,
+        /// To (inclusive).
+        to_ms: u64,
+    },
+}
+
+impl TimeRange {
+    /// `--from T --to T`, each an RFC 3339 time such as
+    /// `2026-12-01T04:31:00Z` or `2026-12-01T05:31:00.250+01:00`.
+    pub fn between(from: &str, to: &str) -> Result<Self, String> {
+        let from_ms = parse_time(from).map_err(|e| format!("--from {from:?}: {e}"))?;
+        let to_ms = parse_time(to).map_err(|e| format!("--to {to:?}: {e}"))?;
+        if from_ms > to_ms {
+            return Err(format!("--from {from:?} is after --to {to:?}"));
+        }
+        Ok(Self::Between { from_ms, to_ms })
+    }
+}
+
+/// What `explain` found ([`Admin::explain`]); `Display` writes the report.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Explanation {
+    /// The limit.
+    pub limit: String,
+    /// The caller as logs and records show it (a digest for API keys).
+    pub key_id: String,
+    /// The caller's plan: the last recorded one, else its assignment.
+    pub plan: Option<String>,
+    /// The contract under that plan, in words.
+    pub contract: String,
+    /// The bucket now, in words.
+    pub state: String,
+    /// Whether the limit records decisions at all.
+    pub recording: bool,
+    /// The range read, in ms since the epoch (Redis's clock).
+    pub from_ms: u64,
+    /// See `from_ms`.
+    pub to_ms: u64,
+    /// The caller's recorded decisions in the range, oldest first.
+    pub decisions: Vec<RecordedDecision>,
+}
+
+/// One recorded decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordedDecision {
+    /// When it was written (Redis's clock), ms since the epoch.
+    pub at_ms: u64,
+    /// Admitted (else refused: 429, or 503 for `via = "closed"`).
+    pub allowed: bool,
+    /// Whole tokens left after it (`None`: not known).
+    pub remaining: Option<u64>,
+    /// This limit had room for the request: a refusal with `Some(true)`
+    /// was another limit's (`None`: not known).
+    pub enough: Option<bool>,
+    /// Decided without Redis (`local`, `open`, `closed`).
+    pub degraded: bool,
+    /// How: `redis`, `remembered`, `lease`, `local`, `open`, `closed`.
+    pub via: String,
+    /// The caller's plan then.
+    pub plan: Option<String>,
+    /// The instance that decided.
+    pub instance: String,
+}
+
+impl Admin {
+    /// Checks `explain`'s limit before Redis is asked (an unknown limit is
+    /// a usage error).
+    pub fn check_explain(config: &crate::Config, value: &str, limit: &str) -> Result<(), String> {
+        Admin::check_target(config, value, Some(limit))
+    }
+
+    /// `limit`'s contract for the caller whose key value is `value` (the
+    /// raw API key, account or IP, digested as the layer does), its bucket
+    /// now and its recorded decisions in `range`.
+    pub async fn explain(
+        &self,
+        value: &str,
+        limit: &str,
+        range: TimeRange,
+    ) -> Result<Explanation, StoreError> {
+        let (pool, config) = (self.store.pool(), &self.config);
+        Admin::check_explain(config, value, limit).map_err(StoreError::Protocol)?;
+        let Some((l, key)) = keys_of(config, value, Some(limit)).next() else {
+            return Err(StoreError::Protocol(format!("no limit named {limit:?}")));
+        };
+        let key_id = StoreKey::parse(&config.key_prefix, &key)
+            .map(|k| k.log_id().of(&key).to_string())
+            .unwrap_or_default();
+        let now_us = redis_now_us(pool).await?;
+        let now_ms = (now_us / 1000.0) as u64;
+        let (from_ms, to_ms) = match range {
+            TimeRange::Since(d) => (now_ms.saturating_sub(d.as_millis() as u64), now_ms),
+            TimeRange::Between { from_ms, to_ms } => (from_ms, to_ms),
+        };
+        let stream = stream_key(&config.key_prefix, &l.name);
+        let decisions = read_decisions(pool, &stream, &key_id, from_ms, to_ms).await?;
+        let plan = decisions
+            .iter()
+            .rev()
+            .find_map(|d| d.plan.clone())
+            .or_else(|| config.plan_assignments.0.get(value).map(|p| p.to_string()));
+        let rule = l.rule_for(plan.as_deref());
+        let raw: Option<String> = if rule.is_concurrency() {
+            None
+        } else {
+            pool.get(&key).await.map_err(map_err)?
+        };
+        Ok(Explanation {
+            limit: l.name.to_string(),
+            key_id,
+            contract: contract(&rule),
+            state: state(&rule, raw.as_deref(), now_us),
+            plan,
+            recording: l.record.is_some(),
+            from_ms,
+            to_ms,
+            decisions,
+        })
+    }
+}
+
+/// Redis `TIME` in µs.
+async fn redis_now_us(pool: &fred::clients::Pool) -> Result<f64, StoreError> {
+    let time: Vec<String> = pool
+        .custom(
+            CustomCommand::new_static("TIME", None, false),
+            Vec::<Value>::new(),
+        )
+        .await
+        .map_err(map_err)?;
+    match time.as_slice() {
+        [s, us] => Ok(s.parse::<f64>().unwrap_or(0.0) * 1e6 + us.parse::<f64>().unwrap_or(0.0)),
+        _ => Err(StoreError::Protocol(
+            "TIME did not answer two numbers".into(),
+        )),
+    }
+}
+
+/// The caller's entries of `stream` between the two times, page by page.
+async fn read_decisions(
+    pool: &fred::clients::Pool,
+    stream: &str,
+    key_id: &str,
+    from_ms: u64,
+    to_ms: u64,
+) -> Result<Vec<RecordedDecision>, StoreError> {
+    let mut out = Vec::new();
+    let mut start = format!("{from_ms}-0");
+    let end = format!("{to_ms}-18446744073709551615");
+    let mut scanned = 0;
+    while scanned < MAX_SCANNED {
+        let xrange = CustomCommand::new_static("XRANGE", ClusterHash::FirstKey, false);
+        let args: Vec<Value> = vec![
+            stream.into(),
+            start.as_str().into(),
+            end.as_str().into(),
+            "COUNT".into(),
+            (PAGE as i64).into(),
+        ];
+        let page: Value = pool.custom(xrange, args).await.map_err(map_err)?;
+        let entries = match page {
+            Value::Array(a) => a,
+            Value::Null => Vec::new(),
+            other => {
+                return Err(StoreError::Protocol(format!(
+                    "{stream} is not a stream: {other:?}"
+                )))
+            }
+        };
+        let n = entries.len();
+        let mut last_id = None;
+        for entry in entries {
+            let Some((id, fields)) = entry_parts(entry) else {
+                continue;
+            };
+            if let Some(d) = decision(&id, &fields, key_id) {
+                out.push(d);
+            }
+            last_id = Some(id);
+        }
+        scanned += n;
+        match last_id {
+            // `(` : exclusive, after the last entry read.
+            Some(id) if n == PAGE => start = format!("({id}"),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// An `XRANGE` entry: its id and its field/value pairs.
+fn entry_parts(entry: Value) -> Option<(String, Vec<(String, String)>)> {
+    let Value::Array(mut parts) = entry else {
+        return None;
+    };
+    if parts.len() != 2 {
+        return None;
+    }
+    let fields = parts.pop()?;
+    let id = parts.pop()?.as_string()?;
+    let Value::Array(fields) = fields else {
+        return None;
+    };
+    let mut pairs = Vec::with_capacity(fields.len() / 2);
+    let mut it = fields.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        pairs.push((k.as_string()?, v.as_string().unwrap_or_default()));
+    }
+    Some((id, pairs))
+}
+
+/// The entry as a decision, if it is `key_id`'s.
+fn decision(id: &str, fields: &[(String, String)], key_id: &str) -> Option<RecordedDecision> {
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    if get("key")? != key_id {
+        return None;
+    }
+    let at_ms = id.split('-').next()?.parse().ok()?;
+    let non_empty = |v: Option<&str>| v.filter(|v| !v.is_empty()).map(str::to_owned);
+    Some(RecordedDecision {
+        at_ms,
+        allowed: get("allowed")? == "1",
+        remaining: get("remaining").and_then(|r| r.parse().ok()),
+        enough: match get("enough") {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            _ => None,
+        },
+        degraded: get("degraded") == Some("1"),
+        via: get("via").unwrap_or("").to_owned(),
+        plan: non_empty(get("plan")),
+        instance: get("instance").unwrap_or("").to_owned(),
+    })
+}
+
+/// A number without trailing zeros (at most 3 decimals).
+fn num(x: f64) -> String {
+    let s = format!("{x:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_owned()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{} s", num(d.as_secs_f64()))
+}
+
+/// The rule in a support engineer's words.
+fn contract(rule: &Rule) -> String {
+    match *rule {
+        Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } => {
+            let full_after = capacity / refill_per_sec;
+            let five = capacity + 5.0 * refill_per_sec;
+            format!(
+                "token bucket: a burst of up to {cap} requests at once, then {rate} per second \
+                 ({minute} per minute). An empty bucket is full again after {full} s. Over a \
+                 long period that is {minute} per minute, but over a few seconds it is the \
+                 burst that limits: in any 5 s at most {five} requests get through \
+                 ({cap} + 5 s x {rate}/s), however far under {minute} the minute's total is.",
+                cap = num(capacity),
+                rate = num(refill_per_sec),
+                minute = num(refill_per_sec * 60.0),
+                full = num(full_after),
+                five = num(five),
+            )
+        }
+        Rule::FixedWindow { limit, window } => format!(
+            "fixed window: at most {} requests per {}, the window opening with the \
+             caller's first request",
+            num(limit),
+            secs(window)
+        ),
+        Rule::SlidingWindow { limit, window } => format!(
+            "sliding window: about {} requests in any {} (the previous window's count \
+             weighted by its overlap)",
+            num(limit),
+            secs(window)
+        ),
+        Rule::Concurrency {
+            max_in_flight,
+            max_hold,
+        } => format!(
+            "concurrency: at most {} requests in flight at once; a slot counts until the \
+             response is over, or {} at most",
+            num(max_in_flight),
+            secs(max_hold)
+        ),
+    }
+}
+
+/// The stored value now, in words.
+fn state(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
+    match (*rule, raw) {
+        (Rule::Concurrency { .. }, _) => "see `fleetlimit inspect` for the slots".into(),
+        (_, None) => "no key: a full bucket".into(),
+        (
+            Rule::TokenBucket {
+                capacity,
+                refill_per_sec,
+            },
+            Some(raw),
+        ) => match raw.trim().parse::<f64>() {
+            Ok(tat) => {
+                let ahead = ((tat - now_us) / 1e6).max(0.0);
+                let tokens = (capacity - ahead * refill_per_sec).max(0.0);
+                if ahead == 0.0 {
+                    format!("{} of {} tokens: full", num(tokens), num(capacity))
+                } else {
+                    format!(
+                        "{} of {} tokens; full in {} s",
+                        num(tokens),
+                        num(capacity),
+                        num(ahead)
+                    )
+                }
+            }
+            Err(_) => format!("unreadable token bucket: {raw:?}"),
+        },
+        (rule, raw) => rule.describe_stored(raw, now_us),
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plan = self
+            .plan
+            .as_deref()
+            .unwrap_or("(none: the limit's own numbers)");
+        writeln!(
+            f,
+            "limit {}, caller {}, plan {plan}",
+            self.limit, self.key_id
+        )?;
+        writeln!(f, "contract: {}", self.contract)?;
+        writeln!(f, "now: {}", self.state)?;
+        let range = format!(
+            "{} to {} (Redis clock)",
+            format_time(self.from_ms),
+            format_time(self.to_ms)
+        );
+        if !self.recording {
+            return writeln!(
+                f,
+                "decisions: limit {} does not record them (set `record = true` on it)",
+                self.limit
+            );
+        }
+        let refused = self.decisions.iter().filter(|d| !d.allowed).count();
+        let degraded = self.decisions.iter().filter(|d| d.degraded).count();
+        writeln!(
+            f,
+            "decisions {range}: {} recorded, {} admitted, {refused} refused, {degraded} degraded",
+            self.decisions.len(),
+            self.decisions.len() - refused,
+        )?;
+        // Runs of ordinary admissions are one line; every refusal and every
+        // degraded decision is a line of its own.
+        let mut run: Option<(&RecordedDecision, &RecordedDecision, usize)> = None;
+        let mut suspicious = 0;
+        let mut previous: Option<&RecordedDecision> = None;
+        for d in &self.decisions {
+            if d.allowed && !d.degraded {
+                run = Some(match run {
+                    Some((first, _, n)) => (first, d, n + 1),
+                    None => (d, d, 1),
+                });
+                previous = Some(d);
+                continue;
+            }
+            if let Some(r) = run.take() {
+                write_run(f, r)?;
+            }
+            let by_another = !d.allowed && d.enough == Some(true);
+            let what = match (d.allowed, d.via.as_str()) {
+                (true, _) => "admitted",
+                (false, "closed") => "REFUSED 503",
+                (false, _) => "REFUSED 429",
+            };
+            let before = match previous.and_then(|p| p.remaining) {
+                Some(n) => format!("previous answer: remaining {n}"),
+                None => "previous answer: none recorded".into(),
+            };
+            write!(
+                f,
+                "  {}  {what:<11}  remaining {}  via {}",
+                format_time(d.at_ms),
+                show_remaining(d.remaining),
+                d.via
+            )?;
+            if d.degraded {
+                write!(f, "  DEGRADED (Redis failed: decided by `{}`)", d.via)?;
+            }
+            if by_another {
+                write!(f, "  (by another limit of the route; this one had room)")?;
+            } else if !d.allowed {
+                write!(f, "  ({before})")?;
+                if previous.and_then(|p| p.remaining).is_some_and(|n| n > 0) {
+                    suspicious += 1;
+                    write!(
+                        f,
+                        "  <- CHECK: refused right after an answer with tokens left"
+                    )?;
+                }
+            }
+            writeln!(f, "  instance {}", d.instance)?;
+            previous = Some(d);
+        }
+        if let Some(r) = run.take() {
+            write_run(f, r)?;
+        }
+        if refused > 0 {
+            if suspicious == 0 {
+                writeln!(
+                    f,
+                    "every refusal followed an answer of remaining 0 (or none recorded): \
+                     the limit did what its contract says"
+                )?;
+            } else {
+                writeln!(
+                    f,
+                    "{suspicious} refusal(s) came right after an answer with tokens left: \
+                     another instance or client sharing the key, a reset, a plan change, or a bug"
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn show_remaining(r: Option<u64>) -> String {
+    r.map_or_else(|| "?".into(), |n| n.to_string())
+}
+
+fn write_run(
+    f: &mut fmt::Formatter<'_>,
+    (first, last, n): (&RecordedDecision, &RecordedDecision, usize),
+) -> fmt::Result {
+    writeln!(
+        f,
+        "  {} .. {}  admitted x{n}  remaining {} -> {}",
+        format_time(first.at_ms),
+        format_time(last.at_ms),
+        show_remaining(first.remaining),
+        show_remaining(last.remaining),
+    )
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The inverse of [`days_from_civil`].
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `ms` since the epoch as `2026-12-01T04:31:07.123Z`.
+fn format_time(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60,
+        ms % 1000
+    )
+}
+
+/// An RFC 3339 time → ms since the epoch.
+fn parse_time(t: &str) -> Result<u64, String> {
+    const SHAPE: &str = "expected an RFC 3339 time such as 2026-12-01T04:31:00Z";
+    let b = t.as_bytes();
+    let n = |r: std::ops::Range<usize>| -> Result<i64, String> {
+        t.get(r)
+            .filter(|s| s.bytes().all(|c| c.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| SHAPE.to_owned())
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return Err(SHAPE.into());
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return Err(SHAPE.into());
+    }
+    let (y, mo, d, h, mi, s) = (
+        n(0..4)?,
+        n(5..7)?,
+        n(8..10)?,
+        n(11..13)?,
+        n(14..16)?,
+        n(17..19)?,
+    );
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return Err(format!("{SHAPE} (a field is out of range)"));
+    }
+    let mut i = 19;
+    let mut ms = 0;
+    if b[i] == b'.' {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return Err(SHAPE.into());
+        }
+        let frac = &t[start..i.min(start + 3)];
+        ms = frac.parse::<i64>().map_err(|_| SHAPE.to_owned())? * 10_i64.pow(3 - frac.len() as u32);
+    }
+    let offset_s = match &t[i..] {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && matches!(&o[..1], "+" | "-") && &o[3..4] == ":" => {
+            let sign = if &o[..1] == "-" { -1 } else { 1 };
+            let oh: i64 = o[1..3].parse().map_err(|_| SHAPE.to_owned())?;
+            let om: i64 = o[4..6].parse().map_err(|_| SHAPE.to_owned())?;
+            sign * (oh * 3600 + om * 60)
+        }
+        _ => return Err(format!("{SHAPE} (with Z or an offset like +01:00)")),
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset_s;
+    u64::try_from(secs * 1000 + ms).map_err(|_| "a time before 1970".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        let t = parse_time("2026-12-01T04:31:07.123Z").unwrap();
+        assert_eq!(format_time(t), "2026-12-01T04:31:07.123Z");
+        assert_eq!(parse_time("1970-01-01T00:00:00Z").unwrap(), 0);
+        assert_eq!(
+            parse_time("2026-12-01T05:31:07.123+01:00").unwrap(),
+            t,
+            "an offset is taken off"
+        );
+        assert_eq!(
+            parse_time("2024-02-29T00:00:00Z").unwrap(),
+            1_709_164_800_000
+        );
+        for bad in [
+            "yesterday",
+            "2026-12-01",
+            "2026-13-01T00:00:00Z",
+            "2026-12-01T00:00:00",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_contract_says_burst_and_rate() {
+        let c = contract(&Rule::TokenBucket {
+            capacity: 50.0,
+            refill_per_sec: 10.0,
+        });
+        assert!(c.contains("a burst of up to 50"), "{c}");
+        assert!(c.contains("10 per second (600 per minute)"), "{c}");
+        assert!(c.contains("full again after 5 s"), "{c}");
+        assert!(c.contains("at most 100 requests"), "{c}");
+    }
+}
