@@ -148,7 +148,7 @@ pub(crate) struct LeaseConfig {
 /// use fleetlimit::{KeySource, LimitConfig, Rate, RecordConfig};
 ///
 /// // The last 50 000 decisions of the last 2 hours, whichever is fewer.
-/// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10.0))
+/// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10))
 ///     .record(RecordConfig::default().max_len(50_000).max_age(Duration::from_secs(7200)));
 /// # let _ = api;
 /// ```
