@@ -86,3 +86,69 @@ async fn refusals_and_degraded_decisions_leave_evidence() {
     );
     assert!(!degraded.contains("sk_live"), "{degraded}");
 }
+
+/// One DEBUG span per decision: route, limits, the key's log id (never the
+/// raw API key), outcome, status and degraded, for a decision Redis made,
+/// a refusal, and a degraded one.
+#[tokio::test(flavor = "current_thread")]
+async fn each_decision_has_a_debug_span() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let server = RedisServer::start();
+    let prefix = prefix("decision-span");
+    let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
+    let app = ok_app(cfg).await;
+    let secret = "sk_live_not_in_spans";
+    let req = || request("GET", "/", "127.0.0.1:1", &[("x-api-key", secret)]);
+    let _ = captured.take();
+    assert_eq!(send(&app, req()).await.status(), 200);
+    let spans = captured.take();
+    let closed = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains("fleetlimit.decide{") && l.contains("close"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let admitted = closed(&spans);
+    assert_eq!(admitted.len(), 1, "{spans}");
+    let s = &admitted[0];
+    for part in [
+        "route=\"/\"",
+        "limit=\"per-key\"",
+        "key=h#",
+        "outcome=\"admitted\"",
+        "degraded=false",
+    ] {
+        assert!(s.contains(part), "{part} in {s}");
+    }
+    assert!(!spans.contains(secret), "a raw API key in a span: {spans}");
+
+    assert_eq!(send(&app, req()).await.status(), 200);
+    assert_eq!(send(&app, req()).await.status(), 429);
+    let refused = closed(&captured.take());
+    assert!(
+        refused
+            .iter()
+            .any(|s| s.contains("outcome=\"refused\"") && s.contains("status=429")),
+        "{refused:?}"
+    );
+
+    server.kill();
+    let other = request("GET", "/", "127.0.0.1:1", &[("x-api-key", "another")]);
+    assert_eq!(send(&app, other).await.status(), 200);
+    let degraded = closed(&captured.take());
+    assert!(
+        degraded
+            .iter()
+            .any(|s| s.contains("outcome=\"admitted\"") && s.contains("degraded=true")),
+        "{degraded:?}"
+    );
+}

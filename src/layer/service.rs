@@ -80,7 +80,7 @@ where
                 let decision = self.limiter.shape(decision);
                 ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
             }
-            Prepared::Ask(pending) => match self.limiter.decide(pending) {
+            Prepared::Ask(pending) => match self.limiter.decide_traced(pending, &req) {
                 // Decided already (in-process store, remembered refusal):
                 // call the ready service now, keeping the request out of the
                 // future.

@@ -218,6 +218,7 @@ impl Limiter {
 
     /// The store failed: the route's failure policy decides.
     fn fall_back(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
+        super::trace::degraded();
         // `local` is recorded with its buckets' answer, in `decision`.
         match p.policy.on_redis_error {
             FailurePolicy::Open => self.record(p, &check.buckets, true, |_| None, Via::Open),

@@ -31,6 +31,7 @@ mod refund;
 mod refusal;
 mod refused;
 mod slot;
+mod trace;
 // Its header names are public as `fleetlimit::headers`.
 pub(crate) mod response;
 
