@@ -12,7 +12,8 @@
 //! ```
 //!
 //! `FLEETLIMIT_ADDR` sets the address (default `127.0.0.1:3000`),
-//! `REDIS_URL` a Redis to share the counts with other instances.
+//! `REDIS_URL` a Redis to share the counts with other instances,
+//! `FLEETLIMIT_PLANS_TABLE` another table than `fleetlimit_plans`.
 
 use std::net::SocketAddr;
 
@@ -55,7 +56,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     // Lazy: the server starts even while the database is down (callers get
     // the base numbers, and the failures are logged).
-    let plans = PostgresPlans::connect(&db)?.table("fleetlimit_plans")?;
+    let table =
+        std::env::var("FLEETLIMIT_PLANS_TABLE").unwrap_or_else(|_| "fleetlimit_plans".to_owned());
+    let plans = PostgresPlans::connect(&db)?.table(&table)?;
 
     let app = Router::new().route("/", get(|| async { "hello\n" })).layer(
         RateLimitLayer::builder(cfg)

@@ -304,3 +304,36 @@ async fn a_plan_name_the_config_does_not_define_gives_the_base_numbers_and_is_lo
         "the caller's key is not logged: {logs}"
     );
 }
+
+/// `examples/postgres_plans.rs` as a user runs it, on a table of this
+/// test's own: a `pro` row gets the pro numbers (100 a minute), a key
+/// without a row the base ones (10).
+#[tokio::test]
+async fn the_postgres_plans_example_serves_plans_from_its_table() {
+    use support::example::Example;
+
+    let table = Table::create("example").await;
+    table.set("demo-pro", "pro").await;
+    let ex = Example::start(
+        "postgres_plans",
+        &[],
+        &[
+            ("DATABASE_URL", &database_url()),
+            ("FLEETLIMIT_PLANS_TABLE", &table.name),
+        ],
+    );
+    assert!(
+        ex.banner.contains("plans from postgres://"),
+        "{}",
+        ex.banner
+    );
+    let (status, raw) = ex.http("GET", "/", &[("x-api-key", "demo-pro")]);
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains("x-ratelimit-limit: 100"), "{raw}");
+    let mut want = vec![200; 10];
+    want.push(429);
+    assert_eq!(
+        ex.statuses("GET", "/", &[("x-api-key", "anyone")], 11),
+        want
+    );
+}
