@@ -307,26 +307,7 @@ impl Store for RedisStore {
     fn release(&self, key: &str, slot: &str) {
         let (pool, inner) = (self.pool.clone(), Arc::clone(&self.inner));
         let (key, slot) = (key.to_owned(), slot.to_owned());
-        let run = async move {
-            let done = within(
-                inner.release(&pool, &key, &slot),
-                inner.deadline(),
-                &inner.io,
-                &inner.stalls,
-            )
-            .await
-            .unwrap_or(Err(StoreError::Timeout));
-            if let Err(e) = done {
-                if let Some(suppressed) = inner.release_log.event() {
-                    tracing::warn!(
-                        target: "fleetlimit",
-                        error = %e,
-                        suppressed,
-                        "could not release a concurrency slot: it counts until its max_hold"
-                    );
-                }
-            }
-        };
+        let run = async move { inner.release_bounded(&pool, &key, &slot).await };
         // On the caller's runtime when there is one (a response body is
         // dropped on it); else on fred's own (a body dropped elsewhere).
         match tokio::runtime::Handle::try_current() {

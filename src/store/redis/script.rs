@@ -184,6 +184,29 @@ impl Inner {
         }
     }
 
+    /// [`release`](Self::release) within the deadline; a failure is logged
+    /// (a line a second) and the slot counts until its `max_hold`.
+    pub(crate) async fn release_bounded(&self, pool: &Pool, key: &str, slot: &str) {
+        let done = within(
+            self.release(pool, key, slot),
+            self.deadline,
+            &self.io,
+            &self.stalls,
+        )
+        .await
+        .unwrap_or(Err(StoreError::Timeout));
+        if let Err(e) = done {
+            if let Some(suppressed) = self.release_log.event() {
+                tracing::warn!(
+                    target: "fleetlimit",
+                    error = %e,
+                    suppressed,
+                    "could not release a concurrency slot: it counts until its max_hold"
+                );
+            }
+        }
+    }
+
     /// `ZREM` of a concurrency slot from its key's set, on the primary
     /// owning the key on a cluster; fail-fast, one attempt, the caller
     /// bounds it by the deadline.
@@ -280,22 +303,7 @@ impl Inner {
             let (inner, pool, units) = (Arc::clone(self), pool.clone(), check.cost);
             tokio::spawn(async move {
                 for (key, slot) in slots {
-                    let done = within(
-                        inner.release(&pool, &key, &slot),
-                        inner.deadline,
-                        &inner.io,
-                        &inner.stalls,
-                    )
-                    .await
-                    .unwrap_or(Err(StoreError::Timeout));
-                    if let Err(e) = done {
-                        tracing::warn!(
-                            target: "fleetlimit",
-                            error = %e,
-                            "refused, and the concurrency slot taken before the refusal could not \
-                             be given back: it counts until its max_hold"
-                        );
-                    }
+                    inner.release_bounded(&pool, &key, &slot).await;
                 }
                 for refund in refunds {
                     let done = within(
