@@ -210,7 +210,13 @@ impl Limiter {
                 self.decision(&p, buckets, answered, DecidedBy::Primary)
             }
             Err(e) => {
-                drop(asking);
+                // Not sent (breaker open, own queue full): nothing to give
+                // back, and a release would only knock on a Redis cut off.
+                if matches!(e, StoreError::CircuitOpen | StoreError::Overloaded) {
+                    asking.answered();
+                } else {
+                    drop(asking);
+                }
                 self.fall_back(&p, check, &e)
             }
         }
@@ -530,7 +536,6 @@ impl Limiter {
 #[allow(clippy::result_large_err)]
 fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
     let mut buckets = Buckets::with_capacity(p.keys.len());
-    p.rules.clear();
     for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
         let rule = limit.rule_for(k.plan.as_deref());
         p.rules.push(rule);
