@@ -135,6 +135,13 @@ limits = ["api"]
         "{refused} refused in {phase1:.3} s"
     );
     assert!(refused <= 150, "{refused} refused: the burst of 50 passes");
+    // 429s are certain only if the phase was shorter than the refill of
+    // the 150 requests past the burst; on a slower host none is right.
+    let must_refuse = phase1 < (200.0 - burst) / rate;
+    if !must_refuse {
+        eprintln!("phase 1 took {phase1:.3} s: no 429 is owed, skipping the explain checks");
+        return;
+    }
     assert!(
         refused > 0,
         "a burst of 200 in {phase1:.3} s must meet 429s"

@@ -255,15 +255,19 @@ async fn a_blocked_lookup_is_cut_off_by_the_timeout() {
         start.elapsed()
     })
     .await;
+    let answered = Instant::now();
     assert!(elapsed >= LOOKUP_TIMEOUT, "{elapsed:?}");
     assert!(
         logs.contains(&format!("timed out after {LOOKUP_TIMEOUT:?}")),
         "cut off by the lookup timeout, not the layer's own bound: {logs}"
     );
-    // Within the TTL the cached answer is used: no second wait.
+    // Within the TTL the cached answer is used: no second wait (checked
+    // only when this request did start within the TTL of the answer).
     let start = Instant::now();
     assert_eq!(limit_seen(&app, "pro-key").await, 5);
-    assert!(start.elapsed() < LOOKUP_TIMEOUT, "{:?}", start.elapsed());
+    if start.duration_since(answered) < TTL / 2 {
+        assert!(start.elapsed() < LOOKUP_TIMEOUT, "{:?}", start.elapsed());
+    }
 
     // Released: the next lookup (after the TTL) reads the row, on a
     // connection that is not stuck behind the cut-off query.
