@@ -2,23 +2,26 @@
 //! (`lua/heartbeat.lua`) and reads back how many instances are alive, the
 //! N the `local` fallback divides limits by.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+#[cfg(feature = "redis")]
+use {
+    crate::config::Heartbeat,
+    crate::store::redis::script::map_err,
+    crate::store::{RedisStore, StoreError},
+    fred::interfaces::ClientLike,
+    fred::types::config::Options,
+    fred::types::{ClusterHash, CustomCommand, Value},
+    std::sync::atomic::{AtomicU32, Ordering},
+    std::sync::{Arc, Weak},
+    std::time::Duration,
+};
 
-use fred::interfaces::ClientLike;
-use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
-
-use crate::config::Heartbeat;
-use crate::store::redis::script::map_err;
-use crate::store::{RedisStore, StoreError};
-
+#[cfg(feature = "redis")]
 const HEARTBEAT: &str = include_str!("../lua/heartbeat.lua");
 
 /// Starts the heartbeat task; it ends when `fleet` (the layer's fleet
 /// size) is dropped with the last clone of the layer.
 /// `instance`: this layer's id, the member it heartbeats as.
+#[cfg(feature = "redis")]
 pub(crate) fn start(
     store: RedisStore,
     fleet: Weak<AtomicU32>,
@@ -31,6 +34,7 @@ pub(crate) fn start(
 
 /// Heartbeats until the layer is gone. While Redis is down the last count
 /// seen is kept (an outage is no reason to assume the fleet shrank).
+#[cfg(feature = "redis")]
 async fn heartbeat(
     store: RedisStore,
     fleet: Weak<AtomicU32>,
@@ -63,6 +67,7 @@ async fn heartbeat(
 /// Records this instance as alive in the fleet's sorted set (scored by
 /// Redis `TIME`), prunes instances silent for `dead_after`, keeps an
 /// expiry on the set, and returns how many are alive.
+#[cfg(feature = "redis")]
 async fn beat(
     store: &RedisStore,
     key: &str,

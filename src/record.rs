@@ -22,18 +22,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "redis")]
 use fred::interfaces::ClientLike;
+#[cfg(feature = "redis")]
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::sync::mpsc;
 
 use crate::log_throttle::Throttle;
 use crate::route::RecordConfig;
+#[cfg(feature = "redis")]
 use crate::store::redis::script::map_err;
+#[cfg(feature = "redis")]
 use crate::store::{RedisStore, StoreError};
 
 /// Records waiting for the writer, per layer. A full queue drops.
 pub(crate) const QUEUE: usize = 4096;
 /// Records written in one pipeline at most.
+#[cfg(feature = "redis")]
 const BATCH: usize = 256;
 
 /// What a layer's recorder has done since it started
@@ -126,8 +131,11 @@ pub(crate) struct Recorder {
     dropped_log: Throttle,
 }
 
+// Without Redis no recorder is ever started.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 impl Recorder {
     /// Starts the writer on `store`; it ends when the recorder is dropped.
+    #[cfg(feature = "redis")]
     pub(crate) fn start(
         store: RedisStore,
         prefix: Arc<str>,
@@ -177,6 +185,7 @@ impl Recorder {
 }
 
 /// The task writing the queue to Redis.
+#[cfg(feature = "redis")]
 struct Writer {
     store: RedisStore,
     prefix: Arc<str>,
@@ -185,6 +194,7 @@ struct Writer {
     counters: Arc<Counters>,
 }
 
+#[cfg(feature = "redis")]
 impl Writer {
     async fn run(self, mut rx: mpsc::Receiver<Entry>) {
         let failed_log = Throttle::default();

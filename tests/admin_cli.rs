@@ -1,6 +1,8 @@
 //! The `fleetlimit` command against real Redis (standalone, Cluster and
 //! Sentinel): check-config, inspect, reset, and a sweep that repairs exactly
 //! fleetlimit's keys without an expiry and nothing else under the prefix.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

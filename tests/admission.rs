@@ -1,5 +1,7 @@
 //! Admission and refusal against a real Redis: headers, Retry-After, keys
 //! apart, refill, route templates.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! Fixed and sliding windows against a real Redis: expiry repair, refused
 //! requests not counted, Retry-After from the TTL, and the boundary burst.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! Malformed and hostile requests get a documented answer: never a panic,
 //! never a 500, never a way out of the limit or into another client's key.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

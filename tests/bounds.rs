@@ -1,6 +1,8 @@
 //! The configuration bounds on a real Redis: a limit at the edge of what
 //! validation accepts still decides exactly, and a request that fits
 //! exactly is admitted whatever the scripts' ¼ µs rounding does.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

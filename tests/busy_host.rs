@@ -2,6 +2,8 @@
 //! outage. With the default configuration (5 ms deadline, default breaker),
 //! a `closed` route answers from Redis when the machine is busy with CPU
 //! hogs, and when the instance itself is busy with 256 concurrent clients.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

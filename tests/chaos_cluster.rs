@@ -1,6 +1,8 @@
 //! Chaos on a 3-primary Redis Cluster: one primary is killed long enough for
 //! the cluster to notice (no replicas: its slots are down, then the whole
 //! cluster refuses), then started again from its nodes.conf.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

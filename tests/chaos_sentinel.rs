@@ -2,6 +2,8 @@
 //! killed; while the sentinels fail over, routes follow their failure
 //! policy, and once the replica is promoted the layer decides by Redis again
 //! without a restart.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

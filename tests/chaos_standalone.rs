@@ -5,6 +5,8 @@
 //! `/sign-in` (closed) 503 with Retry-After only during the outage; `/search`
 //! (local) kept limiting; the breaker opened and closed; exact decisions
 //! after recovery; every key under the prefix has an expiry.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

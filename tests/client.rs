@@ -1,5 +1,7 @@
 //! fleetlimit::client: the waits, retries and pacing against a scripted
 //! server (paused time), then against the quickstart example on Redis.
+// Its Redis tests need the `redis` feature; their helpers are unused without it.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 mod support;
 
@@ -532,6 +534,7 @@ fn counted_http(
     })
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_driving_three_times_its_limit_sees_no_refusal() {
     let redis = support::RedisServer::start();
@@ -606,6 +609,7 @@ async fn a_client_driving_three_times_its_limit_sees_no_refusal() {
     redis.assert_every_key_expires("rl");
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_budget_gets_the_refusal_unchanged() {
     let redis = support::RedisServer::start();

@@ -2,6 +2,8 @@
 //! three primaries dead, keys owned by the two healthy primaries are still
 //! decided by Redis, and only the dead primary's keys follow their route's
 //! failure policy (each primary has its own circuit breaker).
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

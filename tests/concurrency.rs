@@ -1,5 +1,7 @@
 //! Exact under concurrency: separate "servers" (each its own layer and fred
 //! pool) hammering one key admit exactly the capacity.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,5 +1,8 @@
 //! A bad configuration fails at start-up with what and where:
 //! `file:line:column: message`.
+// Its fixture has a `[redis]` section: a configuration error without the
+// `redis` feature (checked in tests/memory_only.rs instead).
+#![cfg(feature = "redis")]
 
 use std::path::PathBuf;
 

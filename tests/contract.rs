@@ -7,6 +7,8 @@
 //! two requests cannot change a rounded value: remaining is floored
 //! (a fraction of a token refilled stays under the next whole one for
 //! 3600 s) and the reset is rounded up (it moves by less than 1 s).
+// Its Redis tests need the `redis` feature; their helpers are unused without it.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 mod support;
 
@@ -236,6 +238,7 @@ async fn one_limit_in_process() {
     one_limit(Store::InProcess, None).await;
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn one_limit_on_redis() {
     let server = RedisServer::start();
@@ -270,6 +273,7 @@ async fn several_limits_in_process() {
     several_limits(Store::InProcess, None).await;
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn several_limits_on_redis() {
     let server = RedisServer::start();
@@ -312,6 +316,7 @@ async fn refused_in_process() {
     refused(Store::InProcess, None).await;
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn refused_on_redis() {
     let server = RedisServer::start();
@@ -349,6 +354,7 @@ async fn refund_reflected_in_process() {
     refund_reflected(Store::InProcess, None).await;
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn refund_reflected_on_redis() {
     let server = RedisServer::start();
@@ -356,6 +362,7 @@ async fn refund_reflected_on_redis() {
     server.assert_every_key_expires(&prefix("refund"));
 }
 
+#[cfg(feature = "redis")]
 /// Redis is gone: `local` answers from this instance's share and claims no
 /// remaining (the fleet's count is unknown); `open` counts nothing and
 /// says nothing; `closed` is a 503 of its own type.
@@ -501,6 +508,7 @@ fn expect(v: [&str; 6]) -> [String; 6] {
     v.map(str::to_owned)
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn the_hook_reshapes_every_refusal() {
     let server = RedisServer::start();
@@ -728,6 +736,7 @@ async fn the_style_chooses_the_fields() {
     );
 }
 
+#[cfg(feature = "redis")]
 /// Redis dies between the decision and the handler's refund: the refund
 /// fails, and the headers say what the store last said (5 left), not a
 /// refund that did not happen.

@@ -1,5 +1,7 @@
 //! Cost-weighted requests: a route's fixed cost, a cost computed from the
 //! request, refunds from the handler, and costs no bucket can hold.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -20,6 +20,8 @@
 //!
 //! Sliding windows are left out: the in-process store aligns them to its
 //! own start and Redis to Unix time, so their boundaries differ by design.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

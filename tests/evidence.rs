@@ -1,6 +1,8 @@
 //! The evidence that settles "your limiter is broken": a tracing event for
 //! every refusal and every degraded decision, with the limit, the key
 //! (digested, never a raw API key), remaining, reason and degraded flag.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,6 +1,8 @@
 //! The examples beyond the quickstart keep working: each binary `cargo
 //! test` builds, driven over real HTTP, in-process and against the Redis
 //! topology it shows (standalone, Cluster, Sentinel).
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

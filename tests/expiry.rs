@@ -8,6 +8,8 @@
 //! and with it its expiry, stays at least `HEADROOM ÷ refill` = 2 s ahead of
 //! Redis's clock: a test process stalled on a busy machine still finds the
 //! key it reads (a bucket just 10 ms from full would expire under it).
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

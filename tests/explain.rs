@@ -1,6 +1,8 @@
 //! Defending a 429 with evidence: decisions recorded in Redis and read
 //! back by `fleetlimit explain` (the design document's stage 10 case), the
 //! recorder under a frozen Redis, the stream's bounds, and bad input.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,6 +1,8 @@
 //! Fleet size by heartbeat: instances heartbeat into a sorted set in Redis,
 //! the live count follows the fleet, the local fallback divides by it, and
 //! the last count is kept while Redis is down.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

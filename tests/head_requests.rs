@@ -2,6 +2,8 @@
 //! handler, so a route entry listing GET governs HEAD too (its route and its
 //! cost function). A layer outside the `Router` sees no `MatchedPath` and
 //! says so, once.
+// Its Redis tests need the `redis` feature; their helpers are unused without it.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 mod support;
 
@@ -78,6 +80,7 @@ async fn head_counts_against_the_get_route_in_process() {
     assert_eq!(send(&app, req("GET")).await.status(), 429);
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn head_counts_against_the_get_route_on_redis() {
     let server = RedisServer::start();

@@ -1,6 +1,8 @@
 //! Concurrency limits (`algorithm = "concurrency"`): requests of one key in
 //! flight at once, capped over the fleet, each slot given back when its
 //! response is over (ended, dropped, client gone) or at its `max_hold`.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,6 +1,8 @@
 //! Hot-key token leases against a real Redis: a hot key takes tokens in
 //! batches and spends them locally; the fleet never admits more than the
 //! limit, strands at most a batch per instance, and saves Redis calls.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

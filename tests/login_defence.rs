@@ -2,6 +2,8 @@
 //! sign-ins, and that escalate (delay, challenge) instead of locking out.
 //! Each scenario runs against a real Redis with two layers ("instances")
 //! sharing it, clients told apart by `ConnectInfo`.
+// Its Redis tests need the `redis` feature; their helpers are unused without it.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 mod support;
 
@@ -69,6 +71,7 @@ async fn right(app: &Router, ip: &str, captcha: bool) -> (u16, String) {
 
 const CHALLENGE_TYPE: &str = r#""type":"urn:fleetlimit:challenge-required""#;
 
+#[cfg(feature = "redis")]
 /// The seed's distributed attack, scaled down in time (an "hour" is the
 /// test) but not in volume: 8,000 IPs × 4 failures each, every IP far under
 /// its per-IP limit of 10, trip the global failure-rate limit (30,000);
@@ -166,6 +169,7 @@ async fn distributed_attack_trips_the_global_failure_rate_then_everyone_is_chall
     );
 }
 
+#[cfg(feature = "redis")]
 /// An attacker with 20 IPs spends the victim's per-account failure budget;
 /// the victim, from a fresh IP, is challenged — never refused.
 #[tokio::test]
@@ -237,6 +241,7 @@ const IP_ACCOUNT: &str = r#"
     refill = "5/h"
 "#;
 
+#[cfg(feature = "redis")]
 /// Successful sign-ins are given back: after 40 of them, across both
 /// instances, one IP still has its whole budget of 5 failures.
 #[tokio::test]
@@ -258,6 +263,7 @@ async fn successful_logins_are_not_counted() {
     server.assert_every_key_expires(&prefix);
 }
 
+#[cfg(feature = "redis")]
 /// One IP hammering one account is refused by the IP+account limit; other
 /// IPs trying the same account are not.
 #[tokio::test]
@@ -358,6 +364,7 @@ async fn delay_holds_the_request_and_bounds_how_many_are_held() {
     assert_eq!(t.elapsed(), Duration::from_secs(2));
 }
 
+#[cfg(feature = "redis")]
 /// With Redis and two instances: the delay is at least the configured one
 /// (a lower bound sleep guarantees, whatever the load), and a request
 /// within its limit is not held: it is answered within the deadline
@@ -401,6 +408,7 @@ const FALLBACK: &str = r#"
     on_redis_error = "closed"
 "#;
 
+#[cfg(feature = "redis")]
 /// Redis down: a `closed` route answers 503; a `local` one decides from
 /// this instance's share (4 ÷ 2 = 2 failures), successes given back to
 /// those in-process buckets.
@@ -429,6 +437,7 @@ async fn redis_down_closed_is_503_and_local_counts_failures_in_process() {
     assert_eq!(wrong(&app, "192.0.2.1", "alice").await.0, 429);
 }
 
+#[cfg(feature = "redis")]
 /// Redis down under `local` with a fleet of 10: the request is charged a
 /// share (0.5, the smallest limit's tenth) and a success gives back exactly
 /// that, so interleaved successes never buy an IP more failures than its
@@ -473,6 +482,7 @@ async fn under_local_a_success_gives_back_what_was_charged_not_more() {
     assert_eq!(seen, [401, 200, 401, 200, 401, 200, 401, 429, 429, 429]);
 }
 
+#[cfg(feature = "redis")]
 /// Redis stops (SIGSTOP) while the handler runs: giving the success back
 /// fails within the deadline and the response still goes out. Whether the
 /// unit stays charged is then unknown (the timed-out call may still run
@@ -709,6 +719,7 @@ async fn escalations_log_one_line_a_second_per_limit() {
     assert!(lines[1].contains("suppressed=49"), "{}", lines[1]);
 }
 
+#[cfg(feature = "redis")]
 /// `max_delayed` is per instance: with Redis shared by two instances, the
 /// places of one being full challenges its next delayed request, while the
 /// other still holds its own.
@@ -800,6 +811,7 @@ async fn the_refund_handle_leaves_failure_counting_limits_to_the_status() {
     assert!(body_text(res).await.contains("\"limit\":\"failures\""));
 }
 
+#[cfg(feature = "redis")]
 /// Garbage in a failure-counting key (another type, written while the
 /// handler ran) is a fresh key for that key alone: the success is still
 /// answered, the refund leaves it full with an expiry, and failures then
@@ -849,6 +861,7 @@ async fn garbage_in_the_key_between_charge_and_refund_is_a_fresh_key() {
     assert_eq!(fails, [401, 401, 401, 401, 429], "a fresh, full bucket");
 }
 
+#[cfg(feature = "redis")]
 /// Redis down under `local`: escalation still works from this instance's
 /// share (4 ÷ 2): past 2 failures the account is challenged, not refused.
 #[tokio::test]
@@ -887,6 +900,7 @@ async fn redis_down_local_still_challenges_instead_of_refusing() {
     assert_eq!((s, body.as_str()), (200, "ok challenge=per-account"));
 }
 
+#[cfg(feature = "redis")]
 /// A challenge asked for is not a failed attempt: once the global failure
 /// limit challenges everyone, an office behind one address whose users are
 /// prompted many times is never refused by its per-IP failure limit; only
@@ -935,6 +949,7 @@ async fn challenge_prompts_are_not_counted_as_failures() {
     server.assert_every_key_expires(&prefix);
 }
 
+#[cfg(feature = "redis")]
 /// A refusal of a limit that counts failures is not remembered by the
 /// instance (pipeline/refused.rs): a success in flight holds its unit
 /// only until its status is known, so the limit may have room again long

@@ -1,5 +1,7 @@
 //! `examples/login.rs` keeps working: the example binary that `cargo test`
 //! builds, driven over real HTTP with its bundled `examples/login.toml`.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -3,6 +3,8 @@
 //! one noisy tenant cannot starve the others through its refusals — on a
 //! standalone Redis (one script call) and on a 3-primary cluster, where the
 //! tenant's key and the shared key live in different slots.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! A Redis outage never takes the API down: SIGKILL and SIGSTOP, with the
 //! three failure policies, then recovery.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

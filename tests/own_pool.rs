@@ -1,6 +1,8 @@
 //! A layer on a fred pool the application built itself
 //! (`RedisStore::from_pool`): its scripts loaded, decisions in Redis, the
 //! deadline applied to its calls.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

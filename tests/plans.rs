@@ -1,5 +1,7 @@
 //! Plans: a caller's numbers follow its plan within the cache TTL, and its
 //! usage so far is kept across an upgrade or a downgrade.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

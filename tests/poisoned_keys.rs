@@ -4,6 +4,8 @@
 //! valid state and an expiry. It never fails other keys' checks (coalesced
 //! into the same script call), never counts toward the circuit breaker, and
 //! a refused request is charged nowhere.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

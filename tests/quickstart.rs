@@ -1,6 +1,8 @@
 //! The README's promise: `cargo run --example quickstart` serves the three
 //! routes on a bare machine, and uses Redis when `REDIS_URL` is set.
 //! Runs the example binary that `cargo test` builds, over real HTTP.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

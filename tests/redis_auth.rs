@@ -1,6 +1,8 @@
 //! A password-protected Redis: the password never shows (check-config,
 //! `describe()`, `{:?}`, start-up warnings, CLI errors), and a wrong one is
 //! reported as an authentication failure.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

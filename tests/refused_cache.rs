@@ -2,6 +2,8 @@
 //! that key by itself until its Retry-After, so a client looping on a
 //! refused key costs Redis about one call per refusal window, not one per
 //! request; the answers stay the same 429 with honest headers.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

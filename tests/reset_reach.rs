@@ -3,6 +3,8 @@
 //! leases, so deleting the Redis keys alone would leave the fleet answering
 //! from memory. A reset is announced on the prefix's pub/sub channel and
 //! every instance forgets those keys within a second.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

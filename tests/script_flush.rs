@@ -1,5 +1,7 @@
 //! `SCRIPT FLUSH` in the middle of traffic: NOSCRIPT is recovered with
 //! EVAL inside the same request, so no request fails or falls back.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

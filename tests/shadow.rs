@@ -1,4 +1,6 @@
 //! Shadow mode: decide and count as usual, log the would-be refusal, serve.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 
 mod support;
 

@@ -4,6 +4,8 @@
 //! set in Redis reaches every instance within its refresh period, and a
 //! Redis that is down or frozen neither blocks requests nor keeps the fleet
 //! shedding.
+// Its Redis tests need the `redis` feature; their helpers are unused without it.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 mod support;
 
@@ -492,6 +494,7 @@ async fn time_until(app: &Router, path: &str, status: u16, bound: Duration) -> D
     }
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_signal_reaches_every_instance_within_its_refresh_period() {
     let server = RedisServer::start();
@@ -535,6 +538,7 @@ async fn the_fleet_signal_reaches_every_instance_within_its_refresh_period() {
     }
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_in_the_fleet_key_is_ignored() {
     let server = RedisServer::start();
@@ -563,6 +567,7 @@ async fn garbage_in_the_fleet_key_is_ignored() {
     time_until(&app, "/sheddable", 503, REFRESH + READ_MARGIN).await;
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_frozen_or_down_neither_blocks_requests_nor_keeps_shedding() {
     let server = RedisServer::start();
@@ -709,6 +714,7 @@ fn the_builder_checks_the_same_bounds() {
     assert!(cfg.describe().contains("shedding:"), "{}", cfg.describe());
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleetlimit_shed_sets_the_signal_with_an_expiry_and_clears_it() {
     let server = RedisServer::start();
@@ -803,6 +809,7 @@ async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
     assert_eq!(call("/sheddable").await.status(), 200);
 }
 
+#[cfg(feature = "redis")]
 /// A slow Redis is not a queue. The queueing delay is the wait in front of
 /// the layer; fleetlimit's own Redis call comes after it. With Redis frozen
 /// and a breaker that never opens (its window outlasts the test), every
@@ -920,6 +927,7 @@ async fn requests_held_by_delay_are_not_in_flight_pressure() {
     assert_eq!(layer.in_flight(), Some(0), "responses over: none in flight");
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_signal_task_reads_each_refresh_and_ends_with_the_layer() {
     let server = RedisServer::start();

@@ -4,6 +4,8 @@
 //! check (the route's policy answers) and nothing falls back to plaintext.
 //! Built without the `tls` feature, a `rediss://` URL is a configuration
 //! error instead.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
 #![cfg_attr(not(feature = "tls"), allow(dead_code, unused_imports))]
 
 mod support;

@@ -60,6 +60,13 @@ pub(crate) fn check(url: &str, tls_built: bool) -> Result<Target, String> {
     } else {
         url.to_owned()
     };
+    if !cfg!(feature = "redis") {
+        return Err(format!(
+            "{shown:?}: this build of fleetlimit has no Redis support \
+             (build it with the cargo feature `redis`, on by default)"
+        ));
+    }
+    #[cfg(feature = "redis")]
     fred::types::config::Config::from_url(&plain_url)
         .map_err(|e| format!("bad Redis URL {shown:?}: {}", e.details()))?;
     Ok(Target { plain_url, tls })
@@ -135,7 +142,7 @@ fn is_secret(name: &str) -> bool {
         .any(|s| name.contains(s))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 

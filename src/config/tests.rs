@@ -25,6 +25,7 @@ cost = 2
 on_redis_error = "local"
 "#;
 
+#[cfg(feature = "redis")]
 #[test]
 fn parses_a_good_file() {
     let c = Config::from_toml_str(GOOD).unwrap();
@@ -48,6 +49,7 @@ fn err(src: &str) -> ConfigError {
     Config::from_toml_str(src).unwrap_err()
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn errors_name_line_and_column() {
     let e = err(&GOOD.replace("capacity = 5", "capacty = 5"));
@@ -93,6 +95,7 @@ fn builder_validates_too() {
     assert!(ok.default_route.as_ref().is_some_and(|p| p.refund));
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn builder_applies_the_loaders_numeric_rules() {
     let msg = |b: ConfigBuilder| b.build().unwrap_err().message().to_owned();
@@ -167,6 +170,7 @@ capacity = 500
     assert!(!shown.contains("sk_live"), "{shown}");
 }
 
+#[cfg(feature = "redis")]
 /// Every option, once in TOML and once through the builder: the two front
 /// doors must give the same configuration (TLS files aside: they must exist).
 #[test]
@@ -317,6 +321,7 @@ on_redis_error = "closed"
     );
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn the_builders_new_options_are_checked_as_in_toml() {
     let msg = |b: ConfigBuilder| b.build().unwrap_err().message().to_owned();

@@ -7,9 +7,13 @@ use crate::breaker::BreakerStats;
 use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
-use crate::record::{RecordStats, Recorder};
+use crate::record::RecordStats;
+#[cfg(feature = "redis")]
+use crate::record::Recorder;
 use crate::shed::LoadSignal;
-use crate::store::{MemoryStore, RedisStore, Store, StoreError};
+#[cfg(feature = "redis")]
+use crate::store::RedisStore;
+use crate::store::{MemoryStore, Store, StoreError};
 use crate::RequestRef;
 
 /// Applies [`RateLimit`] to a service. Cheap to clone: every clone shares
@@ -332,10 +336,12 @@ impl RateLimitLayerBuilder {
     /// clone of the layer is dropped.
     pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
         let cfg = self.config;
+        #[cfg(feature = "redis")]
         let mut redis = None;
         let (store, in_process): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
             match (self.store, &cfg.redis) {
                 (Some(s), _) => (s, None),
+                #[cfg(feature = "redis")]
                 (None, Some(r)) => {
                     let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
                         .await?
@@ -343,56 +349,85 @@ impl RateLimitLayerBuilder {
                     redis = Some(s.clone());
                     (Arc::new(s), None)
                 }
+                // Only `Config::with_redis_url` gets here (a `[redis]`
+                // section is a configuration error in this build): the
+                // answer a bad URL gets.
+                #[cfg(not(feature = "redis"))]
+                (None, Some(r)) => {
+                    let why = crate::config::redis_url::check(&r.url, false).err();
+                    return Err(StoreError::Unavailable(why.unwrap_or_default()));
+                }
                 (None, None) => {
                     let m = Arc::new(MemoryStore::new(cfg.memory_max_keys));
                     (m.clone(), Some(m))
                 }
             };
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut extras = self.extras;
-        // One id per layer: the fleet's heartbeat and the decision records
-        // name the instance alike.
-        let instance: Arc<str> = crate::fleet::instance_id().into();
         let records = cfg.limits.iter().any(|l| l.record.is_some());
-        match &redis {
-            Some(store) if records => {
-                let recorder = Recorder::start(
-                    store.clone(),
-                    Arc::clone(&cfg.key_prefix),
-                    Arc::clone(&instance),
-                    cfg.deadline,
-                );
-                extras.recorder = Some(recorder);
-            }
-            None if records => tracing::warn!(
+        #[cfg(feature = "redis")]
+        let on_redis = redis.is_some();
+        #[cfg(not(feature = "redis"))]
+        let on_redis = false;
+        if records && !on_redis {
+            tracing::warn!(
                 target: "fleetlimit",
                 "`record` is set but the store is not the configuration's Redis: \
                  no decision is recorded"
-            ),
-            _ => {}
+            );
+        }
+        // One id per layer: the fleet's heartbeat and the decision records
+        // name the instance alike.
+        #[cfg(feature = "redis")]
+        let instance: Arc<str> = crate::fleet::instance_id().into();
+        #[cfg(feature = "redis")]
+        if let (Some(store), true) = (&redis, records) {
+            extras.recorder = Some(Recorder::start(
+                store.clone(),
+                Arc::clone(&cfg.key_prefix),
+                Arc::clone(&instance),
+                cfg.deadline,
+            ));
         }
         let limiter = Arc::new(Limiter::new(&cfg, store, in_process, extras));
-        if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
-            let ready = crate::reset::start(
-                r,
-                &cfg.key_prefix,
-                Arc::downgrade(&limiter),
-                limiter.stop_signal(),
-            )?;
-            // With Redis up, resets reach this instance once it is built;
-            // with Redis down, the listener subscribes when it can (and
-            // forgets what it remembered then).
-            if fred::interfaces::ClientLike::is_connected(store.pool()) {
-                let _ = tokio::time::timeout(r.connect_timeout, ready).await;
-            }
-        }
-        if let (Some(store), Some(shedder)) = (&redis, limiter.shedder()) {
-            shedder.start_fleet_signal(store.pool().clone(), cfg.shed_fleet_key());
-        }
-        if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
-            let key = cfg.heartbeat_key();
-            let fleet = Arc::downgrade(limiter.fleet_handle());
-            crate::fleet::start(store, fleet, key, hb, instance);
+        #[cfg(feature = "redis")]
+        if let Some(store) = redis {
+            start_redis_tasks(&cfg, store, &limiter, instance).await?;
         }
         Ok(RateLimitLayer { limiter })
     }
+}
+
+/// The tasks a layer on the configuration's Redis runs beside requests: the
+/// reset listener, the fleet-wide shedding signal and the heartbeat.
+#[cfg(feature = "redis")]
+async fn start_redis_tasks(
+    cfg: &Config,
+    store: RedisStore,
+    limiter: &Arc<Limiter>,
+    instance: Arc<str>,
+) -> Result<(), StoreError> {
+    if let Some(r) = &cfg.redis {
+        let ready = crate::reset::start(
+            r,
+            &cfg.key_prefix,
+            Arc::downgrade(limiter),
+            limiter.stop_signal(),
+        )?;
+        // With Redis up, resets reach this instance once it is built;
+        // with Redis down, the listener subscribes when it can (and
+        // forgets what it remembered then).
+        if fred::interfaces::ClientLike::is_connected(store.pool()) {
+            let _ = tokio::time::timeout(r.connect_timeout, ready).await;
+        }
+    }
+    if let Some(shedder) = limiter.shedder() {
+        shedder.start_fleet_signal(store.pool().clone(), cfg.shed_fleet_key());
+    }
+    if let Some(hb) = cfg.heartbeat {
+        let key = cfg.heartbeat_key();
+        let fleet = Arc::downgrade(limiter.fleet_handle());
+        crate::fleet::start(store, fleet, key, hb, instance);
+    }
+    Ok(())
 }

@@ -182,6 +182,7 @@ impl Shedder {
 
     /// Starts reading the fleet-wide signal from `key` on the layer's Redis
     /// pool; the task ends when this shedder is dropped.
+    #[cfg(feature = "redis")]
     pub(crate) fn start_fleet_signal(&self, pool: fred::clients::Pool, key: String) {
         signal::start(
             pool,

@@ -7,8 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
 use fred::clients::Pool;
+#[cfg(feature = "redis")]
 use fred::interfaces::{ClientLike, KeysInterface};
+#[cfg(feature = "redis")]
 use fred::types::config::Options;
 use tokio::time::Instant;
 
@@ -100,10 +103,12 @@ impl FleetSignal {
 
 /// Starts the task refreshing `signal` from `key` every `refresh`; it ends
 /// when `signal` is dropped with the last clone of the layer.
+#[cfg(feature = "redis")]
 pub(crate) fn start(pool: Pool, signal: Weak<FleetSignal>, key: String, refresh: Duration) {
     tokio::spawn(refresh_loop(pool, signal, key, refresh));
 }
 
+#[cfg(feature = "redis")]
 async fn refresh_loop(pool: Pool, signal: Weak<FleetSignal>, key: String, refresh: Duration) {
     let mut tick = tokio::time::interval(refresh);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -162,6 +167,7 @@ async fn refresh_loop(pool: Pool, signal: Weak<FleetSignal>, key: String, refres
 }
 
 /// The key's text and PTTL, `None` when it is not set.
+#[cfg(feature = "redis")]
 async fn read(
     pool: &Pool,
     key: &str,

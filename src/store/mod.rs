@@ -8,6 +8,7 @@
 // `StoreError` is public at the crate root: applications meet it first.
 pub(crate) mod error;
 mod memory;
+#[cfg(feature = "redis")]
 pub(crate) mod redis;
 
 use std::fmt;
@@ -16,6 +17,7 @@ use std::pin::Pin;
 
 pub(crate) use self::error::StoreError;
 pub use self::memory::MemoryStore;
+#[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 pub use crate::algorithm::{LimitState, Rule};
 

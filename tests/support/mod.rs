@@ -2,6 +2,7 @@
 //! helpers to drive a router the way a server would.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(feature = "redis")]
 pub mod chaos;
 pub mod example;
 
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
+#[cfg(feature = "redis")]
 use fred::prelude::*;
 use http::{Request, Response};
 use tower::ServiceExt;
@@ -147,6 +149,7 @@ impl RedisServer {
     }
 
     /// A fresh fred client for inspecting the server.
+    #[cfg(feature = "redis")]
     pub async fn client(&self) -> Client {
         let c = Builder::from_config(Config::from_url(&self.url()).unwrap())
             .build()
@@ -259,6 +262,7 @@ pub fn config_at(url: &str, prefix: &str, deadline: &str, body: &str) -> fleetli
 /// The Redis key the layer writes for API key `value` under limit `limit`
 /// (keyed by a header) and `prefix`: a keyed digest of the value, with the
 /// prefix's built-in secret (no `[keys] secret_env`).
+#[cfg(feature = "redis")]
 pub fn header_key(prefix: &str, limit: &str, value: &str) -> String {
     let limits =
         format!("[limits.{limit}]\nkey = \"header:x-api-key\"\ncapacity = 1\nrefill = \"1/s\"\n");
