@@ -21,15 +21,18 @@ pub(crate) enum Kind {
     Header,
     Account,
     IpAccount,
+    /// From the application's extractor (`custom:<name>`).
+    Custom,
 }
 
 impl Kind {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Global,
         Self::Ip,
         Self::Header,
         Self::Account,
         Self::IpAccount,
+        Self::Custom,
     ];
 
     fn tag(self) -> &'static str {
@@ -39,7 +42,15 @@ impl Kind {
             Self::Header => "h",
             Self::Account => "a",
             Self::IpAccount => "ia",
+            Self::Custom => "c",
         }
+    }
+
+    /// Whether its values may be secrets whose keys in Redis must be a
+    /// keyed digest (API keys; custom keys, which may be tokens or ids a
+    /// reader of Redis could otherwise confirm by guessing).
+    fn keyed(self) -> bool {
+        matches!(self, Self::Header | Self::Custom)
     }
 
     fn from_tag(tag: &str) -> Option<Self> {
@@ -91,6 +102,14 @@ impl<'a> KeyMaterial<'a> {
         }
     }
 
+    pub(crate) fn from_cow(kind: Kind, value: Cow<'a, [u8]>) -> Self {
+        Self {
+            kind,
+            value,
+            plan_at: 0,
+        }
+    }
+
     pub(crate) fn owned(kind: Kind, value: Vec<u8>) -> KeyMaterial<'static> {
         KeyMaterial {
             kind,
@@ -118,7 +137,7 @@ impl<'a> KeyMaterial<'a> {
     }
 
     /// `<prefix>:<limit>:{<kind>:<value>}`, or `{<kind>#<digest>}` when the
-    /// value is long or unsafe, and always for a header value when there is
+    /// value is long or unsafe, and always for a header or custom value when there is
     /// a `secret` to key its digest with (keys bound for Redis; the
     /// in-process store's never leave the process). `with_plan_key`: also
     /// keep the caller identity plans are looked up by (an allocation only
@@ -141,7 +160,7 @@ impl<'a> KeyMaterial<'a> {
         let v = &self.value;
         let value_at = key.len() + 1;
         let encoding = match secret {
-            Some(secret) if self.kind == Kind::Header => {
+            Some(secret) if self.kind.keyed() => {
                 key.push('#');
                 secret.push_digest(&mut key, v);
                 Encoding::Digest
@@ -510,6 +529,16 @@ mod tests {
             tag_of(&key(b"x", &s))
         );
         assert!(!format!("{s:?}").contains("built-in key secret"));
+        // Custom keys too, under their own kind: a tenant named like an
+        // API key is another bucket.
+        let c = KeyMaterial::new(Kind::Custom, b"sk_live_SECRET123").redis_key("rl", "l", Some(&s));
+        assert!(c.starts_with("rl:l:{c#") && c.len() == k.len(), "{c}");
+        assert_ne!(tag_of(&c), tag_of(&k));
+        let parsed = StoreKey::parse("rl", &c).unwrap();
+        assert_eq!(
+            parsed.log_id().of(&parsed.key).to_string(),
+            format!("c#{}", &c[8..20])
+        );
         // Without a secret (the in-process store): the plain encoding.
         let local = KeyMaterial::new(Kind::Header, b"abc").redis_key("rl", "l", None);
         assert_eq!(local, "rl:l:{h:abc}");
