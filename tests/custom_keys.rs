@@ -115,6 +115,17 @@ async fn each_custom_value_has_its_bucket_on_redis_under_a_keyed_digest() {
     let cfg = redis_config(&server, &p, "500ms", PER_TENANT);
     let acme = fleetlimit::admin::Admin::redis_key(&cfg, "per-tenant", "acme").unwrap();
     assert!(keys.iter().any(|(k, _)| *k == acme), "{acme} in {keys:?}");
+    let admin = fleetlimit::admin::Admin::connect(&cfg).await.unwrap();
+    assert_eq!(admin.reset("acme", Some("per-tenant")).await.unwrap(), 1);
+    // The layer forgets its remembered refusal when the reset's
+    // announcement arrives (answered from the cache meanwhile, uncharged).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while status(&app, &[("x-tenant", "acme")]).await == 429 {
+        assert!(std::time::Instant::now() < deadline, "reset never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(statuses(&app, "acme", 2).await, [200, 429]);
+    assert_eq!(statuses(&app, "globex", 1).await, [429]);
 }
 
 #[tokio::test]

@@ -179,12 +179,13 @@ where
 /// One layer's extractors by name: a handful at most, looked up by a scan
 /// (cheaper than hashing the name per request).
 #[derive(Clone, Default)]
-pub(crate) struct CustomKeys(Box<[(Arc<str>, Arc<dyn KeyExtractor>)]>);
+pub(crate) struct CustomKeys(Box<[Named]>);
+
+/// An extractor and the name limits ask for it by.
+type Named = (Arc<str>, Arc<dyn KeyExtractor>);
 
 impl CustomKeys {
-    pub(crate) fn new(
-        by_name: impl IntoIterator<Item = (Arc<str>, Arc<dyn KeyExtractor>)>,
-    ) -> Self {
+    pub(crate) fn new(by_name: impl IntoIterator<Item = Named>) -> Self {
         Self(by_name.into_iter().collect())
     }
 
