@@ -16,7 +16,8 @@
 //! 2. **Key** ([`KeySource`]): each limit extracts its key — an API key
 //!    header, an [`Account`], the client IP (from `ConnectInfo`; forwarded
 //!    headers only from configured trusted proxies; IPv6 grouped by /64), IP
-//!    and account, or one global bucket. A request missing its key is
+//!    and account, one global bucket, or a key the application computes
+//!    ([`KeyExtractor`], e.g. a tenant). A request missing its key is
 //!    counted by IP or refused with 401, as the limit says — never put in a
 //!    shared "empty" bucket.
 //! 3. **Check** ([`store::Store`]): every limit of the request is decided in
@@ -125,8 +126,10 @@ pub use config::{
     parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError, FailurePolicy,
     LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
 };
-pub use key::{Account, ForwardedHeader, KeySource};
-pub use layer::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture};
+pub use key::{Account, ForwardedHeader, KeyAnswer, KeyExtractor, KeySource};
+pub use layer::{
+    BuildError, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture,
+};
 pub use pipeline::response::HeaderStyle;
 pub use pipeline::{Refund, Refusal, RefusalReason};
 // Login defence: what a challenged request carries, and the answer for it.

@@ -97,7 +97,7 @@ pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = PlanResult> + Send + 'a>>;
 /// resolver:
 ///
 /// ```
-/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
+/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::BuildError> {
 /// use fleetlimit::{PlanError, RateLimitLayer};
 ///
 /// async fn plan_of(key: String) -> Result<Option<String>, PlanError> {

@@ -4,7 +4,8 @@
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 
 /// The parts of a request a [cost function](crate::RateLimitLayerBuilder::cost_fn)
-/// can look at.
+/// or a [key extractor](crate::KeyExtractor) can look at (`RequestRef::from(&request)`
+/// makes one, e.g. to test them).
 ///
 /// ```
 /// use fleetlimit::RequestRef;
@@ -24,6 +25,12 @@ pub struct RequestRef<'a> {
     uri: &'a Uri,
     headers: &'a HeaderMap,
     extensions: &'a Extensions,
+}
+
+impl<'a, B> From<&'a Request<B>> for RequestRef<'a> {
+    fn from(req: &'a Request<B>) -> Self {
+        Self::new(req)
+    }
 }
 
 impl<'a> RequestRef<'a> {

@@ -117,8 +117,9 @@ pub(crate) struct Limit {
     /// locally (degraded) — one a second each.
     pub(crate) refusal_log: [Throttle; 2],
     /// The lines of requests answered before the store, one a second each:
-    /// a missing key, a cost above capacity, no client address.
-    pub(crate) early_log: [Throttle; 3],
+    /// a missing key, a cost above capacity, no client address, an invalid
+    /// custom key, a custom key that could not be computed.
+    pub(crate) early_log: [Throttle; crate::pipeline::response::EARLY_LOGS],
     /// Counted only when the handler answers one of these statuses
     /// (`count = "failures"`); `None`: every request counts.
     pub(crate) failures: Option<Box<[u16]>>,

@@ -96,6 +96,36 @@ fn zero_capacity() {
 }
 
 #[test]
+fn bad_custom_key_names_are_located() {
+    for (file, key, name) in [
+        ("custom-empty.toml", "custom:", ""),
+        ("custom-space.toml", "custom:a b", "a b"),
+        ("custom-slash.toml", "custom:tenant/id", "tenant/id"),
+        ("custom-colon.toml", "custom:a:b", "a:b"),
+    ] {
+        let e = error_for(file, "\"header:x-api-key\"", &format!("{key:?}"));
+        assert!(
+            e.starts_with(&format!(
+                "{file}:5:7: custom key name {name:?} must be 1 to 64 characters of letters, \
+                 digits, '-', '_' or '.' (in key {key:?})"
+            )),
+            "{e}"
+        );
+    }
+    // A good one loads (the extractor is the layer builder's business).
+    let path = file_with(
+        "custom-good.toml",
+        &GOOD.replace("header:x-api-key", "custom:tenant.v2"),
+    );
+    let cfg = Config::from_toml_file(path).unwrap();
+    assert!(
+        cfg.describe().contains("key custom:tenant.v2"),
+        "{}",
+        cfg.describe()
+    );
+}
+
+#[test]
 fn other_mistakes_are_located_too() {
     let e = error_for("policy.toml", "\"open\"", "\"ajar\"");
     assert!(

@@ -105,3 +105,65 @@ fn sentinel_example_limits_through_the_sentinels_primary() {
     assert_eq!(setup.primary.keys_with_pttl("rl").len(), 1);
     setup.primary.assert_every_key_expires("rl");
 }
+
+/// `examples/custom_key.rs`: per tenant 3 (two users of `acme` share its
+/// bucket), another tenant unaffected, no tenant → `on_missing = "reject"`
+/// (401 with `WWW-Authenticate`); `/t/{tenant}/items` 2 per tenant in the
+/// path, an invalid one 400.
+fn drive_custom_key(ex: &Example) {
+    let ann = [("authorization", "Bearer tok-acme-ann")];
+    let bob = [("authorization", "Bearer tok-acme-bob")];
+    assert_eq!(ex.statuses("GET", "/reports", &ann, 2), [200, 200]);
+    let (status, raw) = ex.http("GET", "/reports", &bob);
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains("reports of acme"), "{raw}");
+    let (status, raw) = ex.http("GET", "/reports", &ann);
+    assert_eq!(status, 429, "{raw}");
+    assert!(raw.contains(r#""limit":"per-tenant""#), "{raw}");
+    let globex = [("authorization", "Bearer tok-globex")];
+    assert_eq!(
+        ex.statuses("GET", "/reports", &globex, 4),
+        [200, 200, 200, 429]
+    );
+    let (status, raw) = ex.http("GET", "/reports", &[]);
+    assert_eq!(status, 401, "{raw}");
+    assert!(raw.contains("urn:fleetlimit:missing-key"), "{raw}");
+    assert!(raw.contains("www-authenticate: apikey"), "{raw}");
+    assert!(raw.contains(r#"custom key \"tenant\""#), "{raw}");
+    // The middleware's own 401 for a token it does not know.
+    let (status, raw) = ex.http("GET", "/reports", &[("authorization", "Bearer nope")]);
+    assert_eq!(status, 401, "{raw}");
+    assert!(!raw.contains("urn:fleetlimit"), "{raw}");
+
+    assert_eq!(ex.statuses("GET", "/t/acme/items", &[], 3), [200, 200, 429]);
+    assert_eq!(ex.statuses("GET", "/t/globex/items", &[], 2), [200, 200]);
+    let (status, raw) = ex.http("GET", "/t/ACME/items", &[]);
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains("urn:fleetlimit:invalid-key"), "{raw}");
+}
+
+#[test]
+fn custom_key_example_in_process() {
+    let ex = Example::start("custom_key", &[], &[]);
+    assert!(ex.banner.contains("in-process store"), "{}", ex.banner);
+    drive_custom_key(&ex);
+}
+
+#[test]
+fn custom_key_example_on_redis() {
+    let server = RedisServer::start();
+    let ex = Example::start("custom_key", &[], &[("REDIS_URL", &server.url())]);
+    assert!(ex.banner.contains("using Redis at"), "{}", ex.banner);
+    drive_custom_key(&ex);
+    // acme and globex per token, acme and globex per path: keyed digests,
+    // no tenant readable in a key name.
+    let keys = server.keys_with_pttl("rl");
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    for (k, _) in &keys {
+        assert!(
+            k.contains(":{c#") && !k.contains("acme") && !k.contains("globex"),
+            "{k}"
+        );
+    }
+    server.assert_every_key_expires("rl");
+}

@@ -101,8 +101,9 @@ impl Admin {
     }
 
     /// The Redis key limit `limit` uses for the caller whose key value is
-    /// `value` (an API key, an account, an IP, `ip|account`), as requests
-    /// build it: API keys as their keyed digest. `None` when the
+    /// `value` (an API key, an account, an IP, `ip|account`, a custom
+    /// key), as requests build it: API keys and custom keys as their keyed
+    /// digest. `None` when the
     /// configuration has no such limit.
     #[must_use]
     pub fn redis_key(config: &Config, limit: &str, value: &str) -> Option<String> {

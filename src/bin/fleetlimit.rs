@@ -25,8 +25,9 @@
 //! routes, `0.9` sheddable ones only, `0` clears it. It always expires.
 //!
 //! `KEY` is the caller's key value: an API key (raw, as clients send it: the
-//! command computes the keyed digest Redis holds), an account, an IP, or
-//! `ip|account`. `reset` deletes the caller's buckets and announces the
+//! command computes the keyed digest Redis holds), an account, an IP,
+//! `ip|account`, or what a custom key's extractor answers (a tenant; a
+//! keyed digest too). `reset` deletes the caller's buckets and announces the
 //! reset on `<prefix>:reset`: every layer instance listening there forgets
 //! its remembered refusals and leases of those keys within a second (one
 //! that was disconnected forgets all of them when it listens again; see

@@ -18,7 +18,7 @@ use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
     DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
 };
-use crate::key::{KeySecret, SecretOrigin, MIN_SECRET_BYTES};
+use crate::key::{check_custom_name, KeySecret, KeySource, SecretOrigin, MIN_SECRET_BYTES};
 use crate::route::{Limit, RouteEntry};
 
 impl ConfigBuilder {
@@ -89,7 +89,17 @@ impl ConfigBuilder {
             return Err(v.err(at.ipv6_prefix, "ipv6_prefix must be between 0 and 128"));
         }
 
+        let mut custom_key_at = HashMap::new();
         for (name, l) in &self.limits {
+            if let KeySource::Custom(custom) = &l.key {
+                let span = l.at.login.key.clone();
+                check_custom_name(custom)
+                    .map_err(|e| v.err(span.clone(), format!("limit {name:?}: {e}")))?;
+                custom_key_at.insert(
+                    Arc::<str>::from(name.as_str()),
+                    super::error::position(src, span),
+                );
+            }
             v.add_limit(
                 name,
                 l.at.name.clone(),
@@ -208,6 +218,8 @@ impl ConfigBuilder {
             shedding: self.shedding,
             header_style: self.header_style.unwrap_or_default(),
             www_authenticate,
+            file: None,
+            custom_key_at,
         })
     }
 }

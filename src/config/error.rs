@@ -40,6 +40,15 @@ impl ConfigError {
         }
     }
 
+    /// An error at a `(line, column)` found earlier (see [`position`]).
+    pub(crate) fn placed(position: Option<(usize, usize)>, message: impl Into<String>) -> Self {
+        Self {
+            file: None,
+            position,
+            message: message.into(),
+        }
+    }
+
     pub(crate) fn in_file(mut self, file: &Path) -> Self {
         self.file = Some(file.to_path_buf());
         self
@@ -68,6 +77,13 @@ impl ConfigError {
     pub fn message(&self) -> &str {
         &self.message
     }
+}
+
+/// The 1-based `(line, column)` of `span` in `source`, kept for an error
+/// found after the source is gone (a layer built without a custom key's
+/// extractor).
+pub(crate) fn position(source: &str, span: Option<Range<usize>>) -> Option<(usize, usize)> {
+    span.map(|s| line_col(source, s.start))
 }
 
 fn line_col(source: &str, offset: usize) -> (usize, usize) {

@@ -179,6 +179,11 @@ pub struct Config {
     pub(crate) header_style: crate::HeaderStyle,
     /// The `WWW-Authenticate` challenge of a missing key's 401.
     pub(crate) www_authenticate: http::HeaderValue,
+    /// The file it was read from, for errors found when a layer is built.
+    pub(crate) file: Option<std::path::PathBuf>,
+    /// Limit name → where its `custom:<name>` key was written (line,
+    /// column), for the error of a layer built without that extractor.
+    pub(crate) custom_key_at: HashMap<Arc<str>, Option<(usize, usize)>>,
 }
 
 /// Fleet discovery: each instance heartbeats into Redis and counts the live.
@@ -212,7 +217,47 @@ impl Config {
         let source = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::new(format!("cannot read the configuration: {e}")).in_file(path)
         })?;
-        Self::from_toml_str(&source).map_err(|e| e.in_file(path))
+        let mut cfg = Self::from_toml_str(&source).map_err(|e| e.in_file(path))?;
+        cfg.file = Some(path.to_path_buf());
+        Ok(cfg)
+    }
+
+    /// Every limit keyed by a custom key has its extractor among
+    /// `registered`; else the error names the limit, the key, and where it
+    /// was written.
+    pub(crate) fn check_custom_keys(
+        &self,
+        registered: impl Fn(&str) -> bool,
+    ) -> Result<(), ConfigError> {
+        for l in &self.limits {
+            let crate::KeySource::Custom(name) = &l.key else {
+                continue;
+            };
+            if registered(name) {
+                continue;
+            }
+            let at = self.custom_key_at.get(&l.name).copied().flatten();
+            let mut e = ConfigError::placed(
+                at,
+                format!(
+                    "limit {:?} is keyed by custom key {name:?}, but no extractor of that name \
+                     was registered: add `.key_fn({name:?}, ..)` to the layer's builder",
+                    l.name
+                ),
+            );
+            if let Some(f) = &self.file {
+                e = e.in_file(f);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Whether some limit is keyed by custom key `name`.
+    pub(crate) fn uses_custom_key(&self, name: &str) -> bool {
+        self.limits
+            .iter()
+            .any(|l| matches!(&l.key, crate::KeySource::Custom(n) if n == name))
     }
 
     /// The Redis key of the fleet's heartbeat (instances counting each

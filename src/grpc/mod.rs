@@ -10,7 +10,7 @@
 //! | limiter's answer | `grpc-status` | `ErrorInfo.reason` | retry information |
 //! |---|---|---|---|
 //! | `429` limit exceeded | `RESOURCE_EXHAUSTED` (8) | `RATE_LIMIT_EXCEEDED` | `RetryInfo`, pushback = `Retry-After` |
-//! | `503` limiter unavailable (`on_redis_error = "closed"`, no client address) | `UNAVAILABLE` (14) | `LIMITER_UNAVAILABLE` | `RetryInfo`, pushback |
+//! | `503` limiter unavailable (`on_redis_error = "closed"`, no client address, a custom key that cannot be computed) | `UNAVAILABLE` (14) | `LIMITER_UNAVAILABLE` | `RetryInfo`, pushback |
 //! | `503` shed (`[shedding]`) | `UNAVAILABLE` (14) | `OVERLOADED` | `RetryInfo`, pushback |
 //! | `401` missing key (`on_missing = "reject"`) | `UNAUTHENTICATED` (16) | `KEY_MISSING` | none |
 //! | `401` [`ChallengeRequired`](crate::ChallengeRequired) | `UNAUTHENTICATED` (16) | `CHALLENGE_REQUIRED` | none |
@@ -36,7 +36,9 @@
 //! error handling for quotas looks at; the negative pushback and the
 //! absence of `RetryInfo` say waiting will not help.
 //!
-//! Left alone: requests that are not gRPC (a browser still gets the 429
+//! Left alone: a custom key's `400` (`urn:fleetlimit:invalid-key`; a
+//! service's own `400` problems are too common to rewrite by status),
+//! requests that are not gRPC (a browser still gets the 429
 //! problem), gRPC-Web (put tonic-web's layer outside this one, so this one
 //! sees `application/grpc`), admitted requests, and any response that is
 //! not an `application/problem+json` with one of the statuses above (the

@@ -1,7 +1,8 @@
 //! Where a request's key comes from, and how it becomes a Redis key.
 //!
 //! A limit counts requests per *key*: an API key header, an account, the
-//! client's IP address, IP and account together, or one global bucket.
+//! client's IP address, IP and account together, one global bucket, or a
+//! key the application computes (`custom:<name>`, see [`KeyExtractor`]).
 //!
 //! The client IP is the TCP peer (`ConnectInfo<SocketAddr>`, axum's
 //! `MockConnectInfo<SocketAddr>`, or a plain `SocketAddr` extension for hyper
@@ -16,25 +17,33 @@
 //! bytes) or holds anything but printable ASCII other than `{` and `}` is
 //! replaced by a SHA-256 digest (`{a#<32 hex>}`), so a client can neither make
 //! a huge key nor choose its Redis Cluster slot, and raw and hashed forms can
-//! never collide (`:` versus `#`). Header values (API keys) are secrets: they
-//! are always stored as a keyed digest, HMAC-SHA256 with the `KeySecret`
-//! (`rl:per-key:{h#<32 hex>}`), so reading Redis key names reveals no API key.
+//! never collide (`:` versus `#`). Header values (API keys) and custom keys
+//! may be secrets: in Redis they are always stored as a keyed digest,
+//! HMAC-SHA256 with the `KeySecret` (`rl:per-key:{h#<32 hex>}`,
+//! `rl:per-tenant:{c#<32 hex>}`), so reading Redis key names reveals no API
+//! key and confirms no guessed tenant.
 //! The digest depends on the value only, so every key of one caller still
 //! shares one hash tag, hence one cluster slot.
 //!
 //! | file | what |
 //! |------|------|
 //! | `source.rs` | [`KeySource`], [`Account`]: what a limit counts by, and what a request carries |
+//! | `custom.rs` | [`KeyExtractor`], [`KeyAnswer`]: keys the application computes, by name |
 //! | `client_ip.rs` | [`ClientIpRules`], [`ForwardedHeader`]: the client IP behind trusted proxies |
 //! | `store_key.rs` | key material → a typed `StoreKey` (its log id, its plan key), the `KeySecret`, and the one parser of keys read back from Redis |
 
 mod client_ip;
+mod custom;
 mod source;
 mod store_key;
 
 pub(crate) use client_ip::ClientIpRules;
 pub use client_ip::ForwardedHeader;
+pub use custom::{KeyAnswer, KeyExtractor};
 pub use source::{Account, KeySource};
+
+pub(crate) use custom::{CustomKeys, KeyFailure};
+pub(crate) use source::check_custom_name;
 
 pub(crate) use source::Extracted;
 pub(crate) use store_key::{

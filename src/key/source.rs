@@ -8,7 +8,9 @@ use std::str::FromStr;
 use http::{HeaderMap, HeaderName};
 
 use super::client_ip::{canonical, ClientIpRules};
+use super::custom::{CustomKeys, KeyFailure};
 use super::store_key::{KeyMaterial, Kind};
+use crate::RequestRef;
 
 /// The identity an authentication layer puts in the request extensions, for
 /// limits keyed by `"account"` or `"ip+account"`.
@@ -34,14 +36,21 @@ impl Account {
 ///
 /// In TOML: `"global"`, `"ip"`, `"header:<name>"`, `"account"` (the
 /// [`Account`] extension), `"account:<header>"` (the extension, else that
-/// header), `"ip+account"` and `"ip+account:<header>"`.
+/// header), `"ip+account"`, `"ip+account:<header>"` and `"custom:<name>"`
+/// (a key the application computes, see [`Custom`](Self::Custom)).
+///
+/// Two sources never share a bucket, even for equal values: the kind of
+/// key is part of its store key (`{h#…}`, `{a:…}`, `{c#…}`), as is the
+/// limit's name.
 ///
 /// ```
 /// use fleetlimit::KeySource;
 ///
 /// assert_eq!("header:x-api-key".parse::<KeySource>()?, KeySource::header("x-api-key"));
 /// assert_eq!("ip".parse::<KeySource>()?, KeySource::ClientIp);
+/// assert_eq!("custom:tenant".parse::<KeySource>()?, KeySource::Custom("tenant".into()));
 /// assert!("cookie:session".parse::<KeySource>().is_err());
+/// assert!("custom:".parse::<KeySource>().is_err());
 /// # Ok::<(), String>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +67,18 @@ pub enum KeySource {
     Account(Option<HeaderName>),
     /// Client IP and account together (e.g. sign-in attempts).
     IpAndAccount(Option<HeaderName>),
+    /// A key the application computes from the request: the
+    /// [`KeyExtractor`](crate::KeyExtractor) registered under this name
+    /// with [`RateLimitLayerBuilder::key_fn`](crate::RateLimitLayerBuilder::key_fn)
+    /// (a tenant from a verified token's claims, a path parameter...).
+    /// The name is 1 to 64 letters, digits, `-`, `_` or `.`; a layer built
+    /// without an extractor of that name is an error
+    /// ([`BuildError::Config`](crate::BuildError::Config)).
+    ///
+    /// The extractor answers a key (stored like an API key: a keyed
+    /// digest in Redis, so reading key names confirms no guessed value),
+    /// no key (the limit's `on_missing`), or an invalid key (`400`).
+    Custom(String),
 }
 
 impl KeySource {
@@ -68,20 +89,30 @@ impl KeySource {
         Self::Header(HeaderName::from_str(name).expect("valid header name"))
     }
 
+    /// A custom key, e.g. `KeySource::custom("tenant")`: the
+    /// [`Custom`](Self::Custom) variant (its name is checked when the
+    /// configuration is built).
+    #[must_use]
+    pub fn custom(name: impl Into<String>) -> Self {
+        Self::Custom(name.into())
+    }
+
     /// Whether this source needs the client IP.
     pub(crate) fn needs_ip(&self) -> bool {
         matches!(self, Self::ClientIp | Self::IpAndAccount(_))
     }
 
-    /// This source's key material in a request, or `None` when the request
-    /// does not carry it (no header, no account). An empty header counts as
-    /// missing, so "no key" can never become a shared bucket.
+    /// This source's key material in a request, or why there is none (no
+    /// header, no account...). An empty header counts as missing, so "no
+    /// key" can never become a shared bucket. Custom keys are asked of
+    /// `custom`.
     pub(crate) fn extract<'a>(
         &self,
-        headers: &'a HeaderMap,
-        extensions: &'a http::Extensions,
+        req: &RequestRef<'a>,
         ip: Option<IpAddr>,
+        custom: &CustomKeys,
     ) -> Extracted<'a> {
+        let (headers, extensions) = (req.headers(), req.extensions());
         match self {
             Self::Global => Extracted::Found(KeyMaterial::new(Kind::Global, b"all")),
             Self::ClientIp => match ip {
@@ -105,6 +136,7 @@ impl KeySource {
                 };
                 Extracted::Found(KeyMaterial::ip_account(ip.to_string(), acct))
             }
+            Self::Custom(name) => custom.extract(name, req),
         }
     }
 
@@ -135,6 +167,7 @@ impl KeySource {
                 ),
                 None => owned(Kind::IpAccount, value),
             },
+            Self::Custom(_) => owned(Kind::Custom, value),
         }
     }
 
@@ -150,6 +183,7 @@ impl KeySource {
             Self::IpAndAccount(Some(h)) => {
                 format!("client IP and the Account extension or header {h}")
             }
+            Self::Custom(name) => format!("custom key {name:?}"),
         }
     }
 }
@@ -184,6 +218,7 @@ impl fmt::Display for KeySource {
             Self::Account(Some(h)) => write!(f, "account:{h}"),
             Self::IpAndAccount(None) => f.write_str("ip+account"),
             Self::IpAndAccount(Some(h)) => write!(f, "ip+account:{h}"),
+            Self::Custom(name) => write!(f, "custom:{name}"),
         }
     }
 }
@@ -207,6 +242,10 @@ impl FromStr for KeySource {
             Some(("header", h)) => Ok(Self::Header(header(h)?)),
             Some(("account", h)) => Ok(Self::Account(Some(header(h)?))),
             Some(("ip+account", h)) => Ok(Self::IpAndAccount(Some(header(h)?))),
+            Some(("custom", name)) => {
+                check_custom_name(name).map_err(|e| format!("{e} (in key {s:?})"))?;
+                Ok(Self::Custom(name.to_owned()))
+            }
             Some(_) => Err(bad_key(s)),
         }
     }
@@ -215,8 +254,26 @@ impl FromStr for KeySource {
 fn bad_key(s: &str) -> String {
     format!(
         "unknown key source {s:?}; expected \"global\", \"ip\", \"header:<name>\", \
-         \"account\", \"account:<header>\", \"ip+account\" or \"ip+account:<header>\""
+         \"account\", \"account:<header>\", \"ip+account\", \"ip+account:<header>\" \
+         or \"custom:<name>\""
     )
+}
+
+/// A custom key's name: what a limit name may be, so it reads the same in
+/// the file, in code and in errors.
+pub(crate) fn check_custom_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "custom key name {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
+        ))
+    }
 }
 
 /// What a key source found in a request.
@@ -228,6 +285,10 @@ pub(crate) enum Extracted<'a> {
     /// The server gave the layer no peer address (a setup problem, not the
     /// client's doing).
     NoClientIp,
+    /// A custom key's extractor found the key invalid.
+    Invalid,
+    /// A custom key's extractor failed (see [`KeyFailure`]).
+    Failed(KeyFailure),
 }
 
 #[cfg(test)]
@@ -256,7 +317,9 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-account", HeaderValue::from_static("acct"));
         h.insert("x-api-key", HeaderValue::from_static("sk_live_X"));
-        let no_ext = http::Extensions::new();
+        let mut req = http::Request::new(());
+        *req.headers_mut() = h;
+        let req = RequestRef::from(&req);
         let cases = [
             (KeySource::ClientIp, "2001:db8:1:2::5"),
             (
@@ -266,13 +329,14 @@ mod tests {
             (KeySource::ClientIp, "::ffff:1.2.3.4"),
             (KeySource::header("x-api-key"), "sk_live_X"),
         ];
+        // (Custom keys: `custom.rs` and tests/custom_keys.rs.)
         for (source, value) in cases {
             let ip = if value.starts_with("::ffff") {
                 r.client_ip(&HeaderMap::new(), &ext("[::ffff:1.2.3.4]:1"))
             } else {
                 ip
             };
-            let Extracted::Found(m) = source.extract(&h, &no_ext, ip) else {
+            let Extracted::Found(m) = source.extract(&req, ip, &Default::default()) else {
                 panic!("{value}: no key");
             };
             let s = KeySecret::default_for("rl");
@@ -300,5 +364,14 @@ mod tests {
         ));
         assert!("cookie:sid".parse::<KeySource>().is_err());
         assert!("header:bad header".parse::<KeySource>().is_err());
+        assert_eq!(
+            "custom:tenant.v2".parse::<KeySource>().unwrap(),
+            KeySource::custom("tenant.v2")
+        );
+        for bad in ["custom:", "custom:a b", "custom:ténant", "custom:a:b"] {
+            let e = bad.parse::<KeySource>().unwrap_err();
+            assert!(e.contains("custom key name"), "{bad}: {e}");
+        }
+        assert_eq!(KeySource::custom("t").to_string(), "custom:t");
     }
 }

@@ -21,15 +21,18 @@ pub(crate) enum Kind {
     Header,
     Account,
     IpAccount,
+    /// From the application's extractor (`custom:<name>`).
+    Custom,
 }
 
 impl Kind {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Global,
         Self::Ip,
         Self::Header,
         Self::Account,
         Self::IpAccount,
+        Self::Custom,
     ];
 
     fn tag(self) -> &'static str {
@@ -39,7 +42,15 @@ impl Kind {
             Self::Header => "h",
             Self::Account => "a",
             Self::IpAccount => "ia",
+            Self::Custom => "c",
         }
+    }
+
+    /// Whether its values may be secrets whose keys in Redis must be a
+    /// keyed digest (API keys; custom keys, which may be tokens or ids a
+    /// reader of Redis could otherwise confirm by guessing).
+    fn keyed(self) -> bool {
+        matches!(self, Self::Header | Self::Custom)
     }
 
     fn from_tag(tag: &str) -> Option<Self> {
@@ -91,6 +102,14 @@ impl<'a> KeyMaterial<'a> {
         }
     }
 
+    pub(crate) fn from_cow(kind: Kind, value: Cow<'a, [u8]>) -> Self {
+        Self {
+            kind,
+            value,
+            plan_at: 0,
+        }
+    }
+
     pub(crate) fn owned(kind: Kind, value: Vec<u8>) -> KeyMaterial<'static> {
         KeyMaterial {
             kind,
@@ -118,7 +137,7 @@ impl<'a> KeyMaterial<'a> {
     }
 
     /// `<prefix>:<limit>:{<kind>:<value>}`, or `{<kind>#<digest>}` when the
-    /// value is long or unsafe, and always for a header value when there is
+    /// value is long or unsafe, and always for a header or custom value when there is
     /// a `secret` to key its digest with (keys bound for Redis; the
     /// in-process store's never leave the process). `with_plan_key`: also
     /// keep the caller identity plans are looked up by (an allocation only
@@ -141,9 +160,9 @@ impl<'a> KeyMaterial<'a> {
         let v = &self.value;
         let value_at = key.len() + 1;
         let encoding = match secret {
-            Some(secret) if self.kind == Kind::Header => {
+            Some(secret) if self.kind.keyed() => {
                 key.push('#');
-                secret.push_digest(&mut key, v);
+                secret.push_digest(&mut key, self.kind, v);
                 Encoding::Digest
             }
             _ if is_raw(v) => {
@@ -359,9 +378,15 @@ impl KeySecret {
     }
 
     /// Appends the value's digest: 16 bytes of HMAC-SHA256, in hex (the
-    /// length of the plain SHA-256 digests of long values).
-    fn push_digest(&self, k: &mut String, value: &[u8]) {
+    /// length of the plain SHA-256 digests of long values). Custom values
+    /// are digested apart from header values (a domain prefix), so equal
+    /// values of the two kinds cannot even be told equal in Redis; header
+    /// values keep the digest they always had.
+    fn push_digest(&self, k: &mut String, kind: Kind, value: &[u8]) {
         let mut mac = self.mac.clone();
+        if kind == Kind::Custom {
+            mac.update(b"fleetlimit custom key\0");
+        }
         mac.update(value);
         push_hex(k, &mac.finalize().into_bytes()[..16]);
     }
@@ -510,6 +535,16 @@ mod tests {
             tag_of(&key(b"x", &s))
         );
         assert!(!format!("{s:?}").contains("built-in key secret"));
+        // Custom keys too, under their own kind: a tenant named like an
+        // API key is another bucket.
+        let c = KeyMaterial::new(Kind::Custom, b"sk_live_SECRET123").redis_key("rl", "l", Some(&s));
+        assert!(c.starts_with("rl:l:{c#") && c.len() == k.len(), "{c}");
+        assert_ne!(c[8..], k[8..], "another digest, not only another tag");
+        let parsed = StoreKey::parse("rl", &c).unwrap();
+        assert_eq!(
+            parsed.log_id().of(&parsed.key).to_string(),
+            format!("c#{}", &c[8..20])
+        );
         // Without a secret (the in-process store): the plain encoding.
         let local = KeyMaterial::new(Kind::Header, b"abc").redis_key("rl", "l", None);
         assert_eq!(local, "rl:l:{h:abc}");

@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::RateLimit;
+use super::{BuildError, RateLimit};
 use crate::breaker::BreakerStats;
 use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
@@ -14,7 +14,7 @@ use crate::shed::LoadSignal;
 #[cfg(feature = "redis")]
 use crate::store::RedisStore;
 use crate::store::{MemoryStore, Store, StoreError};
-use crate::RequestRef;
+use crate::{KeyAnswer, KeyExtractor, RequestRef};
 
 /// Applies [`RateLimit`] to a service. Cheap to clone: every clone shares
 /// one store and one set of local buckets.
@@ -82,12 +82,15 @@ impl RateLimitLayer {
     ///
     /// A Redis that is down at start-up is not an error: the pool keeps
     /// reconnecting and routes use their failure policy meanwhile. Only an
-    /// unusable Redis URL is.
-    pub async fn new(config: Config) -> Result<Self, StoreError> {
+    /// unusable Redis URL is ([`BuildError::Store`]), and a limit keyed by a
+    /// custom key, whose extractor only the [builder](Self::builder) can
+    /// take ([`BuildError::Config`]).
+    pub async fn new(config: Config) -> Result<Self, BuildError> {
         Self::builder(config).build().await
     }
 
-    /// A builder for a plan resolver, computed costs or a store of your own.
+    /// A builder for a plan resolver, computed costs, custom keys or a store
+    /// of your own.
     pub fn builder(config: Config) -> RateLimitLayerBuilder {
         RateLimitLayerBuilder {
             config,
@@ -97,7 +100,10 @@ impl RateLimitLayer {
     }
 
     /// The layer on in-process buckets only, whatever the configuration
-    /// says of Redis. Needs no runtime.
+    /// says of Redis. Needs no runtime. It takes no custom key extractors:
+    /// requests to a limit keyed `custom:<name>` are answered `503`
+    /// ([`RefusalReason::KeyUnavailable`](crate::RefusalReason::KeyUnavailable));
+    /// use the [builder](Self::builder) for those.
     #[must_use]
     pub fn in_memory(config: &Config) -> Self {
         let store = Arc::new(MemoryStore::new(config.memory_max_keys));
@@ -115,7 +121,8 @@ impl RateLimitLayer {
     /// Its failures follow each route's `on_redis_error` policy. It starts
     /// no reset listener: `fleetlimit reset` reaches its refused-key cache
     /// only at each refusal's `Retry-After` (build from the configuration
-    /// for fleet-wide resets).
+    /// for fleet-wide resets). Like [`in_memory`](Self::in_memory) it takes
+    /// no custom key extractors (the [builder](Self::builder) does).
     #[must_use]
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Self {
         Self {
@@ -176,8 +183,8 @@ impl<S> Layer<S> for RateLimitLayer {
     }
 }
 
-/// Builds a [`RateLimitLayer`] with a plan resolver, computed costs or a
-/// store of your own.
+/// Builds a [`RateLimitLayer`] with a plan resolver, computed costs, custom
+/// keys or a store of your own.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -208,6 +215,7 @@ impl std::fmt::Debug for RateLimitLayerBuilder {
             .field("store", &self.store)
             .field("resolver", &self.extras.resolver.is_some())
             .field("cost_fns", &self.extras.cost_fns.keys().collect::<Vec<_>>())
+            .field("key_fns", &self.extras.key_fns.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -234,7 +242,7 @@ impl RateLimitLayerBuilder {
     ///
     /// ```
     /// # use fleetlimit::{Config, RateLimitLayer};
-    /// # async fn f(cfg: Config) -> Result<(), fleetlimit::StoreError> {
+    /// # async fn f(cfg: Config) -> Result<(), fleetlimit::BuildError> {
     /// let layer = RateLimitLayer::builder(cfg)
     ///     .cost_fn("/search", |req| {
     ///         // ?pages=N costs N.
@@ -253,6 +261,76 @@ impl RateLimitLayerBuilder {
         F: Fn(&RequestRef<'_>) -> u32 + Send + Sync + 'static,
     {
         self.extras.cost_fns.insert(path.into(), Arc::new(f));
+        self
+    }
+
+    /// Compute the key of limits keyed `custom:<name>` with `f` (see
+    /// [`KeyExtractor`], which any such closure is): from the request's
+    /// method, URI, headers and extensions, the key, [`KeyAnswer::Missing`]
+    /// (the limit's `on_missing`: `401`, or counted by client IP) or
+    /// [`KeyAnswer::Invalid`] (`400`).
+    ///
+    /// It runs synchronously in the layer's `call`, before anything is
+    /// counted: keep it quick, and let an authentication layer in front of
+    /// the limiter do the slow work (verify the token, put its claims in
+    /// the extensions). If it panics, the request is answered `503`
+    /// ([`RefusalReason::KeyUnavailable`](crate::RefusalReason::KeyUnavailable)),
+    /// never admitted uncounted, and an ERROR line is logged (one a second
+    /// per limit). Registering a name twice keeps the last; a name no
+    /// limit uses is logged (WARN) when the layer is built.
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use fleetlimit::{Config, KeyAnswer, RateLimitLayer, RequestRef};
+    /// use tower::ServiceExt;
+    ///
+    /// /// What the authentication layer found in the caller's token.
+    /// #[derive(Clone)]
+    /// struct Tenant(String);
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cfg = Config::from_toml_str(r#"
+    ///     [limits.per-tenant]
+    ///     key = "custom:tenant"
+    ///     capacity = 1
+    ///     refill = "1/min"
+    ///
+    ///     [default]
+    ///     limits = ["per-tenant"]
+    /// "#)?;
+    /// let layer = RateLimitLayer::builder(cfg)
+    ///     .key_fn("tenant", |req: &RequestRef<'_>| -> KeyAnswer<'_> {
+    ///         req.extensions().get::<Tenant>().map(|t| t.0.clone()).into()
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
+    ///
+    /// let req = |tenant: &str| {
+    ///     let mut r = http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+    ///     r.extensions_mut().insert(Tenant(tenant.into()));
+    ///     r
+    /// };
+    /// assert_eq!(app.clone().oneshot(req("acme")).await?.status(), 200);
+    /// assert_eq!(app.clone().oneshot(req("acme")).await?.status(), 429);
+    /// assert_eq!(app.clone().oneshot(req("globex")).await?.status(), 200);
+    /// // No tenant: `on_missing = "reject"`, the default.
+    /// let anonymous = http::Request::get("/").body(axum::body::Body::empty())?;
+    /// assert_eq!(app.clone().oneshot(anonymous).await?.status(), 401);
+    /// # Ok(()) }
+    /// ```
+    pub fn key_fn<F>(self, name: impl Into<String>, f: F) -> Self
+    where
+        F: for<'r> Fn(&RequestRef<'r>) -> KeyAnswer<'r> + Send + Sync + 'static,
+    {
+        self.key_extractor(name, f)
+    }
+
+    /// [`key_fn`](Self::key_fn) with an extractor of your own type.
+    pub fn key_extractor(mut self, name: impl Into<String>, extractor: impl KeyExtractor) -> Self {
+        let name: String = name.into();
+        self.extras.key_fns.insert(name.into(), Arc::new(extractor));
         self
     }
 
@@ -334,8 +412,23 @@ impl RateLimitLayerBuilder {
     /// the task reading the fleet-wide shedding signal
     /// (`<key_prefix>:shed:{fleet}`); all end by themselves when the last
     /// clone of the layer is dropped.
-    pub async fn build(self) -> Result<RateLimitLayer, StoreError> {
+    ///
+    /// Fails with [`BuildError::Config`] when a limit is keyed by a custom
+    /// key no [`key_fn`](Self::key_fn) was registered for (checked before
+    /// anything connects), with [`BuildError::Store`] on an unusable Redis
+    /// URL.
+    pub async fn build(self) -> Result<RateLimitLayer, BuildError> {
         let cfg = self.config;
+        cfg.check_custom_keys(|name| self.extras.key_fns.contains_key(name))?;
+        for name in self.extras.key_fns.keys() {
+            if !cfg.uses_custom_key(name) {
+                tracing::warn!(
+                    target: "fleetlimit",
+                    name = &**name,
+                    "a key extractor is registered under {name:?}, but no limit is keyed by \"custom:{name}\""
+                );
+            }
+        }
         #[cfg(feature = "redis")]
         let mut redis = None;
         let (store, in_process): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
@@ -355,7 +448,7 @@ impl RateLimitLayerBuilder {
                 #[cfg(not(feature = "redis"))]
                 (None, Some(r)) => {
                     let why = crate::config::redis_url::check(&r.url, false).err();
-                    return Err(StoreError::Unavailable(why.unwrap_or_default()));
+                    return Err(StoreError::Unavailable(why.unwrap_or_default()).into());
                 }
                 (None, None) => {
                     let m = Arc::new(MemoryStore::new(cfg.memory_max_keys));

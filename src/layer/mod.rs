@@ -3,6 +3,7 @@
 //! What clients see, and an example, are documented on [`RateLimitLayer`].
 
 mod body;
+mod error;
 mod future;
 // tower-http's layout: the layer type lives in `layer.rs` of its module.
 #[allow(clippy::module_inception)]
@@ -10,6 +11,7 @@ mod layer;
 mod service;
 
 pub use self::body::ResponseBody;
+pub use self::error::BuildError;
 pub use self::future::ResponseFuture;
 pub use self::layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use self::service::RateLimit;

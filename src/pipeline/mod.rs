@@ -5,8 +5,9 @@
 //!    `503` before anything is charged (see `shed/`); an admitted one is
 //!    counted in flight until its response is over.
 //! 1. [`prepare`] (synchronous, in the service's `call`): the route's
-//!    policy, each limit's key, the request's cost. A missing key or an
-//!    unknown client address is answered here.
+//!    policy, each limit's key, the request's cost. A missing key, an
+//!    unknown client address or a custom key its extractor rejects (or
+//!    fails to compute) is answered here.
 //! 2. [`decide`]: the callers' plans, then each limit's rule for the cost
 //!    (`413` when it can never fit), then a refusal remembered from Redis,
 //!    then the store — the in-process one at once, Redis through hot-key
@@ -57,7 +58,7 @@ use self::refused::RefusedCache;
 use self::response::{RateHeaders, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
-use crate::key::{ClientIpRules, KeySecret};
+use crate::key::{ClientIpRules, CustomKeys, KeyExtractor, KeySecret};
 use crate::plan::{PlanResolver, Plans};
 use crate::record::{RecordStats, Recorder};
 use crate::route::RouteTable;
@@ -86,6 +87,8 @@ pub(crate) struct Limiter {
     fallback: Fallback,
     plans: Plans,
     cost_fns: HashMap<String, CostFn>,
+    /// The application's key extractors, for limits keyed `custom:<name>`.
+    custom_keys: CustomKeys,
     /// Keys Redis refused, answered here until their `Retry-After`.
     refused: RefusedCache,
     /// Hot keys' token leases.
@@ -255,6 +258,8 @@ impl DecidedBy {
 pub(crate) struct Extras {
     pub(crate) resolver: Option<Arc<dyn PlanResolver>>,
     pub(crate) cost_fns: HashMap<String, CostFn>,
+    /// Key extractors by name (`key_fn`).
+    pub(crate) key_fns: HashMap<Arc<str>, Arc<dyn KeyExtractor>>,
     /// The application's load signal, for shedding.
     pub(crate) load_signal: Option<Arc<dyn LoadSignal>>,
     /// Reshapes every refusal (`on_refusal`).
@@ -268,6 +273,7 @@ impl Extras {
         Self {
             resolver: None,
             cost_fns: HashMap::new(),
+            key_fns: HashMap::new(),
             load_signal: None,
             on_refusal: None,
             recorder: None,
@@ -307,6 +313,7 @@ impl Limiter {
                 cfg.plan_cache_keys,
             ),
             cost_fns: extras.cost_fns,
+            custom_keys: CustomKeys::new(extras.key_fns),
             unrouted_logged: AtomicBool::new(false),
             delayed: Arc::new(tokio::sync::Semaphore::new(cfg.max_delayed)),
             shed: cfg

@@ -1,4 +1,5 @@
-//! Step 1, synchronous: route → policy → each limit's key → cost.
+//! Step 1, synchronous: route → policy → each limit's key (custom keys
+//! from the application's extractors) → cost.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -94,6 +95,7 @@ impl Limiter {
             return Prepared::Unlimited;
         };
         let (headers, ext) = (req.headers(), req.extensions());
+        let view = RequestRef::new(req);
         // The client IP is resolved once, and only if some limit needs it.
         let mut ip: Option<Option<IpAddr>> = None;
         let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
@@ -107,7 +109,7 @@ impl Limiter {
             } else {
                 None
             };
-            let material = match limit.key.extract(headers, ext, peer) {
+            let material = match limit.key.extract(&view, peer, &self.custom_keys) {
                 Extracted::Found(m) => m,
                 Extracted::Missing => match limit.on_missing {
                     OnMissing::Ip => match client_ip() {
@@ -119,6 +121,8 @@ impl Limiter {
                     }
                 },
                 Extracted::NoClientIp => return reject(response::no_client_ip(limit)),
+                Extracted::Invalid => return reject(response::invalid_key(limit)),
+                Extracted::Failed(why) => return reject(response::key_unavailable(limit, why)),
             };
             let plans = !limit.plans.is_empty();
             let k = material.store_key(&self.prefix, &limit.name, self.key_secret.as_ref(), plans);
@@ -137,7 +141,7 @@ impl Limiter {
         let cost = match cost_fn {
             // At least one unit, as a fixed cost must be: a computed 0 would
             // be free and never refused (`?pages=0`).
-            Some(f) => f(&RequestRef::new(req)).max(1),
+            Some(f) => f(&view).max(1),
             None => policy.cost,
         };
         Prepared::Ask(Pending {

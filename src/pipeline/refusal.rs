@@ -35,6 +35,16 @@ pub enum RefusalReason {
     /// `401`: the handler answered [`ChallengeRequired`](crate::ChallengeRequired)
     /// (`urn:fleetlimit:challenge-required`).
     ChallengeRequired,
+    /// `400`: a limit's [custom key extractor](crate::KeyExtractor) answered
+    /// [`KeyAnswer::Invalid`](crate::KeyAnswer::Invalid)
+    /// (`urn:fleetlimit:invalid-key`).
+    InvalidKey,
+    /// `503`: a limit's [custom key extractor](crate::KeyExtractor)
+    /// panicked, or the layer has no extractor of its name (built with
+    /// [`RateLimitLayer::in_memory`](crate::RateLimitLayer::in_memory) or
+    /// [`with_store`](crate::RateLimitLayer::with_store), which take none)
+    /// (`urn:fleetlimit:key-unavailable`).
+    KeyUnavailable,
 }
 
 impl RefusalReason {
@@ -55,6 +65,8 @@ impl RefusalReason {
             Self::NoClientIp => "urn:fleetlimit:no-client-ip",
             Self::Overloaded => "urn:fleetlimit:overloaded",
             Self::ChallengeRequired => "urn:fleetlimit:challenge-required",
+            Self::InvalidKey => "urn:fleetlimit:invalid-key",
+            Self::KeyUnavailable => "urn:fleetlimit:key-unavailable",
         }
     }
 }

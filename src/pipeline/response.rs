@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use super::refusal::{Refusal, RefusalHook, RefusalReason};
 use crate::algorithm::{LimitState, Rule};
-use crate::key::ShownId;
+use crate::key::{KeyFailure, ShownId};
 use crate::route::Limit;
 
 /// `X-RateLimit-Limit`
@@ -585,6 +585,10 @@ pub(crate) fn overloaded(priority: &str, signal: &str, pressure: f64, retry: u64
 const MISSING_KEY: usize = 0;
 const TOO_COSTLY: usize = 1;
 const NO_CLIENT_IP: usize = 2;
+const INVALID_KEY: usize = 3;
+const KEY_UNAVAILABLE: usize = 4;
+/// How many there are (`Limit::early_log`).
+pub(crate) const EARLY_LOGS: usize = 5;
 
 /// Writes `$line` at `$level` once a second per limit and kind (with
 /// `suppressed`, the lines held back since), at DEBUG otherwise: a client
@@ -623,6 +627,59 @@ pub(crate) fn missing_key(limit: &Limit, challenge: &HeaderValue) -> Rejection {
     // RFC 9110 §15.5.2: a 401 carries at least one challenge.
     r.headers.insert(WWW_AUTHENTICATE, challenge.clone());
     r
+}
+
+/// `400`: the limit's custom key extractor found the request's key
+/// invalid (a malformed tenant id): a client error, not a missing key.
+pub(crate) fn invalid_key(limit: &Limit) -> Rejection {
+    throttled!(
+        limit,
+        INVALID_KEY,
+        info,
+        limit = %limit.name,
+        reason = "invalid-key",
+        "refused: the request's {} is invalid",
+        limit.key.describe()
+    );
+    Rejection::problem(
+        RefusalReason::InvalidKey,
+        StatusCode::BAD_REQUEST,
+        &limit.name,
+        &format!(
+            "this endpoint is rate limited by {}, which is invalid in this request",
+            limit.key.describe()
+        ),
+        &[("limit", json_str(&limit.name))],
+    )
+}
+
+/// `503`: the limit's custom key extractor panicked, or the layer has none
+/// of that name. A bug of the server, not the client's doing: never
+/// admitted uncounted, never a 500.
+pub(crate) fn key_unavailable(limit: &Limit, why: KeyFailure) -> Rejection {
+    let cause = match why {
+        KeyFailure::Panicked => "its extractor panicked",
+        KeyFailure::NotRegistered => {
+            "no extractor of that name: build the layer with RateLimitLayer::builder(..).key_fn(..)"
+        }
+    };
+    throttled!(
+        limit,
+        KEY_UNAVAILABLE,
+        error,
+        limit = %limit.name,
+        reason = "key-unavailable",
+        "refused: cannot compute {}: {cause}",
+        limit.key.describe()
+    );
+    Rejection::problem(
+        RefusalReason::KeyUnavailable,
+        StatusCode::SERVICE_UNAVAILABLE,
+        &limit.name,
+        "the rate limiter cannot identify the client",
+        &[("limit", json_str(&limit.name))],
+    )
+    .retry_after(1)
 }
 
 /// `413`: a cost no bucket of this limit can ever hold. Refused at once,

@@ -6,13 +6,13 @@ use std::fmt;
 /// unknown: Redis may still have run it.
 ///
 /// ```no_run
-/// use fleetlimit::{Config, RateLimitLayer, StoreError};
+/// use fleetlimit::{BuildError, Config, RateLimitLayer};
 ///
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// let cfg = Config::from_toml_file("fleetlimit.toml")?;
-/// // Only an unusable Redis URL fails here: a Redis that is down is not.
-/// let layer: Result<RateLimitLayer, StoreError> = RateLimitLayer::new(cfg).await;
-/// if let Err(e) = &layer {
+/// // Of the store, only an unusable Redis URL fails here: a Redis that is
+/// // down is not.
+/// if let Err(BuildError::Store(e)) = RateLimitLayer::new(cfg).await {
 ///     eprintln!("rate limiter not started ({}): {e}", e.reason());
 /// }
 /// # Ok(()) }

@@ -59,7 +59,7 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> 
 ///     }
 /// }
 ///
-/// # async fn f(cfg: Config) -> Result<(), fleetlimit::StoreError> {
+/// # async fn f(cfg: Config) -> Result<(), fleetlimit::BuildError> {
 /// let store = Arc::new(Counted { inner: MemoryStore::new(10_000), checks: AtomicU64::new(0) });
 /// let layer = RateLimitLayer::builder(cfg).store(store).build().await?;
 /// # drop(layer); Ok(()) }
