@@ -100,6 +100,7 @@ pub mod configuration {}
 mod key;
 mod layer;
 mod log_throttle;
+mod metrics;
 mod pipeline;
 mod plan;
 #[cfg(feature = "postgres")]
