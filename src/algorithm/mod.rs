@@ -214,6 +214,41 @@ impl Rule {
         }
     }
 
+    /// What a stored value (`None`: no key, a full bucket) leaves at
+    /// `now_us` on Redis's clock, in tokens or requests, never below zero;
+    /// `None` for a value that cannot be read, and for concurrency limits
+    /// (a sorted set, not a value).
+    pub(crate) fn remaining_stored(&self, raw: Option<&str>, now_us: f64) -> Option<f64> {
+        let Some(raw) = raw else {
+            return (!self.is_concurrency()).then(|| self.capacity());
+        };
+        let left = match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => {
+                let tat: f64 = raw.trim().parse().ok()?;
+                let gcra = token_bucket::Gcra::new(capacity, refill_per_sec);
+                gcra.tokens(token_bucket::Gcra::start(Some(tat), now_us) - now_us)
+            }
+            Self::FixedWindow { limit, .. } => limit - raw.trim().parse::<f64>().ok()?,
+            Self::SlidingWindow { limit, window } => {
+                let v: Vec<f64> = raw
+                    .split_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .ok()?;
+                let [idx, curr, prev] = v.as_slice() else {
+                    return None;
+                };
+                let stored = Some((*idx, *curr, *prev));
+                sliding_window::Level::read(limit, window, stored, now_us / 1e6).avail()
+            }
+            Self::Concurrency { .. } => return None,
+        };
+        Some(left.clamp(0.0, self.capacity()))
+    }
+
     pub(crate) fn describe_stored(&self, raw: Option<&str>, now_us: f64) -> String {
         let Some(raw) = raw else {
             return "no key: a full bucket".into();
