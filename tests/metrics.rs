@@ -8,6 +8,8 @@
 
 mod support;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +20,33 @@ use fleetlimit::{Config, RateLimitLayer, StoreError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::example::Example;
 use support::{request, send, RedisServer};
+
+/// Counts the allocations of the current thread (a test's current-thread
+/// runtime runs the whole in-process request path there).
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: `System` does the work; the counter is a const-initialised
+// thread local (no allocation of its own).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 /// The in-process store, or down.
 #[derive(Debug)]
@@ -39,11 +68,7 @@ impl Store for Switch {
 type Sample = (String, Vec<(String, String)>, f64);
 
 /// Each metric of `snap` with all of `labels` (and no other), its value.
-fn value(
-    snap: &[Sample],
-    name: &str,
-    labels: &[(&str, &str)],
-) -> f64 {
+fn value(snap: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     let found: Vec<f64> = snap
         .iter()
         .filter(|(n, ls, _)| {
@@ -245,6 +270,53 @@ async fn decisions_are_counted_per_route_limit_and_outcome() {
         value(&s, "fleetlimit_script_calls_total", &[("script", "lean")]),
         0.0
     );
+}
+
+/// A recorder receiving the counts costs a request no allocation: the
+/// handles are registered once, and counting is adding to an atomic (the
+/// same request path without a recorder, whose handles do nothing, is the
+/// baseline; `cargo bench --bench allocs` with and without the feature
+/// compares against a build without it).
+#[tokio::test]
+async fn a_recorder_costs_no_allocation_per_request() {
+    // Two configurations: layers built from one share its routes' handles.
+    let cfg = || {
+        Config::from_toml_str(
+            r#"
+        [limits.per-key]
+        key = "header:x-api-key"
+        capacity = 1000000
+        refill = "1000/s"
+
+        [[routes]]
+        path = "/"
+        limits = ["per-key"]
+        "#,
+        )
+        .unwrap()
+    };
+    async fn per_request(app: &Router) -> u64 {
+        // Warm: the key's bucket, the route's handles.
+        statuses(app, "/", "k", 10).await;
+        let before = ALLOCATIONS.with(Cell::get);
+        assert_eq!(statuses(app, "/", "k", 100).await, [200; 100]);
+        ALLOCATIONS.with(Cell::get) - before
+    }
+    let plain = app(RateLimitLayer::in_memory(&cfg()));
+    let without = per_request(&plain).await;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let counted = app(RateLimitLayer::in_memory(&cfg()));
+    let with = per_request(&counted).await;
+    let s = snapshot(&snapshotter);
+    let admitted = [
+        ("route", "/"),
+        ("limit", "per-key"),
+        ("outcome", "admitted"),
+    ];
+    assert_eq!(value(&s, "fleetlimit_decisions_total", &admitted), 110.0);
+    assert_eq!(with, without, "allocations per 100 requests");
 }
 
 /// A hot key's leases, and the plan resolver's cache.

@@ -463,6 +463,46 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 mod tests {
     use super::*;
 
+    /// What `fleetlimit top` reads from a stored value, per algorithm.
+    #[test]
+    fn remaining_of_stored_values() {
+        let now = 1_000.0 * 1e6;
+        let tb = Rule::TokenBucket {
+            capacity: 10.0,
+            refill_per_sec: 1.0,
+        };
+        assert_eq!(tb.remaining_stored(None, now), Some(10.0), "no key: full");
+        // The TAT 4 s ahead: 4 of 10 tokens spent.
+        let tat = (now + 4e6).to_string();
+        assert_eq!(tb.remaining_stored(Some(&tat), now), Some(6.0));
+        let past = (now - 1e6).to_string();
+        assert_eq!(tb.remaining_stored(Some(&past), now), Some(10.0));
+        assert_eq!(tb.remaining_stored(Some("x"), now), None);
+        let fw = Rule::FixedWindow {
+            limit: 100.0,
+            window: Duration::from_secs(60),
+        };
+        assert_eq!(fw.remaining_stored(Some("12"), now), Some(88.0));
+        assert_eq!(
+            fw.remaining_stored(Some("120"), now),
+            Some(0.0),
+            "never below 0"
+        );
+        let sw = Rule::SlidingWindow {
+            limit: 10.0,
+            window: Duration::from_secs(10),
+        };
+        // At t = 1000 s, window 100 just opened: the previous one weighs all.
+        assert_eq!(sw.remaining_stored(Some("100 0 4"), now), Some(6.0));
+        assert_eq!(sw.remaining_stored(Some("99 4 0"), now), Some(6.0));
+        assert_eq!(sw.remaining_stored(Some("1 2"), now), None);
+        let c = Rule::Concurrency {
+            max_in_flight: 3.0,
+            max_hold: Duration::from_secs(30),
+        };
+        assert_eq!(c.remaining_stored(None, now), None);
+    }
+
     #[test]
     fn all_or_nothing_and_shadow_limits() {
         let tb = |capacity| Rule::TokenBucket {
