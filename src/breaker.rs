@@ -117,6 +117,8 @@ pub(crate) struct Breaker {
     closed: AtomicU64,
     short_circuited: AtomicU64,
     failures: AtomicU64,
+    /// Its state gauges and transition counters (feature `metrics`).
+    metrics: crate::metrics::BreakerMetrics,
 }
 
 #[derive(Debug)]
@@ -127,7 +129,13 @@ struct Inner {
 
 impl Breaker {
     pub(crate) fn new(config: BreakerConfig) -> Self {
+        Self::named(config, "store")
+    }
+
+    /// A breaker whose metrics say `node` (`store`, or a cluster primary).
+    fn named(config: BreakerConfig, node: &str) -> Self {
         Self {
+            metrics: crate::metrics::BreakerMetrics::new(node),
             config,
             born: Instant::now(),
             state: AtomicU8::new(CLOSED),
@@ -153,6 +161,7 @@ impl Breaker {
             OPEN if inner.open_until.is_some_and(|t| Instant::now() < t) => self.refuse(),
             OPEN | HALF_OPEN if inner.probes < self.config.probes.max(1) => {
                 if self.state.swap(HALF_OPEN, Ordering::AcqRel) == OPEN {
+                    self.metrics.entered(HALF_OPEN);
                     tracing::info!(target: "fleetlimit", breaker = "half-open", "circuit breaker: probing the store");
                 }
                 inner.probes += 1;
@@ -234,6 +243,7 @@ impl Breaker {
             self.state.store(OPEN, Ordering::Release);
             self.streak.store(0, Ordering::Relaxed);
             self.opened.fetch_add(1, Ordering::Relaxed);
+            self.metrics.entered(OPEN);
             tracing::warn!(
                 target: "fleetlimit",
                 breaker = "open",
@@ -255,6 +265,7 @@ impl Breaker {
         if self.state.swap(CLOSED, Ordering::AcqRel) != CLOSED {
             inner.open_until = None;
             self.closed.fetch_add(1, Ordering::Relaxed);
+            self.metrics.entered(CLOSED);
             tracing::info!(target: "fleetlimit", breaker = "closed", "circuit breaker closed: the store answers again");
         }
     }
@@ -342,7 +353,7 @@ impl Breakers {
         if nodes.len() >= MAX_NODES {
             nodes.retain(|(_, b)| !b.is_idle());
         }
-        let b = Arc::new(Breaker::new(self.config));
+        let b = Arc::new(Breaker::named(self.config, name));
         if nodes.len() < MAX_NODES {
             nodes.push((Arc::from(name), Arc::clone(&b)));
         }

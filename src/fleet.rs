@@ -29,7 +29,12 @@ pub(crate) fn start(
     hb: Heartbeat,
     instance: Arc<str>,
 ) {
-    tokio::spawn(heartbeat(store, fleet, key, hb, instance));
+    // Registered here, where the layer is built, not in the task.
+    let gauge = crate::metrics::FleetMetrics::new();
+    if let Some(size) = fleet.upgrade() {
+        gauge.set(size.load(Ordering::Relaxed));
+    }
+    tokio::spawn(heartbeat(store, fleet, key, hb, instance, gauge));
 }
 
 /// Heartbeats until the layer is gone. While Redis is down the last count
@@ -41,6 +46,7 @@ async fn heartbeat(
     key: String,
     hb: Heartbeat,
     instance: Arc<str>,
+    gauge: crate::metrics::FleetMetrics,
 ) {
     let mut tick = tokio::time::interval(hb.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -53,6 +59,7 @@ async fn heartbeat(
         match beat(&store, &key, &instance, hb.dead_after).await {
             Ok(n) => {
                 let n = n.max(1);
+                gauge.set(n);
                 if size.swap(n, Ordering::Relaxed) != n {
                     tracing::info!(target: "fleetlimit", fleet_size = n, "fleet size changed");
                 }

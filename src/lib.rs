@@ -70,6 +70,11 @@
 //! same in code), [`RateLimitLayer`] for what clients see, [`store`] to
 //! bring a store of your own, and [`admin`] for the operator's tools.
 //!
+//! With the cargo feature `metrics`, the layer reports its decisions (per
+//! route, limit and outcome), Redis call latency, script calls, breaker
+//! state and cache hits through the `metrics` facade to whichever recorder
+//! the application installs; `docs/metrics.md` lists every metric.
+//!
 //! ## Requirements
 //!
 //! With Redis: **Redis 7.0 or newer** (standalone, Sentinel or Cluster); the
@@ -106,6 +111,7 @@ pub mod configuration {}
 mod key;
 mod layer;
 mod log_throttle;
+mod metrics;
 mod pipeline;
 mod plan;
 #[cfg(feature = "postgres")]

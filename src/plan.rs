@@ -196,6 +196,8 @@ pub(crate) struct Plans {
     cache: Bounded<Cached>,
     /// Failed or slow lookups: one log line a second.
     errors_logged: Throttle,
+    /// Cache hits and misses (feature `metrics`).
+    metrics: crate::metrics::PlanMetrics,
 }
 
 impl fmt::Debug for Plans {
@@ -224,6 +226,7 @@ impl Plans {
             ttl,
             cache: Bounded::new(max_keys),
             errors_logged: Throttle::default(),
+            metrics: crate::metrics::PlanMetrics::new(),
         }
     }
 
@@ -245,6 +248,7 @@ impl Plans {
             });
             match &cached.plan {
                 Plan::Known { plan, stale_at } if stale_at.is_none_or(|t| now < t) => {
+                    self.metrics.hit();
                     return plan.clone();
                 }
                 Plan::InFlight(cell) => Arc::clone(cell),
@@ -258,6 +262,7 @@ impl Plans {
                 }
             }
         };
+        self.metrics.miss();
         let (plan, fresh_for) = cell
             .get_or_init(|| async {
                 match tokio::time::timeout(RESOLVE_TIMEOUT, resolver.resolve(key)).await {

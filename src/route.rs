@@ -279,6 +279,9 @@ pub(crate) struct Policy {
     pub(crate) degraded_log: Throttle,
     /// When its requests are shed (only with `[shedding]`).
     pub(crate) priority: Priority,
+    /// Its decision counters (feature `metrics`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) metrics: crate::metrics::PolicyMetrics,
 }
 
 impl Policy {
@@ -449,6 +452,7 @@ mod tests {
             refund: false,
             degraded_log: Default::default(),
             priority: Priority::Normal,
+            metrics: crate::metrics::PolicyMetrics::new("/"),
         })
     }
 

@@ -151,7 +151,7 @@ impl Admin {
 }
 
 /// Redis `TIME` in µs.
-async fn redis_now_us(pool: &fred::clients::Pool) -> Result<f64, StoreError> {
+pub(super) async fn redis_now_us(pool: &fred::clients::Pool) -> Result<f64, StoreError> {
     let time: Vec<String> = pool
         .custom(
             CustomCommand::new_static("TIME", None, false),
@@ -220,7 +220,7 @@ async fn read_decisions(
 }
 
 /// An `XRANGE` entry: its id and its field/value pairs.
-fn entry_parts(entry: Value) -> Option<(String, Vec<(String, String)>)> {
+pub(super) fn entry_parts(entry: Value) -> Option<(String, Vec<(String, String)>)> {
     let Value::Array(mut parts) = entry else {
         return None;
     };
@@ -509,7 +509,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 /// `ms` since the epoch as `2026-12-01T04:31:07.123Z`.
-fn format_time(ms: u64) -> String {
+pub(super) fn format_time(ms: u64) -> String {
     let secs = (ms / 1000) as i64;
     let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
     let s = secs.rem_euclid(86_400);

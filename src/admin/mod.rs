@@ -24,6 +24,7 @@
 //! | `explain.rs` | `explain`: a caller's contract in words, its bucket now, its recorded decisions |
 //! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
 //! | `shed.rs` | `shed`: the fleet-wide load-shedding signal |
+//! | `top.rs` | `top`: live instances, the keys closest to exhaustion, refusals per second |
 
 use std::time::Duration;
 
@@ -35,10 +36,12 @@ mod explain;
 mod inspect;
 mod shed;
 mod sweep;
+mod top;
 
 pub use explain::{Explanation, RecordedDecision, TimeRange};
 pub use inspect::BucketInfo;
 pub use sweep::{Skipped, SweepOptions, SweepReport};
+pub use top::{Top, TopFrame, TopOptions};
 
 /// A connection to the configuration's Redis for the admin tasks (the
 /// `fleetlimit` command): [`inspect`](Self::inspect),

@@ -214,6 +214,41 @@ impl Rule {
         }
     }
 
+    /// What a stored value (`None`: no key, a full bucket) leaves at
+    /// `now_us` on Redis's clock, in tokens or requests, never below zero;
+    /// `None` for a value that cannot be read, and for concurrency limits
+    /// (a sorted set, not a value).
+    pub(crate) fn remaining_stored(&self, raw: Option<&str>, now_us: f64) -> Option<f64> {
+        let Some(raw) = raw else {
+            return (!self.is_concurrency()).then(|| self.capacity());
+        };
+        let left = match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => {
+                let tat: f64 = raw.trim().parse().ok()?;
+                let gcra = token_bucket::Gcra::new(capacity, refill_per_sec);
+                gcra.tokens(token_bucket::Gcra::start(Some(tat), now_us) - now_us)
+            }
+            Self::FixedWindow { limit, .. } => limit - raw.trim().parse::<f64>().ok()?,
+            Self::SlidingWindow { limit, window } => {
+                let v: Vec<f64> = raw
+                    .split_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .ok()?;
+                let [idx, curr, prev] = v.as_slice() else {
+                    return None;
+                };
+                let stored = Some((*idx, *curr, *prev));
+                sliding_window::Level::read(limit, window, stored, now_us / 1e6).avail()
+            }
+            Self::Concurrency { .. } => return None,
+        };
+        Some(left.clamp(0.0, self.capacity()))
+    }
+
     pub(crate) fn describe_stored(&self, raw: Option<&str>, now_us: f64) -> String {
         let Some(raw) = raw else {
             return "no key: a full bucket".into();
@@ -427,6 +462,46 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `fleetlimit top` reads from a stored value, per algorithm.
+    #[test]
+    fn remaining_of_stored_values() {
+        let now = 1_000.0 * 1e6;
+        let tb = Rule::TokenBucket {
+            capacity: 10.0,
+            refill_per_sec: 1.0,
+        };
+        assert_eq!(tb.remaining_stored(None, now), Some(10.0), "no key: full");
+        // The TAT 4 s ahead: 4 of 10 tokens spent.
+        let tat = (now + 4e6).to_string();
+        assert_eq!(tb.remaining_stored(Some(&tat), now), Some(6.0));
+        let past = (now - 1e6).to_string();
+        assert_eq!(tb.remaining_stored(Some(&past), now), Some(10.0));
+        assert_eq!(tb.remaining_stored(Some("x"), now), None);
+        let fw = Rule::FixedWindow {
+            limit: 100.0,
+            window: Duration::from_secs(60),
+        };
+        assert_eq!(fw.remaining_stored(Some("12"), now), Some(88.0));
+        assert_eq!(
+            fw.remaining_stored(Some("120"), now),
+            Some(0.0),
+            "never below 0"
+        );
+        let sw = Rule::SlidingWindow {
+            limit: 10.0,
+            window: Duration::from_secs(10),
+        };
+        // At t = 1000 s, window 100 just opened: the previous one weighs all.
+        assert_eq!(sw.remaining_stored(Some("100 0 4"), now), Some(6.0));
+        assert_eq!(sw.remaining_stored(Some("99 4 0"), now), Some(6.0));
+        assert_eq!(sw.remaining_stored(Some("1 2"), now), None);
+        let c = Rule::Concurrency {
+            max_in_flight: 3.0,
+            max_hold: Duration::from_secs(30),
+        };
+        assert_eq!(c.remaining_stored(None, now), None);
+    }
 
     #[test]
     fn all_or_nothing_and_shadow_limits() {

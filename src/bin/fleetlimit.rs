@@ -10,6 +10,8 @@
 //! fleetlimit sweep --config FILE [--redis URL] [--dry-run] [--default-ttl 1h]
 //!                  [--include-unknown-limits]
 //! fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]
+//! fleetlimit top --config FILE [--redis URL] [--once] [--interval 1s]
+//!                [--sample 1000] [--rows 5] [--window 10s]
 //! fleetlimit completions SHELL
 //! fleetlimit --help | --version | COMMAND --help
 //! ```
@@ -19,6 +21,14 @@
 //! (`--since`) or between two RFC 3339 times, each refusal with the answer
 //! before it and each degraded decision marked (the limit needs
 //! `record = true`; see docs/operations.md, "Defending a 429").
+//!
+//! `top` shows what the fleet is doing, refreshed every `--interval`: the
+//! live instances (the fleet heartbeat), per limit the keys exhausted or
+//! closest to it among those sampled (one `SCAN` page of at most
+//! `--sample` keys per refresh, continued at the next), and the refusals
+//! per second recorded over the last `--window` by limits with
+//! `record = true`. Plain text; the screen is cleared between refreshes
+//! when stdout is a terminal. `--once` prints one frame and exits.
 //!
 //! `shed` sets the fleet-wide load-shedding signal (`<prefix>:shed:{fleet}`)
 //! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
@@ -39,6 +49,7 @@
 //! and type) and lists the others under the prefix as skipped.
 //! Exit status: 0 done, 1 failed, 2 bad usage or config (a bad URL included).
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -53,7 +64,7 @@ const SKIPPED_SHOWN: usize = 100;
 
 /// Operate fleetlimit's state in Redis: validate a configuration, inspect or
 /// reset a caller's buckets, sweep for keys without an expiry, set the
-/// fleet-wide shedding signal.
+/// fleet-wide shedding signal, watch the fleet.
 ///
 /// Exit status: 0 done, 1 failed (Redis unreachable...), 2 bad usage or
 /// configuration.
@@ -153,6 +164,28 @@ enum Command {
         duration: Option<Duration>,
         #[command(flatten)]
         target: Target,
+    },
+    /// Watch the fleet: live instances, per limit the sampled keys closest
+    /// to exhaustion, and the refusals recorded per second.
+    Top {
+        #[command(flatten)]
+        target: Target,
+        /// Print one frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// Time between refreshes.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
+        interval: Duration,
+        /// Keys scanned per refresh at most (the SCAN page's COUNT).
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        sample: usize,
+        /// Keys shown per limit.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        rows: usize,
+        /// Refusals per second are counted over this last stretch of the
+        /// decision records.
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+        window: Duration,
     },
     /// Print a completion script for a shell (`fleetlimit completions bash
     /// > /etc/bash_completion.d/fleetlimit`).
@@ -321,14 +354,79 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             }
             Ok(())
         }
+        Command::Top {
+            target,
+            once,
+            interval,
+            sample,
+            rows,
+            window,
+        } => {
+            if interval.is_zero() || window.is_zero() {
+                return Err(usage(
+                    "--interval and --window must be longer than 0s".into(),
+                ));
+            }
+            if sample == 0 || rows == 0 {
+                return Err(usage("--sample and --rows must be at least 1".into()));
+            }
+            let cfg = load(&target).map_err(usage)?;
+            let admin = Admin::connect(&cfg).await.map_err(failed)?;
+            let mut top = admin.top(admin::TopOptions {
+                sample,
+                rows,
+                window,
+            });
+            if once {
+                let frame = top.frame().await.map_err(failed)?;
+                return write_out(frame.to_string().as_bytes());
+            }
+            top_loop(&mut top, interval).await
+        }
         Command::Completions { shell } => {
             // Written whole, so a closed pipe (`| head`) is an error, not a panic.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "fleetlimit", &mut script);
-            std::io::Write::write_all(&mut std::io::stdout(), &script)
+            std::io::stdout()
+                .write_all(&script)
                 .map_err(|e| (1, format!("cannot write the completion script: {e}")))
         }
     }
+}
+
+/// Frames until interrupted (or stdout closes). A failed frame is shown as
+/// such and the next refresh tries again: Redis may be restarting.
+async fn top_loop(top: &mut admin::Top, interval: Duration) -> Result<(), (u8, String)> {
+    let clear = std::io::stdout().is_terminal();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Each command has the admin connection's timeout; this bounds a frame.
+    let most = interval.max(Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        let text = match tokio::time::timeout(most, top.frame()).await {
+            Ok(Ok(frame)) => frame.to_string(),
+            Ok(Err(e)) => format!("fleetlimit top: {e}; trying again\n"),
+            Err(_) => format!("fleetlimit top: no frame within {most:?}; trying again\n"),
+        };
+        let text = if clear {
+            format!("\x1b[2J\x1b[H{text}")
+        } else {
+            text + "\n"
+        };
+        if write_out(text.as_bytes()).is_err() {
+            // Stdout closed (`| head`): done.
+            return Ok(());
+        }
+    }
+}
+
+/// Writes to stdout: a closed pipe is an error, not a panic.
+fn write_out(text: &[u8]) -> Result<(), (u8, String)> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text)
+        .and_then(|()| out.flush())
+        .map_err(|e| (1, format!("cannot write to stdout: {e}")))
 }
 
 /// A connection, once the key is checked against the configuration.

@@ -158,7 +158,7 @@ impl ConfigBuilder {
         let mut routes = Vec::new();
         for (path, r) in self.routes {
             v.check_route(&path, r.methods.as_deref(), r.at.path.clone())?;
-            let policy = v.policy(&limits, r.named_limits(), r.settings())?;
+            let policy = v.policy(&limits, r.named_limits(), r.settings(), &path)?;
             routes.push(RouteEntry {
                 path,
                 methods: r.methods,
@@ -166,7 +166,7 @@ impl ConfigBuilder {
             });
         }
         let default_route = match &self.default_route {
-            Some(r) => Some(v.policy(&limits, r.named_limits(), r.settings())?),
+            Some(r) => Some(v.policy(&limits, r.named_limits(), r.settings(), "default")?),
             None => None,
         };
         let memory_max_keys = self.memory_max_keys.unwrap_or(DEFAULT_MEMORY_KEYS);

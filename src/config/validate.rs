@@ -550,11 +550,14 @@ impl<'s> Validator<'s> {
     }
 
     /// Resolves a route's limit names. Call after every limit and plan is in.
+    /// `label`: the route template (`default` for the default policy), its
+    /// metrics' `route` label.
     pub(super) fn policy<'n>(
         &self,
         limits: &[Arc<Limit>],
         names: impl Iterator<Item = (&'n str, Span)>,
         route: RouteSettings,
+        label: &str,
     ) -> Result<Arc<Policy>, ConfigError> {
         let RouteSettings {
             cost,
@@ -618,6 +621,7 @@ impl<'s> Validator<'s> {
             refund,
             degraded_log: Default::default(),
             priority,
+            metrics: crate::metrics::PolicyMetrics::new(label),
         }))
     }
 }

@@ -297,6 +297,7 @@ impl Limiter {
                 match self.ask(&take).await {
                     Ok(o) if o.allowed => {
                         claim.disarm();
+                        crate::metrics::lease_granted(&p.policy, 0);
                         let extra = batch - check.cost;
                         let s = o.limits[0];
                         self.leases.granted(&bucket.key, extra, s.remaining, seen);
@@ -499,8 +500,8 @@ impl<'a> Answered<'a> {
 }
 
 impl Limiter {
-    /// Hands the decision about each limit that records (see `record.rs`)
-    /// to the recorder: `state(i)`, limit `i`'s remaining and whether it
+    /// Counts the decision (feature `metrics`) and hands the decision about
+    /// each limit that records (see `record.rs`) to the recorder: `state(i)`, limit `i`'s remaining and whether it
     /// had room for the request (`None`: not known).
     fn record(
         &self,
@@ -510,6 +511,7 @@ impl Limiter {
         state: impl Fn(usize) -> Option<(f64, bool)>,
         via: Via,
     ) {
+        crate::metrics::decided(&p.policy, buckets, allowed, &state, via);
         let Some(recorder) = &self.recorder else {
             return;
         };

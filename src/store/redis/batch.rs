@@ -178,7 +178,11 @@ async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, Store
         }
         args
     };
-    match within(
+    scripts
+        .metrics
+        .sent(crate::metrics::Script::Lean, jobs.len());
+    let timer = scripts.metrics.start();
+    let answer = match within(
         scripts.eval(pool, &scripts.lean, ClusterHash::FirstKey, args),
         scripts.deadline(),
         &scripts.io,
@@ -188,7 +192,9 @@ async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, Store
     {
         Some(reply) => reply.map_err(map_err),
         None => Err(StoreError::Timeout),
-    }
+    };
+    scripts.metrics.answered(timer, &answer);
+    answer
 }
 
 fn fail(jobs: Vec<Job>, e: &StoreError) {

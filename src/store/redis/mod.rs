@@ -298,9 +298,12 @@ impl Store for RedisStore {
                 inner.run_in_order(&pool, &check, &groups).await
             };
             // One deadline for the whole check, NOSCRIPT recovery included.
-            within(run, inner.deadline(), &inner.io, &inner.stalls)
+            let timer = inner.metrics.start();
+            let answer = within(run, inner.deadline(), &inner.io, &inner.stalls)
                 .await
-                .unwrap_or(Err(StoreError::Timeout))
+                .unwrap_or(Err(StoreError::Timeout));
+            inner.metrics.answered(timer, &answer);
+            answer
         })
     }
 

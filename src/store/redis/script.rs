@@ -50,6 +50,8 @@ pub(crate) struct Inner {
     /// Slots that could not be given back (one WARN a second).
     pub(crate) release_log: crate::log_throttle::Throttle,
     options: Options,
+    /// Script calls, checks and call durations (feature `metrics`).
+    pub(crate) metrics: crate::metrics::StoreMetrics,
 }
 
 impl Inner {
@@ -66,6 +68,7 @@ impl Inner {
             decide: Script::new(SCRIPT),
             deadline,
             release_log: crate::log_throttle::Throttle::default(),
+            metrics: crate::metrics::StoreMetrics::new(),
             options: Options {
                 // A backstop only: `within` enforces the deadline.
                 timeout: Some(backstop(deadline)),
@@ -128,6 +131,12 @@ impl Inner {
             }
             None => pool,
         };
+        let kind = if lean.is_some() {
+            crate::metrics::Script::Lean
+        } else {
+            crate::metrics::Script::Decide
+        };
+        self.metrics.sent(kind, 1);
         let reply = match self.eval(pool, script, ClusterHash::FirstKey, &args).await {
             // The slot moved since fred's table was read: follow it once.
             Err(e) => match (&self.nodes, moved_to(&e)) {

@@ -1,0 +1,458 @@
+//! `top`: what the fleet is doing, one frame per refresh — the live
+//! instances (the fleet heartbeat), per limit the sampled keys that are
+//! exhausted or closest to it, and the refusals recorded per second.
+//!
+//! Every frame costs Redis a bounded amount of work: one `SCAN` page of at
+//! most [`TopOptions::sample`] keys (continued where the last frame
+//! stopped, so successive frames walk the whole keyspace), one `GET` per
+//! key sampled or shown last time, one bounded read of the heartbeat, and
+//! one `XRANGE … COUNT` per recording limit.
+
+use std::fmt;
+use std::pin::Pin;
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::scan::{ScanResult, Scanner};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use futures_core::Stream;
+
+use super::explain::{format_time, redis_now_us};
+use super::Admin;
+use crate::config::Config;
+use crate::key::StoreKey;
+use crate::record::stream_key;
+use crate::store::redis::script::map_err;
+use crate::store::{RedisStore, StoreError};
+
+/// Most recorded decisions counted per limit and frame.
+const MAX_RECORDS: usize = 10_000;
+/// Most live instances listed (the others are counted).
+const MAX_INSTANCES: usize = 20;
+
+/// How `top` samples ([`Admin::top`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::admin::TopOptions;
+///
+/// let o = TopOptions::default();
+/// assert_eq!((o.sample, o.rows, o.window), (1000, 5, Duration::from_secs(10)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopOptions {
+    /// Keys scanned per frame at most (the `SCAN` page's `COUNT`).
+    pub sample: usize,
+    /// Keys shown per limit.
+    pub rows: usize,
+    /// Refusals per second are counted over this last stretch of the
+    /// decision records.
+    pub window: Duration,
+}
+
+impl Default for TopOptions {
+    fn default() -> Self {
+        Self {
+            sample: 1000,
+            rows: 5,
+            window: Duration::from_secs(10),
+        }
+    }
+}
+
+type ScanStream = Pin<Box<dyn Stream<Item = Result<ScanResult, fred::error::Error>> + Send>>;
+
+/// `top` between frames: where the scan stands, and the keys shown last
+/// (read again at the next frame, so an exhausted key stays in view while
+/// the scan moves on).
+///
+/// ```no_run
+/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
+/// use fleetlimit::admin::{Admin, TopOptions};
+///
+/// let admin = Admin::connect(&cfg).await?;
+/// let mut top = admin.top(TopOptions::default());
+/// print!("{}", top.frame().await?);
+/// # Ok(()) }
+/// ```
+pub struct Top {
+    store: RedisStore,
+    config: Config,
+    options: TopOptions,
+    scan: Option<ScanStream>,
+    /// The last page read: dropping it asks for the next one.
+    page: Option<ScanResult>,
+    shown: Vec<String>,
+}
+
+impl fmt::Debug for Top {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Top")
+            .field("options", &self.options)
+            .field("shown", &self.shown.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One frame of `top`, printed by its `Display`.
+#[derive(Clone, Debug)]
+pub struct TopFrame {
+    prefix: String,
+    now_ms: u64,
+    fleet: Fleet,
+    limits: Vec<LimitView>,
+    scanned: usize,
+    pass_done: bool,
+    window: Duration,
+}
+
+#[derive(Clone, Debug)]
+enum Fleet {
+    /// No discovery: the configured size.
+    Configured(u32),
+    Live {
+        key: String,
+        dead_after: Duration,
+        count: u64,
+        /// Member and ms since its last beat, the latest first.
+        shown: Vec<(String, u64)>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct LimitView {
+    name: String,
+    rule: String,
+    sampled: usize,
+    exhausted: usize,
+    /// Log id, Redis key, remaining, capacity: the least remaining first.
+    keys: Vec<(String, String, f64, f64)>,
+    /// Refused and all decisions recorded in the window (`None`: not
+    /// recorded); `true` when the count stopped at its bound.
+    recorded: Option<(u64, u64, bool)>,
+    concurrency: bool,
+}
+
+impl Admin {
+    /// A `top` of the fleet on this connection.
+    #[must_use]
+    pub fn top(&self, options: TopOptions) -> Top {
+        Top {
+            store: self.store.clone(),
+            config: self.config.clone(),
+            options,
+            scan: None,
+            page: None,
+            shown: Vec::new(),
+        }
+    }
+}
+
+impl Top {
+    /// Reads one frame.
+    pub async fn frame(&mut self) -> Result<TopFrame, StoreError> {
+        let pool = self.store.pool().clone();
+        let now_us = redis_now_us(&pool).await?;
+        let now_ms = (now_us / 1000.0) as u64;
+        let fleet = self.fleet(now_ms).await?;
+        let (sampled, scanned, pass_done) = self.sample().await?;
+        // The keys shown last, read again, then the new ones.
+        let mut keys = std::mem::take(&mut self.shown);
+        for k in sampled {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        let prefix = &self.config.key_prefix;
+        let parsed: Vec<(usize, String, String)> = keys
+            .into_iter()
+            .filter_map(|k| {
+                let sk = StoreKey::parse(prefix, &k)?;
+                let at = self
+                    .config
+                    .limits
+                    .iter()
+                    .position(|l| *l.name == *sk.limit())?;
+                let id = sk.log_id().of(&k).to_string();
+                Some((at, id, k))
+            })
+            .collect();
+        let values = read_values(&pool, parsed.iter().map(|(_, _, k)| k.as_str())).await?;
+        let mut limits: Vec<LimitView> = self
+            .config
+            .limits
+            .iter()
+            .map(|l| LimitView {
+                name: l.name.to_string(),
+                rule: l.rule.describe(),
+                sampled: 0,
+                exhausted: 0,
+                keys: Vec::new(),
+                recorded: None,
+                concurrency: l.rule.is_concurrency(),
+            })
+            .collect();
+        for ((at, id, key), raw) in parsed.into_iter().zip(values) {
+            // No key any more: a full bucket, nothing to watch.
+            let Some(raw) = raw else { continue };
+            let rule = self.config.limits[at].rule;
+            let Some(left) = rule.remaining_stored(Some(&raw), now_us) else {
+                continue;
+            };
+            let view = &mut limits[at];
+            view.sampled += 1;
+            if left < 1.0 {
+                view.exhausted += 1;
+            }
+            view.keys.push((id, key, left, rule.capacity()));
+        }
+        for view in &mut limits {
+            view.keys
+                .sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+            view.keys.truncate(self.options.rows);
+            self.shown.extend(view.keys.iter().map(|k| k.1.clone()));
+        }
+        for (view, l) in limits.iter_mut().zip(&self.config.limits) {
+            if l.record.is_some() {
+                let stream = stream_key(prefix, &l.name);
+                let from = now_ms.saturating_sub(self.options.window.as_millis() as u64);
+                view.recorded = Some(count_records(&pool, &stream, from).await?);
+            }
+        }
+        Ok(TopFrame {
+            prefix: prefix.to_string(),
+            now_ms,
+            fleet,
+            limits,
+            scanned,
+            pass_done,
+            window: self.options.window,
+        })
+    }
+
+    /// The live instances, from the heartbeat's sorted set (scored by
+    /// Redis time in ms).
+    async fn fleet(&self, now_ms: u64) -> Result<Fleet, StoreError> {
+        let Some(hb) = self.config.heartbeat else {
+            return Ok(Fleet::Configured(self.config.fleet_size));
+        };
+        let key = self.config.heartbeat_key();
+        let pool = self.store.pool();
+        let since = now_ms.saturating_sub(hb.dead_after.as_millis() as u64);
+        let zcount = CustomCommand::new_static("ZCOUNT", ClusterHash::FirstKey, false);
+        let args: Vec<Value> = vec![key.as_str().into(), (since as i64).into(), "+inf".into()];
+        let count: u64 = pool.custom(zcount, args).await.map_err(map_err)?;
+        let range = CustomCommand::new_static("ZRANGE", ClusterHash::FirstKey, false);
+        let args: Vec<Value> = vec![
+            key.as_str().into(),
+            "+inf".into(),
+            (since as i64).into(),
+            "BYSCORE".into(),
+            "REV".into(),
+            "LIMIT".into(),
+            0.into(),
+            (MAX_INSTANCES as i64).into(),
+            "WITHSCORES".into(),
+        ];
+        let pairs: Vec<String> = pool.custom(range, args).await.map_err(map_err)?;
+        let shown = pairs
+            .chunks(2)
+            .filter_map(|p| {
+                let at: f64 = p.get(1)?.parse().ok()?;
+                Some((p[0].clone(), now_ms.saturating_sub(at as u64)))
+            })
+            .collect();
+        Ok(Fleet::Live {
+            key,
+            dead_after: hb.dead_after,
+            count,
+            shown,
+        })
+    }
+
+    /// One `SCAN` page of at most `sample` keys under the prefix, where the
+    /// last frame stopped; the keys, how many, and whether the pass over
+    /// the keyspace ended (the next frame starts another).
+    async fn sample(&mut self) -> Result<(Vec<String>, usize, bool), StoreError> {
+        // Asks for the page after the one held (nothing if it was the last).
+        drop(self.page.take());
+        let count = u32::try_from(self.options.sample.max(1)).unwrap_or(u32::MAX);
+        let stream = self.scan.get_or_insert_with(|| {
+            let client = self.store.pool().next();
+            let pattern = format!("{}:*", self.config.key_prefix);
+            if client.is_clustered() {
+                Box::pin(client.scan_cluster(pattern, Some(count), None))
+            } else {
+                Box::pin(client.scan(pattern, Some(count), None))
+            }
+        });
+        match std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+            None => {
+                self.scan = None;
+                Ok((Vec::new(), 0, true))
+            }
+            Some(Err(e)) => {
+                self.scan = None;
+                Err(map_err(e))
+            }
+            Some(Ok(mut page)) => {
+                let keys: Vec<String> = page
+                    .take_results()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|k| k.into_string())
+                    .collect();
+                // A cluster's stream goes on with the other primaries'
+                // pages after one primary's last.
+                let more = page.has_more();
+                if more {
+                    self.page = Some(page);
+                }
+                let done = !more && !self.store.pool().is_clustered();
+                if done {
+                    self.scan = None;
+                }
+                let n = keys.len();
+                Ok((keys, n, done))
+            }
+        }
+    }
+}
+
+/// Each key's value (`None`: no key, or not a string — a key of another
+/// application, or another type), in one pipeline.
+async fn read_values<'a>(
+    pool: &fred::clients::Pool,
+    keys: impl Iterator<Item = &'a str>,
+) -> Result<Vec<Option<String>>, StoreError> {
+    let pipe = pool.next().pipeline();
+    let mut n = 0;
+    for k in keys {
+        let () = pipe.get(k).await.map_err(map_err)?;
+        n += 1;
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let answers = pipe.try_all::<Option<String>>().await;
+    Ok(answers.into_iter().map(|a| a.ok().flatten()).collect())
+}
+
+/// Refused and all decisions in `stream` since `from_ms` (at most
+/// [`MAX_RECORDS`]; `true` when the count stopped there).
+async fn count_records(
+    pool: &fred::clients::Pool,
+    stream: &str,
+    from_ms: u64,
+) -> Result<(u64, u64, bool), StoreError> {
+    let xrange = CustomCommand::new_static("XRANGE", ClusterHash::FirstKey, false);
+    let args: Vec<Value> = vec![
+        stream.into(),
+        format!("{from_ms}-0").into(),
+        "+".into(),
+        "COUNT".into(),
+        (MAX_RECORDS as i64).into(),
+    ];
+    let entries = match pool.custom::<Value, Value>(xrange, args).await {
+        Ok(Value::Array(a)) => a,
+        Ok(_) => Vec::new(),
+        // Not a stream: nothing recorded there that top can read.
+        Err(e) if e.details().starts_with("WRONGTYPE") => Vec::new(),
+        Err(e) => return Err(map_err(e)),
+    };
+    let total = entries.len() as u64;
+    let refused = entries
+        .into_iter()
+        .filter_map(super::explain::entry_parts)
+        .filter(|(_, fields)| fields.iter().any(|(k, v)| k == "allowed" && v == "0"))
+        .count() as u64;
+    Ok((refused, total, total as usize >= MAX_RECORDS))
+}
+
+fn num(x: f64) -> String {
+    let s = format!("{x:.1}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+impl fmt::Display for TopFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "fleetlimit top: prefix {:?}, {} (Redis time)",
+            self.prefix,
+            format_time(self.now_ms)
+        )?;
+        match &self.fleet {
+            Fleet::Configured(n) => writeln!(
+                f,
+                "instances: fleet discovery off; fleet size {n} from the configuration"
+            )?,
+            Fleet::Live {
+                key,
+                dead_after,
+                count,
+                shown,
+            } => {
+                writeln!(
+                    f,
+                    "instances: {count} live ({key}, dead after {} s silent)",
+                    num(dead_after.as_secs_f64())
+                )?;
+                for (id, ago) in shown {
+                    writeln!(f, "  {id}  last beat {} s ago", num(*ago as f64 / 1000.0))?;
+                }
+                if *count as usize > shown.len() {
+                    writeln!(f, "  ... and {} more", *count as usize - shown.len())?;
+                }
+            }
+        }
+        for l in &self.limits {
+            write!(f, "limit {} ({})", l.name, l.rule)?;
+            if l.concurrency {
+                writeln!(f, ": slots in flight are not sampled")?;
+                continue;
+            }
+            writeln!(f, ": {} keys in view, {} exhausted", l.sampled, l.exhausted)?;
+            for (id, _, left, capacity) in &l.keys {
+                let mark = if *left < 1.0 { "  EXHAUSTED" } else { "" };
+                writeln!(f, "  {id}  {}/{}{mark}", left.floor(), num(*capacity))?;
+            }
+        }
+        let window = self.window.as_secs_f64();
+        let recorded: Vec<&LimitView> = self
+            .limits
+            .iter()
+            .filter(|l| l.recorded.is_some())
+            .collect();
+        if recorded.is_empty() {
+            writeln!(
+                f,
+                "refusals: no limit records its decisions (record = true)"
+            )?;
+        } else {
+            writeln!(f, "refusals recorded in the last {} s:", num(window))?;
+            for l in recorded {
+                let Some((refused, total, cut)) = l.recorded else {
+                    continue;
+                };
+                let at_least = if cut { "at least " } else { "" };
+                writeln!(
+                    f,
+                    "  {}  {at_least}{refused} refused of {total} decisions, {} refused/s",
+                    l.name,
+                    num(refused as f64 / window.max(0.001))
+                )?;
+            }
+        }
+        writeln!(
+            f,
+            "scan: {} keys this refresh{}",
+            self.scanned,
+            if self.pass_done {
+                ", pass over the keyspace complete"
+            } else {
+                ""
+            }
+        )
+    }
+}

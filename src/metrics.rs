@@ -1,0 +1,521 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade
+//! (feature `metrics`; every metric is listed in docs/metrics.md).
+//!
+//! Every handle is registered once and kept: a route's when it first
+//! decides a request, the store's, breakers' and plan cache's when they are
+//! built. The request path then only adds to the recorder's atomics: no
+//! label is formatted and no key is built per request. Labels are route
+//! templates, limit names and closed sets of words, never a caller's key.
+//!
+//! Without the feature every type here is empty and every function does
+//! nothing, so the call sites need no `cfg`.
+
+use crate::record::Via;
+use crate::route::Policy;
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) use self::off::*;
+#[cfg(feature = "metrics")]
+pub(crate) use self::on::*;
+
+/// Which script a call ran (the `script` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Script {
+    /// The single-token-bucket script, which also carries coalesced checks.
+    Lean,
+    /// The general script (several limits, windows, concurrency).
+    Decide,
+}
+
+/// What one limit's part of a decision was (the `outcome` label).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Admitted,
+    Refused,
+    RefusedByOther,
+    ShadowRefused,
+    Escalated,
+    DegradedOpen,
+    DegradedClosed,
+    DegradedLocal,
+    DegradedLocalRefused,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl Outcome {
+    const ALL: [Self; 9] = [
+        Self::Admitted,
+        Self::Refused,
+        Self::RefusedByOther,
+        Self::ShadowRefused,
+        Self::Escalated,
+        Self::DegradedOpen,
+        Self::DegradedClosed,
+        Self::DegradedLocal,
+        Self::DegradedLocalRefused,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Admitted => "admitted",
+            Self::Refused => "refused",
+            Self::RefusedByOther => "refused_by_other",
+            Self::ShadowRefused => "shadow_refused",
+            Self::Escalated => "escalated",
+            Self::DegradedOpen => "degraded_open",
+            Self::DegradedClosed => "degraded_closed",
+            Self::DegradedLocal => "degraded_local",
+            Self::DegradedLocalRefused => "degraded_local_refused",
+        }
+    }
+
+    /// Limit `i`'s part in a decision `via` that `allowed` the request or
+    /// not; `enough`: whether the limit had room (`None`: not known).
+    fn of(
+        policy: &Policy,
+        soft: bool,
+        i: usize,
+        allowed: bool,
+        enough: Option<bool>,
+        via: Via,
+    ) -> Self {
+        let no_room = enough == Some(false);
+        match via {
+            Via::Open => Self::DegradedOpen,
+            Via::Closed => Self::DegradedClosed,
+            Via::Local if !allowed && no_room && !soft => Self::DegradedLocalRefused,
+            Via::Local => Self::DegradedLocal,
+            // Soft in the store: shadow mode, or an escalation instead of a
+            // refusal (see escalate.rs).
+            _ if no_room && soft => {
+                if policy.shadow || policy.limits[i].shadow {
+                    Self::ShadowRefused
+                } else {
+                    Self::Escalated
+                }
+            }
+            _ if allowed => Self::Admitted,
+            _ if no_room => Self::Refused,
+            _ => Self::RefusedByOther,
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod on {
+    use std::sync::{Arc, OnceLock};
+    use std::time::Instant;
+
+    use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
+
+    use super::{Outcome, Script};
+    use crate::record::Via;
+    use crate::route::Policy;
+    use crate::store::{Bucket, StoreError};
+
+    pub(crate) const DECISIONS: &str = "fleetlimit_decisions_total";
+    pub(crate) const REFUSED_CACHE_HITS: &str = "fleetlimit_refused_cache_hits_total";
+    pub(crate) const LEASE_GRANTS: &str = "fleetlimit_lease_grants_total";
+    pub(crate) const STORE_CALL: &str = "fleetlimit_store_call_duration_seconds";
+    pub(crate) const SCRIPT_CALLS: &str = "fleetlimit_script_calls_total";
+    pub(crate) const SCRIPT_CHECKS: &str = "fleetlimit_script_checks_total";
+    pub(crate) const BREAKER_STATE: &str = "fleetlimit_breaker_state";
+    pub(crate) const BREAKER_TRANSITIONS: &str = "fleetlimit_breaker_transitions_total";
+    pub(crate) const PLAN_CACHE: &str = "fleetlimit_plan_cache_lookups_total";
+    pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
+
+    /// The help texts, given to the recorder with each set of handles
+    /// (a recorder keeps the last; they never change).
+    fn describe() {
+        use ::metrics::{describe_counter, describe_gauge, describe_histogram};
+        describe_counter!(
+            DECISIONS,
+            Unit::Count,
+            "Decisions per route and limit, by outcome (docs/metrics.md)"
+        );
+        describe_counter!(
+            REFUSED_CACHE_HITS,
+            Unit::Count,
+            "Refusals answered from this instance's refused-key cache, without Redis"
+        );
+        describe_counter!(
+            LEASE_GRANTS,
+            Unit::Count,
+            "Hot-key token leases Redis granted this instance"
+        );
+        describe_histogram!(
+            STORE_CALL,
+            Unit::Seconds,
+            "Duration of Redis script calls deciding checks, by result"
+        );
+        describe_counter!(
+            SCRIPT_CALLS,
+            Unit::Count,
+            "Decision script calls sent to Redis"
+        );
+        describe_counter!(
+            SCRIPT_CHECKS,
+            Unit::Count,
+            "Request checks carried by decision script calls (coalesced calls carry several)"
+        );
+        describe_gauge!(
+            BREAKER_STATE,
+            Unit::Count,
+            "1 for the circuit breaker's current state, 0 for the others"
+        );
+        describe_counter!(
+            BREAKER_TRANSITIONS,
+            Unit::Count,
+            "Circuit breaker transitions, by the state entered"
+        );
+        describe_counter!(
+            PLAN_CACHE,
+            Unit::Count,
+            "Plan lookups of the plan resolver's cache, by result"
+        );
+        describe_gauge!(
+            FLEET_SIZE,
+            Unit::Count,
+            "Live instances counted by the fleet heartbeat (the local policy's N)"
+        );
+    }
+
+    /// One limit's handles within one route.
+    #[derive(Debug)]
+    struct LimitMetrics {
+        decisions: [Counter; Outcome::ALL.len()],
+        refused_cache_hits: Counter,
+        lease_grants: Counter,
+    }
+
+    /// A route's handles: its label, and each limit's handles once the
+    /// route has decided a request.
+    #[derive(Debug)]
+    pub(crate) struct PolicyMetrics {
+        route: SharedString,
+        limits: OnceLock<Box<[LimitMetrics]>>,
+    }
+
+    impl PolicyMetrics {
+        /// `route`: the route template, or `default` for the default policy.
+        pub(crate) fn new(route: &str) -> Self {
+            Self {
+                route: SharedString::from(Arc::<str>::from(route)),
+                limits: OnceLock::new(),
+            }
+        }
+
+        fn limits(&self, policy: &Policy) -> &[LimitMetrics] {
+            self.limits.get_or_init(|| {
+                describe();
+                let route = &self.route;
+                let one = |limit: &Arc<str>| {
+                    let limit = SharedString::from(Arc::clone(limit));
+                    let labels = |o: Outcome| {
+                        [
+                            ("route", route.clone()),
+                            ("limit", limit.clone()),
+                            ("outcome", SharedString::from(o.as_str())),
+                        ]
+                    };
+                    let plain = [("route", route.clone()), ("limit", limit.clone())];
+                    LimitMetrics {
+                        decisions: Outcome::ALL.map(|o| ::metrics::counter!(DECISIONS, &labels(o))),
+                        refused_cache_hits: ::metrics::counter!(REFUSED_CACHE_HITS, &plain),
+                        lease_grants: ::metrics::counter!(LEASE_GRANTS, &plain),
+                    }
+                };
+                policy.limits.iter().map(|l| one(&l.name)).collect()
+            })
+        }
+    }
+
+    /// Counts a decision for each limit of `policy`: `state(i)`, limit
+    /// `i`'s remaining and whether it had room (`None`: not known).
+    pub(crate) fn decided(
+        policy: &Policy,
+        buckets: &[Bucket],
+        allowed: bool,
+        state: &impl Fn(usize) -> Option<(f64, bool)>,
+        via: Via,
+    ) {
+        let handles = policy.metrics.limits(policy);
+        for (i, (m, b)) in handles.iter().zip(buckets).enumerate() {
+            let enough = state(i).map(|s| s.1);
+            let outcome = Outcome::of(policy, b.shadow, i, allowed, enough, via);
+            m.decisions[outcome as usize].increment(1);
+            if via == Via::Remembered && outcome == Outcome::Refused {
+                m.refused_cache_hits.increment(1);
+            }
+        }
+    }
+
+    /// Redis granted a lease to limit `i` of `policy`.
+    pub(crate) fn lease_granted(policy: &Policy, i: usize) {
+        if let Some(m) = policy.metrics.limits(policy).get(i) {
+            m.lease_grants.increment(1);
+        }
+    }
+
+    /// The store's handles: call durations by result, calls and checks by
+    /// script.
+    pub(crate) struct StoreMetrics {
+        ok: Histogram,
+        /// By [`StoreError::reason`], registered at the first such error.
+        errors: [OnceLock<Histogram>; REASONS.len()],
+        calls: [Counter; 2],
+        checks: [Counter; 2],
+    }
+
+    const REASONS: [&str; 7] = [
+        "timeout",
+        "unavailable",
+        "redis-error",
+        "protocol",
+        "script-error",
+        "overloaded",
+        "circuit-open",
+    ];
+
+    impl StoreMetrics {
+        pub(crate) fn new() -> Self {
+            describe();
+            let script = |s: &'static str| [("script", s)];
+            Self {
+                ok: ::metrics::histogram!(STORE_CALL, "result" => "ok"),
+                errors: Default::default(),
+                calls: [
+                    ::metrics::counter!(SCRIPT_CALLS, &script("lean")),
+                    ::metrics::counter!(SCRIPT_CALLS, &script("decide")),
+                ],
+                checks: [
+                    ::metrics::counter!(SCRIPT_CHECKS, &script("lean")),
+                    ::metrics::counter!(SCRIPT_CHECKS, &script("decide")),
+                ],
+            }
+        }
+
+        /// A script call carrying `checks` checks is sent.
+        pub(crate) fn sent(&self, script: Script, checks: usize) {
+            let i = script as usize;
+            self.calls[i].increment(1);
+            self.checks[i].increment(checks as u64);
+        }
+
+        /// Starts timing a store call.
+        pub(crate) fn start(&self) -> CallTimer {
+            CallTimer(Instant::now())
+        }
+
+        /// A store call timed by `t` answered `result`.
+        pub(crate) fn answered<T>(&self, t: CallTimer, result: &Result<T, StoreError>) {
+            let secs = t.0.elapsed().as_secs_f64();
+            match result {
+                Ok(_) => self.ok.record(secs),
+                Err(e) => {
+                    let reason = e.reason();
+                    let Some(i) = REASONS.iter().position(|r| *r == reason) else {
+                        return;
+                    };
+                    self.errors[i]
+                        .get_or_init(|| ::metrics::histogram!(STORE_CALL, "result" => reason))
+                        .record(secs);
+                }
+            }
+        }
+    }
+
+    /// When a store call was sent.
+    pub(crate) struct CallTimer(Instant);
+
+    /// One circuit breaker's state gauges and transition counters (the
+    /// `node` label: `store`, or a cluster primary's `host:port`).
+    #[derive(Debug)]
+    pub(crate) struct BreakerMetrics {
+        state: [Gauge; 3],
+        transitions: [Counter; 3],
+    }
+
+    /// The `state` label of a breaker's state byte (0 closed, 1 open, 2
+    /// half-open, as breaker.rs stores it).
+    const STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+    impl BreakerMetrics {
+        pub(crate) fn new(node: &str) -> Self {
+            describe();
+            let node = SharedString::from(Arc::<str>::from(node));
+            let labels = |s: &'static str, key: &'static str| {
+                [("node", node.clone()), (key, SharedString::from(s))]
+            };
+            let m = Self {
+                state: STATES.map(|s| ::metrics::gauge!(BREAKER_STATE, &labels(s, "state"))),
+                transitions: STATES
+                    .map(|s| ::metrics::counter!(BREAKER_TRANSITIONS, &labels(s, "to"))),
+            };
+            m.show(0);
+            m
+        }
+
+        fn show(&self, state: u8) {
+            for (i, g) in self.state.iter().enumerate() {
+                g.set(if i == usize::from(state) { 1.0 } else { 0.0 });
+            }
+        }
+
+        /// The breaker entered `state`.
+        pub(crate) fn entered(&self, state: u8) {
+            if let Some(c) = self.transitions.get(usize::from(state)) {
+                c.increment(1);
+            }
+            self.show(state);
+        }
+    }
+
+    /// The plan cache's hit and miss counters.
+    #[derive(Debug)]
+    pub(crate) struct PlanMetrics {
+        hit: Counter,
+        miss: Counter,
+    }
+
+    impl PlanMetrics {
+        pub(crate) fn new() -> Self {
+            describe();
+            Self {
+                hit: ::metrics::counter!(PLAN_CACHE, "result" => "hit"),
+                miss: ::metrics::counter!(PLAN_CACHE, "result" => "miss"),
+            }
+        }
+
+        /// Answered from the cache.
+        pub(crate) fn hit(&self) {
+            self.hit.increment(1);
+        }
+
+        /// The resolver is asked (or already being asked) for this key.
+        pub(crate) fn miss(&self) {
+            self.miss.increment(1);
+        }
+    }
+
+    /// The fleet size gauge.
+    #[derive(Debug)]
+    pub(crate) struct FleetMetrics(Gauge);
+
+    impl FleetMetrics {
+        pub(crate) fn new() -> Self {
+            describe();
+            Self(::metrics::gauge!(FLEET_SIZE))
+        }
+
+        pub(crate) fn set(&self, n: u32) {
+            self.0.set(f64::from(n));
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod off {
+    use super::Script;
+    use crate::record::Via;
+    use crate::route::Policy;
+    use crate::store::{Bucket, StoreError};
+
+    #[derive(Debug)]
+    pub(crate) struct PolicyMetrics;
+
+    impl PolicyMetrics {
+        #[inline(always)]
+        pub(crate) fn new(_route: &str) -> Self {
+            Self
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn decided(
+        _: &Policy,
+        _: &[Bucket],
+        _: bool,
+        _: &impl Fn(usize) -> Option<(f64, bool)>,
+        _: Via,
+    ) {
+    }
+
+    #[inline(always)]
+    pub(crate) fn lease_granted(_: &Policy, _: usize) {}
+
+    pub(crate) struct StoreMetrics;
+
+    impl StoreMetrics {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn sent(&self, _: Script, _: usize) {}
+        #[inline(always)]
+        pub(crate) fn start(&self) -> CallTimer {
+            CallTimer
+        }
+        #[inline(always)]
+        pub(crate) fn answered<T>(&self, _: CallTimer, _: &Result<T, StoreError>) {}
+    }
+
+    pub(crate) struct CallTimer;
+
+    #[derive(Debug)]
+    pub(crate) struct BreakerMetrics;
+
+    impl BreakerMetrics {
+        #[inline(always)]
+        pub(crate) fn new(_node: &str) -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn entered(&self, _: u8) {}
+    }
+
+    #[derive(Debug)]
+    pub(crate) struct PlanMetrics;
+
+    impl PlanMetrics {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn hit(&self) {}
+        #[inline(always)]
+        pub(crate) fn miss(&self) {}
+    }
+
+    #[derive(Debug)]
+    pub(crate) struct FleetMetrics;
+
+    impl FleetMetrics {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn set(&self, _: u32) {}
+    }
+}
+
+// The outcome rules do not depend on the feature: tested either way.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_labels_are_distinct() {
+        let mut seen: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), Outcome::ALL.len());
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as usize, i, "ALL is in declaration order");
+        }
+    }
+}

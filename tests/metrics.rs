@@ -1,0 +1,532 @@
+//! Feature `metrics` (docs/metrics.md): what the limiter counts, exactly.
+//!
+//! In-process: a `DebuggingRecorder` set for the test's thread (each
+//! `#[tokio::test]` runs on one current-thread runtime, so every handle the
+//! layer registers lands in that test's recorder), on a store that can be
+//! made to fail. Through `examples/metrics.rs`: the Prometheus text a
+//! scraper reads, in-process and on a real Redis that is then killed.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
+use fleetlimit::{Config, RateLimitLayer, StoreError};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::example::Example;
+use support::{request, send, RedisServer};
+
+/// Counts the allocations of the current thread (a test's current-thread
+/// runtime runs the whole in-process request path there).
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: `System` does the work; the counter is a const-initialised
+// thread local (no allocation of its own).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// The in-process store, or down.
+#[derive(Debug)]
+struct Switch {
+    inner: MemoryStore,
+    down: AtomicBool,
+}
+
+impl Store for Switch {
+    fn check(&self, check: &Check) -> StoreFuture {
+        if self.down.load(Ordering::Relaxed) {
+            return Box::pin(async { Err(StoreError::Unavailable("switched off".into())) });
+        }
+        self.inner.check(check)
+    }
+}
+
+/// A metric's name, labels and value (a histogram's: how many samples).
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Each metric of `snap` with all of `labels` (and no other), its value.
+fn value(snap: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found: Vec<f64> = snap
+        .iter()
+        .filter(|(n, ls, _)| {
+            n == name
+                && ls.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, _, v)| *v)
+        .collect();
+    assert!(found.len() <= 1, "{name} {labels:?} twice");
+    found.first().copied().unwrap_or(0.0)
+}
+
+fn snapshot(s: &Snapshotter) -> Vec<Sample> {
+    s.snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, v)| {
+            let key = k.key();
+            let labels = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let v = match v {
+                DebugValue::Counter(c) => c as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            };
+            (key.name().to_owned(), labels, v)
+        })
+        .collect()
+}
+
+const CONFIG: &str = r#"
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 2
+refill = "1/min"
+
+[limits.watch]
+key = "header:x-api-key"
+capacity = 1
+refill = "1/min"
+mode = "shadow"
+
+[limits.per-ip]
+key = "ip"
+capacity = 100
+refill = "1/min"
+
+[limits.soft]
+key = "header:x-api-key"
+capacity = 1
+refill = "1/min"
+on_exceed = "challenge"
+
+[breaker]
+failures = 2
+
+[[routes]]
+path = "/"
+limits = ["per-key", "watch"]
+on_redis_error = "open"
+
+[[routes]]
+path = "/pair"
+limits = ["per-ip", "per-key"]
+on_redis_error = "closed"
+
+[[routes]]
+path = "/local"
+limits = ["per-key"]
+on_redis_error = "local"
+
+[[routes]]
+path = "/soft"
+limits = ["soft"]
+"#;
+
+fn app(layer: RateLimitLayer) -> Router {
+    let ok = get(|| async { "ok" });
+    Router::new()
+        .route("/", ok.clone())
+        .route("/pair", ok.clone())
+        .route("/local", ok.clone())
+        .route("/soft", ok)
+        .layer(layer)
+}
+
+async fn statuses(app: &Router, path: &str, key: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let req = request("GET", path, "10.0.0.1:1000", &[("x-api-key", key)]);
+        out.push(send(app, req).await.status().as_u16());
+    }
+    out
+}
+
+/// Every outcome of a decision, per route and limit, on a store that
+/// answers and then fails; the refused-key cache's answers; the breaker's
+/// transitions.
+#[tokio::test]
+async fn decisions_are_counted_per_route_limit_and_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let cfg = Config::from_toml_str(CONFIG).unwrap();
+    let store = Arc::new(Switch {
+        inner: MemoryStore::new(1000),
+        down: AtomicBool::new(false),
+    });
+    let app = app(RateLimitLayer::with_store(&cfg, store.clone()));
+
+    // "/": per-key 2 then refused; "watch" (shadow) has room for one.
+    assert_eq!(statuses(&app, "/", "a", 4).await, [200, 200, 429, 429]);
+    // "/pair": per-key of "b" refuses the third; per-ip had room.
+    assert_eq!(statuses(&app, "/pair", "b", 3).await, [200, 200, 429]);
+    // "/soft": challenged past its one, never refused.
+    assert_eq!(statuses(&app, "/soft", "c", 3).await, [200, 200, 200]);
+
+    let s = snapshot(&snapshotter);
+    let d = |route: &str, limit: &str, outcome: &str| {
+        value(
+            &s,
+            "fleetlimit_decisions_total",
+            &[("route", route), ("limit", limit), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(d("/", "per-key", "admitted"), 2.0);
+    // The first refusal is the store's, the second remembered.
+    assert_eq!(d("/", "per-key", "refused"), 2.0);
+    assert_eq!(d("/", "watch", "admitted"), 1.0);
+    // Over its one on the second and third requests (served by it; the
+    // third refused by per-key in the same call); the fourth was answered
+    // from the refused-key cache, which did not ask it.
+    assert_eq!(d("/", "watch", "shadow_refused"), 2.0);
+    assert_eq!(d("/", "watch", "refused_by_other"), 1.0);
+    assert_eq!(
+        value(
+            &s,
+            "fleetlimit_refused_cache_hits_total",
+            &[("route", "/"), ("limit", "per-key")]
+        ),
+        1.0
+    );
+    assert_eq!(d("/pair", "per-ip", "admitted"), 2.0);
+    assert_eq!(d("/pair", "per-ip", "refused_by_other"), 1.0);
+    assert_eq!(d("/pair", "per-key", "refused"), 1.0);
+    assert_eq!(d("/soft", "soft", "admitted"), 1.0);
+    assert_eq!(d("/soft", "soft", "escalated"), 2.0);
+    let breaker = |state: &str| {
+        value(
+            &s,
+            "fleetlimit_breaker_state",
+            &[("node", "store"), ("state", state)],
+        )
+    };
+    assert_eq!((breaker("closed"), breaker("open")), (1.0, 0.0));
+
+    // Redis (here: the store) down: each route's failure policy.
+    store.down.store(true, Ordering::Relaxed);
+    assert_eq!(statuses(&app, "/", "d", 3).await, [200; 3]);
+    assert_eq!(statuses(&app, "/pair", "e", 2).await, [503; 2]);
+    // The local share: all of per-key's 2 (fleet size 1).
+    assert_eq!(statuses(&app, "/local", "f", 3).await, [200, 200, 429]);
+    let s = snapshot(&snapshotter);
+    let d = |route: &str, limit: &str, outcome: &str| {
+        value(
+            &s,
+            "fleetlimit_decisions_total",
+            &[("route", route), ("limit", limit), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(d("/", "per-key", "degraded_open"), 3.0);
+    assert_eq!(d("/", "watch", "degraded_open"), 3.0);
+    assert_eq!(d("/pair", "per-ip", "degraded_closed"), 2.0);
+    assert_eq!(d("/pair", "per-key", "degraded_closed"), 2.0);
+    assert_eq!(d("/local", "per-key", "degraded_local"), 2.0);
+    assert_eq!(d("/local", "per-key", "degraded_local_refused"), 1.0);
+    // Two definite errors in a row opened it (`[breaker] failures = 2`).
+    let breaker = |state: &str| {
+        value(
+            &s,
+            "fleetlimit_breaker_state",
+            &[("node", "store"), ("state", state)],
+        )
+    };
+    assert_eq!((breaker("closed"), breaker("open")), (0.0, 1.0));
+    let to_open = value(
+        &s,
+        "fleetlimit_breaker_transitions_total",
+        &[("node", "store"), ("to", "open")],
+    );
+    assert_eq!(to_open, 1.0);
+    // Not a store of fleetlimit's: no script calls.
+    assert_eq!(
+        value(&s, "fleetlimit_script_calls_total", &[("script", "lean")]),
+        0.0
+    );
+}
+
+/// A recorder receiving the counts costs a request no allocation: the
+/// handles are registered once, and counting is adding to an atomic (the
+/// same request path without a recorder, whose handles do nothing, is the
+/// baseline; `cargo bench --bench allocs` with and without the feature
+/// compares against a build without it).
+#[tokio::test]
+async fn a_recorder_costs_no_allocation_per_request() {
+    // Two configurations: layers built from one share its routes' handles.
+    let cfg = || {
+        Config::from_toml_str(
+            r#"
+        [limits.per-key]
+        key = "header:x-api-key"
+        capacity = 1000000
+        refill = "1000/s"
+
+        [[routes]]
+        path = "/"
+        limits = ["per-key"]
+        "#,
+        )
+        .unwrap()
+    };
+    async fn per_request(app: &Router) -> u64 {
+        // Warm: the key's bucket, the route's handles.
+        statuses(app, "/", "k", 10).await;
+        let before = ALLOCATIONS.with(Cell::get);
+        assert_eq!(statuses(app, "/", "k", 100).await, [200; 100]);
+        ALLOCATIONS.with(Cell::get) - before
+    }
+    let plain = app(RateLimitLayer::in_memory(&cfg()));
+    let without = per_request(&plain).await;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let counted = app(RateLimitLayer::in_memory(&cfg()));
+    let with = per_request(&counted).await;
+    let s = snapshot(&snapshotter);
+    let admitted = [
+        ("route", "/"),
+        ("limit", "per-key"),
+        ("outcome", "admitted"),
+    ];
+    assert_eq!(value(&s, "fleetlimit_decisions_total", &admitted), 110.0);
+    assert_eq!(with, without, "allocations per 100 requests");
+}
+
+/// A hot key's leases, and the plan resolver's cache.
+#[tokio::test(start_paused = true)]
+async fn leases_and_plan_lookups_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let cfg = Config::from_toml_str(
+        r#"
+        [limits.hot]
+        key = "header:x-api-key"
+        capacity = 100
+        refill = "1/min"
+        lease_batch = 4
+        lease_above = 2
+
+        [limits.tiered]
+        key = "header:x-api-key"
+        capacity = 5
+        refill = "1/min"
+
+        [plans.pro.tiered]
+        capacity = 10
+
+        [[routes]]
+        path = "/hot"
+        limits = ["hot"]
+
+        [[routes]]
+        path = "/tiered"
+        limits = ["tiered"]
+        "#,
+    )
+    .unwrap();
+    let store = Arc::new(Switch {
+        inner: MemoryStore::new(1000),
+        down: AtomicBool::new(false),
+    });
+    let layer = RateLimitLayer::builder(cfg)
+        .store(store)
+        .plan_resolver(|_key: String| async { Ok(Some("pro".to_owned())) })
+        .build()
+        .await
+        .unwrap();
+    let ok = get(|| async { "ok" });
+    let app = Router::new()
+        .route("/hot", ok.clone())
+        .route("/tiered", ok)
+        .layer(layer);
+    // Past 2 a second the key takes 4 at once: the 3rd request takes a
+    // lease (itself and 3 more), the 7th the next one.
+    assert_eq!(statuses(&app, "/hot", "h", 7).await, [200; 7]);
+    assert_eq!(statuses(&app, "/tiered", "t", 3).await, [200; 3]);
+    let s = snapshot(&snapshotter);
+    let hot = [("route", "/hot"), ("limit", "hot")];
+    assert_eq!(value(&s, "fleetlimit_lease_grants_total", &hot), 2.0);
+    let admitted = [("route", "/hot"), ("limit", "hot"), ("outcome", "admitted")];
+    assert_eq!(value(&s, "fleetlimit_decisions_total", &admitted), 7.0);
+    let lookups = |r: &str| value(&s, "fleetlimit_plan_cache_lookups_total", &[("result", r)]);
+    assert_eq!((lookups("miss"), lookups("hit")), (1.0, 2.0));
+}
+
+/// The Prometheus text of `/metrics`: the value of the sample `name` with
+/// exactly `labels` (0 when absent).
+fn scraped(ex: &Example, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (status, raw) = ex.http("GET", "/metrics", &[]);
+    assert_eq!(status, 200, "{raw}");
+    sample(&raw, name, labels)
+}
+
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (found, value) = match rest.strip_prefix('{') {
+            Some(r) => match r.split_once("} ") {
+                Some((ls, v)) => (ls, v),
+                None => continue,
+            },
+            None => match rest.strip_prefix(' ') {
+                Some(v) => ("", v),
+                None => continue,
+            },
+        };
+        let found: Vec<&str> = found.split(',').filter(|l| !l.is_empty()).collect();
+        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        if found.len() == wanted.len() && wanted.iter().all(|w| found.contains(&w.as_str())) {
+            return value.trim().parse().unwrap();
+        }
+    }
+    0.0
+}
+
+/// N admitted then M refused for one key, in-process: the scrape says so.
+#[test]
+fn example_counts_decisions_in_process() {
+    let ex = Example::start("metrics", &[], &[]);
+    assert!(ex.banner.contains("in-process store"), "{}", ex.banner);
+    let k = [("x-api-key", "k")];
+    let mut want = vec![200; 5];
+    want.extend([429; 3]);
+    assert_eq!(ex.statuses("GET", "/", &k, 8), want);
+    let d = |outcome: &str| {
+        scraped(
+            &ex,
+            "fleetlimit_decisions_total",
+            &[("route", "/"), ("limit", "per-key"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(d("admitted"), 5.0);
+    assert_eq!(d("refused"), 3.0);
+    // Scraping is not limited, nor counted.
+    assert_eq!(d("admitted"), 5.0);
+    let (_, raw) = ex.http("GET", "/metrics", &[]);
+    assert!(
+        raw.contains("# type fleetlimit_decisions_total counter"),
+        "{raw}"
+    );
+    // No Redis: no script call, no store call.
+    assert!(!raw.contains("fleetlimit_script_calls_total"), "{raw}");
+    assert!(
+        !raw.contains("fleetlimit_store_call_duration_seconds"),
+        "{raw}"
+    );
+}
+
+/// On Redis: every call is timed and counted; the refused-key cache
+/// answers the repeats; killed, each route's failure policy is counted.
+#[test]
+fn example_counts_store_calls_and_degraded_decisions_on_redis() {
+    let server = RedisServer::start();
+    let ex = Example::start("metrics", &[], &[("REDIS_URL", &server.url())]);
+    assert!(ex.banner.contains("using Redis at"), "{}", ex.banner);
+    let k = [("x-api-key", "k")];
+    let mut want = vec![200; 5];
+    want.extend([429; 3]);
+    assert_eq!(ex.statuses("GET", "/", &k, 8), want);
+    let (_, text) = ex.http("GET", "/metrics", &[]);
+    let m = |name: &str, labels: &[(&str, &str)]| sample(&text, name, labels);
+    let d = |route: &str, outcome: &str| {
+        m(
+            "fleetlimit_decisions_total",
+            &[("route", route), ("limit", "per-key"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(d("/", "admitted"), 5.0);
+    assert_eq!(d("/", "refused"), 3.0);
+    // Redis was asked 6 times (one request at a time: one check per call);
+    // the last two refusals came from the refused-key cache.
+    let hits = [("route", "/"), ("limit", "per-key")];
+    assert_eq!(m("fleetlimit_refused_cache_hits_total", &hits), 2.0);
+    assert_eq!(
+        m("fleetlimit_script_calls_total", &[("script", "lean")]),
+        6.0
+    );
+    assert_eq!(
+        m("fleetlimit_script_checks_total", &[("script", "lean")]),
+        6.0
+    );
+    let ok = [("result", "ok")];
+    assert_eq!(m("fleetlimit_store_call_duration_seconds_count", &ok), 6.0);
+    let sum = m("fleetlimit_store_call_duration_seconds_sum", &ok);
+    assert!(sum > 0.0 && sum < 6.0, "{sum}");
+    // (The example runner lower-cases what it reads.)
+    let inf = [("result", "ok"), ("le", "+inf")];
+    assert_eq!(
+        m("fleetlimit_store_call_duration_seconds_bucket", &inf),
+        6.0
+    );
+    assert_eq!(
+        m(
+            "fleetlimit_breaker_state",
+            &[("node", "store"), ("state", "closed")]
+        ),
+        1.0
+    );
+
+    server.kill();
+    let o = [("x-api-key", "o")];
+    assert_eq!(ex.statuses("GET", "/", &o, 4), [200; 4]);
+    assert_eq!(ex.statuses("GET", "/checkout", &o, 3), [503; 3]);
+    // The local share of a fleet of one: the whole 5.
+    let mut want = vec![200; 5];
+    want.push(429);
+    assert_eq!(ex.statuses("GET", "/search", &o, 6), want);
+    let (_, text) = ex.http("GET", "/metrics", &[]);
+    let m = |name: &str, labels: &[(&str, &str)]| sample(&text, name, labels);
+    let d = |route: &str, outcome: &str| {
+        m(
+            "fleetlimit_decisions_total",
+            &[("route", route), ("limit", "per-key"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(d("/", "degraded_open"), 4.0);
+    assert_eq!(d("/checkout", "degraded_closed"), 3.0);
+    assert_eq!(d("/search", "degraded_local"), 5.0);
+    assert_eq!(d("/search", "degraded_local_refused"), 1.0);
+    // The calls that reached a dead Redis failed (refused, or timed out,
+    // until the breaker opened); none was counted ok.
+    let failed: f64 = ["unavailable", "timeout", "redis-error", "protocol"]
+        .iter()
+        .map(|r| {
+            m(
+                "fleetlimit_store_call_duration_seconds_count",
+                &[("result", r)],
+            )
+        })
+        .sum();
+    assert!(failed >= 1.0, "{text}");
+    assert_eq!(m("fleetlimit_store_call_duration_seconds_count", &ok), 6.0);
+}
