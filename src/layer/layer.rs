@@ -7,7 +7,8 @@ use crate::breaker::BreakerStats;
 use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
-use crate::record::{RecordStats, Recorder};
+use crate::record::RecordStats;
+use crate::reload::{Live, OwnRedis, ReloadHandle};
 use crate::shed::LoadSignal;
 use crate::store::{MemoryStore, RedisStore, Store, StoreError};
 use crate::RequestRef;
@@ -68,7 +69,7 @@ use crate::RequestRef;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {
-    limiter: Arc<Limiter>,
+    live: Arc<Live>,
 }
 
 impl RateLimitLayer {
@@ -97,13 +98,9 @@ impl RateLimitLayer {
     #[must_use]
     pub fn in_memory(config: &Config) -> Self {
         let store = Arc::new(MemoryStore::new(config.memory_max_keys));
+        let limiter = Limiter::new(config, store.clone(), Some(store), Extras::none());
         Self {
-            limiter: Arc::new(Limiter::new(
-                config,
-                store.clone(),
-                Some(store),
-                Extras::none(),
-            )),
+            live: Live::new(limiter, config.clone(), None),
         }
     }
 
@@ -114,15 +111,23 @@ impl RateLimitLayer {
     /// for fleet-wide resets).
     #[must_use]
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Self {
+        let limiter = Limiter::new(config, store, None, Extras::none());
         Self {
-            limiter: Arc::new(Limiter::new(config, store, None, Extras::none())),
+            live: Live::new(limiter, config.clone(), None),
         }
+    }
+
+    /// A handle that changes this layer's configuration while it serves
+    /// (see [`ReloadHandle`]).
+    #[must_use]
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle::new(&self.live)
     }
 
     /// The store deciding requests.
     #[must_use]
     pub fn store(&self) -> &Arc<dyn Store> {
-        self.limiter.store()
+        self.live.core().store()
     }
 
     /// The circuit breaker's state and counters (`None` on the in-process
@@ -130,14 +135,14 @@ impl RateLimitLayer {
     /// added up, with the worst state (see [`node_breakers`](Self::node_breakers)).
     #[must_use]
     pub fn breaker(&self) -> Option<BreakerStats> {
-        self.limiter.breaker_stats()
+        self.live.core().breaker_stats()
     }
 
     /// On a Redis Cluster, each primary's own breaker by `host:port` (made
     /// when a check first goes to it); empty otherwise.
     #[must_use]
     pub fn node_breakers(&self) -> Vec<(String, BreakerStats)> {
-        self.limiter.node_breaker_stats()
+        self.live.core().node_breaker_stats()
     }
 
     /// Requests in flight through this layer (counted with `[shedding]`
@@ -145,7 +150,7 @@ impl RateLimitLayer {
     /// included (which shedding does not count as pressure).
     #[must_use]
     pub fn in_flight(&self) -> Option<u32> {
-        self.limiter.shedder().map(|s| s.in_flight())
+        self.live.core().shedder().map(|s| s.in_flight())
     }
 
     /// What the decision recorder has written, dropped (queue full) and
@@ -154,13 +159,13 @@ impl RateLimitLayer {
     /// configuration's Redis).
     #[must_use]
     pub fn records(&self) -> Option<RecordStats> {
-        self.limiter.record_stats()
+        self.live.core().record_stats()
     }
 
     /// N, the fleet size the `local` fallback divides limits by now.
     #[must_use]
     pub fn fleet_size(&self) -> u32 {
-        self.limiter.fleet_size()
+        self.live.core().fleet_size()
     }
 }
 
@@ -168,7 +173,7 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.limiter))
+        RateLimit::new(inner, Arc::clone(&self.live))
     }
 }
 
@@ -352,31 +357,20 @@ impl RateLimitLayerBuilder {
         // One id per layer: the fleet's heartbeat and the decision records
         // name the instance alike.
         let instance: Arc<str> = crate::fleet::instance_id().into();
-        let records = cfg.limits.iter().any(|l| l.record.is_some());
-        match &redis {
-            Some(store) if records => {
-                let recorder = Recorder::start(
-                    store.clone(),
-                    Arc::clone(&cfg.key_prefix),
-                    Arc::clone(&instance),
-                    cfg.deadline,
-                );
-                extras.recorder = Some(recorder);
-            }
-            None if records => tracing::warn!(
-                target: "fleetlimit",
-                "`record` is set but the store is not the configuration's Redis: \
-                 no decision is recorded"
-            ),
-            _ => {}
-        }
-        let limiter = Arc::new(Limiter::new(&cfg, store, in_process, extras));
+        let own = redis.clone().map(|store| OwnRedis {
+            store,
+            instance: Arc::clone(&instance),
+        });
+        extras.recorder = crate::reload::start_recorder(&cfg, own.as_ref());
+        let limiter = Limiter::new(&cfg, store, in_process, extras);
+        let core = Arc::clone(limiter.core());
+        let live = Live::new(limiter, cfg.clone(), own);
         if let (Some(store), Some(r)) = (&redis, &cfg.redis) {
             let ready = crate::reset::start(
                 r,
                 &cfg.key_prefix,
-                Arc::downgrade(&limiter),
-                limiter.stop_signal(),
+                Arc::downgrade(&live),
+                core.stop_signal(),
             )?;
             // With Redis up, resets reach this instance once it is built;
             // with Redis down, the listener subscribes when it can (and
@@ -385,14 +379,14 @@ impl RateLimitLayerBuilder {
                 let _ = tokio::time::timeout(r.connect_timeout, ready).await;
             }
         }
-        if let (Some(store), Some(shedder)) = (&redis, limiter.shedder()) {
+        if let (Some(store), Some(shedder)) = (&redis, core.shedder()) {
             shedder.start_fleet_signal(store.pool().clone(), cfg.shed_fleet_key());
         }
         if let (Some(store), Some(hb)) = (redis, cfg.heartbeat) {
             let key = cfg.heartbeat_key();
-            let fleet = Arc::downgrade(limiter.fleet_handle());
+            let fleet = Arc::downgrade(core.fleet_handle());
             crate::fleet::start(store, fleet, key, hb, instance);
         }
-        Ok(RateLimitLayer { limiter })
+        Ok(RateLimitLayer { live })
     }
 }
