@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use arc_swap::{ArcSwap, Guard};
 
 use crate::config::{redact_url, Config};
+use crate::key::SecretOrigin;
 use crate::pipeline::{Core, Limiter};
 use crate::record::Recorder;
 use crate::route::Limit;
@@ -292,9 +293,11 @@ fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
         old.key_prefix, new.key_prefix
     );
     differ(&prefix, old.key_prefix != new.key_prefix);
+    // The built-in secret follows the prefix, already named.
+    let built_in = |c: &Config| *c.key_secret.origin() == SecretOrigin::Default;
     differ(
         "[keys] secret_env (the key secret)",
-        !old.key_secret.same_keys_as(&new.key_secret),
+        !(built_in(old) && built_in(new)) && !old.key_secret.same_keys_as(&new.key_secret),
     );
     let max_keys = format!(
         "[memory] max_keys ({} → {})",
