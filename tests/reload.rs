@@ -432,3 +432,39 @@ async fn a_reload_can_turn_decision_records_on() {
         Some("1")
     );
 }
+
+/// `fleetlimit reset` reaches the remembered refusals of the configuration
+/// running after a reload, not only of the one the layer was built with.
+#[tokio::test]
+async fn a_reset_reaches_the_reloaded_configuration() {
+    let server = RedisServer::start();
+    let prefix = prefix("reset");
+    let cfg = redis_config(&server, &prefix, "500ms", &limits(2));
+    let layer = RateLimitLayer::new(cfg.clone()).await.unwrap();
+    let admin = fleetlimit::admin::Admin::connect(&cfg).await.unwrap();
+    let reload = layer.reload_handle();
+    let app = app(layer);
+    let next = redis_config(&server, &prefix, "500ms", &limits(1));
+    reload.reload(next).unwrap();
+
+    assert_eq!(send(&app, get_as("/a", "k")).await.status(), 200);
+    assert_eq!(send(&app, get_as("/a", "k")).await.status(), 429);
+    // Remembered: answered without Redis, for the hour a token takes.
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    assert_eq!(send(&app, get_as("/a", "k")).await.status(), 429);
+    assert_eq!(server.script_calls(), 0, "answered from the refused cache");
+
+    assert_eq!(admin.reset("k", None).await, Ok(1));
+    // The same bound as tests/reset_reach.rs.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        if send(&app, get_as("/a", "k")).await.status() == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reset did not reach the running configuration's cache"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
