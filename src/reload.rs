@@ -295,9 +295,10 @@ fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
     differ(&prefix, old.key_prefix != new.key_prefix);
     // The built-in secret follows the prefix, already named.
     let built_in = |c: &Config| *c.key_secret.origin() == SecretOrigin::Default;
+    let both_built_in = built_in(old) && built_in(new);
     differ(
         "[keys] secret_env (the key secret)",
-        !(built_in(old) && built_in(new)) && !old.key_secret.same_keys_as(&new.key_secret),
+        !both_built_in && !old.key_secret.same_keys_as(&new.key_secret),
     );
     let max_keys = format!(
         "[memory] max_keys ({} → {})",

@@ -58,6 +58,9 @@ fn get_as(path: &str, key: &str) -> http::Request<axum::body::Body> {
     request("GET", path, "10.0.0.1:1000", &[("x-api-key", key)])
 }
 
+/// A response: (sent after the reload returned, status, X-RateLimit-Limit).
+type Seen = (bool, u16, Option<String>);
+
 /// Eight tasks send requests to `/a` continuously (limit `lowered`, 1000);
 /// once 60 are admitted the limit is lowered to 50 by a reload. Every
 /// request started after `reload` returned must be refused (the key has
@@ -74,8 +77,7 @@ async fn lowered_under_traffic(app: Router, reload: ReloadHandle, next: Config) 
     let admitted = Arc::new(AtomicU64::new(0));
     let reloaded = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
-    // (started after the reload returned, status, X-RateLimit-Limit)
-    let seen: Arc<Mutex<Vec<(bool, u16, Option<String>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (app, admitted, reloaded, stop, seen) = (
@@ -122,7 +124,7 @@ async fn lowered_under_traffic(app: Router, reload: ReloadHandle, next: Config) 
         t.await.unwrap();
     }
 
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     let failed: Vec<_> = seen.iter().filter(|s| s.1 != 200 && s.1 != 429).collect();
     assert!(
         failed.is_empty(),
