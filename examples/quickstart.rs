@@ -8,13 +8,24 @@
 //!
 //! `FLEETLIMIT_ADDR` sets the address (default `127.0.0.1:3000`); the config
 //! path is the first argument, else `FLEETLIMIT_CONFIG`, else the bundled
-//! `examples/quickstart.toml`.
+//! `examples/quickstart.toml`. Edit the file and `kill -HUP <pid>`: the new
+//! limits apply from the next request, without a restart (a file with an
+//! error is reported and the running limits kept).
 
 use std::net::SocketAddr;
 
 use axum::routing::{get, post};
 use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
+
+/// The configuration at `path`, on Redis when `REDIS_URL` is set.
+fn load(path: &str) -> Result<Config, fleetlimit::ConfigError> {
+    let cfg = Config::from_toml_file(path)?;
+    Ok(match std::env::var("REDIS_URL") {
+        Ok(url) => cfg.with_redis_url(url),
+        Err(_) => cfg,
+    })
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,20 +42,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| {
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.toml").to_owned()
         });
-    let mut cfg = Config::from_toml_file(&path)?;
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        cfg = cfg.with_redis_url(url);
-    }
+    let cfg = load(&path)?;
     let store = match cfg.redis_url() {
         Some(url) => format!("Redis at {}", fleetlimit::redact_url(url)),
         None => "the in-process store (set REDIS_URL to use Redis)".to_owned(),
     };
 
+    let layer = RateLimitLayer::new(cfg).await?;
+    // Listening before the banner: from then on SIGHUP reloads rather than
+    // ends the process.
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangups = signal(SignalKind::hangup())?;
+        let (reload, path) = (layer.reload_handle(), path.clone());
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let reloaded = load(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|cfg| reload.reload(cfg).map_err(|e| e.to_string()));
+                match reloaded {
+                    Ok(changes) => println!("reloaded {path}: {changes}"),
+                    Err(e) => println!("reload failed, the running limits are kept: {e}"),
+                }
+            }
+        });
+    }
+
     let app = Router::new()
         .route("/", get(|| async { "hello from fleetlimit\n" }))
         .route("/sign-in", post(|| async { "signed in\n" }))
         .route("/search", get(|| async { "search results\n" }))
-        .layer(RateLimitLayer::new(cfg).await?);
+        .layer(layer);
 
     let addr = std::env::var("FLEETLIMIT_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;

@@ -117,6 +117,7 @@ mod plan;
 #[cfg(feature = "postgres")]
 mod plan_postgres;
 mod record;
+mod reload;
 mod request;
 #[cfg(feature = "redis")]
 mod reset;
@@ -144,6 +145,7 @@ pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};
 #[cfg(feature = "postgres")]
 pub use plan_postgres::{PostgresPlans, PostgresPlansError};
 pub use record::RecordStats;
+pub use reload::{Changes, ReloadError, ReloadHandle};
 pub use request::RequestRef;
 pub use route::{OnExceed, RecordConfig};
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};

@@ -33,7 +33,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::RedisSettings;
-use crate::pipeline::Limiter;
+use crate::reload::Live;
 use crate::store::StoreError;
 
 /// The largest announcement published or accepted: a reset names one key
@@ -112,14 +112,15 @@ fn listener_client(settings: &RedisSettings) -> Result<Client, StoreError> {
         .map_err(|e| StoreError::Unavailable(e.to_string()))
 }
 
-/// Starts the listener of the layer whose limiter is `limiter`; it ends
-/// when `stop` closes (the limiter was dropped). The returned receiver
+/// Starts the listener of `layer`, which reaches the caches of whatever
+/// configuration the layer runs; it ends when `stop` closes (the layer was
+/// dropped). The returned receiver
 /// fires once the first subscription is in place and the caches were
 /// cleared after it.
 pub(crate) fn start(
     settings: &RedisSettings,
     prefix: &str,
-    limiter: Weak<Limiter>,
+    layer: Weak<Live>,
     stop: watch::Receiver<()>,
 ) -> Result<oneshot::Receiver<()>, StoreError> {
     let client = listener_client(settings)?;
@@ -128,7 +129,7 @@ pub(crate) fn start(
         client,
         channel: channel(prefix),
         prefix: prefix.to_owned(),
-        limiter,
+        layer,
         stop,
     };
     tokio::spawn(listener.run(ready_tx));
@@ -139,7 +140,7 @@ struct Listener {
     client: Client,
     channel: String,
     prefix: String,
-    limiter: Weak<Limiter>,
+    layer: Weak<Live>,
     stop: watch::Receiver<()>,
 }
 
@@ -245,9 +246,9 @@ impl Listener {
     /// Forgets every remembered refusal and lease; `false` if the layer is
     /// gone.
     fn forget_all(&self) -> bool {
-        match self.limiter.upgrade() {
+        match self.layer.upgrade() {
             Some(l) => {
-                l.forget_all_cached();
+                l.load().forget_all_cached();
                 true
             }
             None => false,
@@ -263,8 +264,8 @@ impl Listener {
             tracing::debug!(target: "fleetlimit", channel = %self.channel, bytes = bytes.len(), "ignored a malformed reset message");
             return;
         };
-        if let Some(l) = self.limiter.upgrade() {
-            l.forget_reset(&keys);
+        if let Some(l) = self.layer.upgrade() {
+            l.load().forget_reset(&keys);
             tracing::debug!(target: "fleetlimit", keys = keys.len(), "reset: forgot remembered refusals and leases");
         }
     }

@@ -28,7 +28,7 @@ pub enum ForwardedHeader {
 }
 
 /// Rules for finding a request's client IP.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ClientIpRules {
     pub(crate) trusted: Vec<IpNet>,
     pub(crate) header: ForwardedHeader,

@@ -390,6 +390,15 @@ impl KeySecret {
         mac.update(value);
         push_hex(k, &mac.finalize().into_bytes()[..16]);
     }
+
+    /// Whether `other` names every header value's bucket as this one does
+    /// (the same secret), for a reload, which cannot move buckets.
+    pub(crate) fn same_keys_as(&self, other: &Self) -> bool {
+        let (mut a, mut b) = (String::new(), String::new());
+        self.push_digest(&mut a, Kind::Header, b"fleetlimit: same secret?");
+        other.push_digest(&mut b, Kind::Header, b"fleetlimit: same secret?");
+        a == b
+    }
 }
 
 impl fmt::Debug for KeySecret {

@@ -8,8 +8,7 @@ use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
 use crate::record::RecordStats;
-#[cfg(feature = "redis")]
-use crate::record::Recorder;
+use crate::reload::{Live, OwnRedis, ReloadHandle};
 use crate::shed::LoadSignal;
 #[cfg(feature = "redis")]
 use crate::store::RedisStore;
@@ -72,7 +71,7 @@ use crate::{KeyAnswer, KeyExtractor, RequestRef};
 /// ```
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {
-    limiter: Arc<Limiter>,
+    live: Arc<Live>,
 }
 
 impl RateLimitLayer {
@@ -107,13 +106,9 @@ impl RateLimitLayer {
     #[must_use]
     pub fn in_memory(config: &Config) -> Self {
         let store = Arc::new(MemoryStore::new(config.memory_max_keys));
+        let limiter = Limiter::new(config, store.clone(), Some(store), Extras::none());
         Self {
-            limiter: Arc::new(Limiter::new(
-                config,
-                store.clone(),
-                Some(store),
-                Extras::none(),
-            )),
+            live: Live::new(limiter, config.clone(), None),
         }
     }
 
@@ -125,15 +120,23 @@ impl RateLimitLayer {
     /// no custom key extractors (the [builder](Self::builder) does).
     #[must_use]
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Self {
+        let limiter = Limiter::new(config, store, None, Extras::none());
         Self {
-            limiter: Arc::new(Limiter::new(config, store, None, Extras::none())),
+            live: Live::new(limiter, config.clone(), None),
         }
+    }
+
+    /// A handle that changes this layer's configuration while it serves
+    /// (see [`ReloadHandle`]).
+    #[must_use]
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle::new(&self.live)
     }
 
     /// The store deciding requests.
     #[must_use]
     pub fn store(&self) -> &Arc<dyn Store> {
-        self.limiter.store()
+        self.live.core().store()
     }
 
     /// The circuit breaker's state and counters (`None` on the in-process
@@ -141,14 +144,14 @@ impl RateLimitLayer {
     /// added up, with the worst state (see [`node_breakers`](Self::node_breakers)).
     #[must_use]
     pub fn breaker(&self) -> Option<BreakerStats> {
-        self.limiter.breaker_stats()
+        self.live.core().breaker_stats()
     }
 
     /// On a Redis Cluster, each primary's own breaker by `host:port` (made
     /// when a check first goes to it); empty otherwise.
     #[must_use]
     pub fn node_breakers(&self) -> Vec<(String, BreakerStats)> {
-        self.limiter.node_breaker_stats()
+        self.live.core().node_breaker_stats()
     }
 
     /// Requests in flight through this layer (counted with `[shedding]`
@@ -156,7 +159,7 @@ impl RateLimitLayer {
     /// included (which shedding does not count as pressure).
     #[must_use]
     pub fn in_flight(&self) -> Option<u32> {
-        self.limiter.shedder().map(|s| s.in_flight())
+        self.live.core().shedder().map(|s| s.in_flight())
     }
 
     /// What the decision recorder has written, dropped (queue full) and
@@ -165,13 +168,13 @@ impl RateLimitLayer {
     /// configuration's Redis).
     #[must_use]
     pub fn records(&self) -> Option<RecordStats> {
-        self.limiter.record_stats()
+        self.live.core().record_stats()
     }
 
     /// N, the fleet size the `local` fallback divides limits by now.
     #[must_use]
     pub fn fleet_size(&self) -> u32 {
-        self.limiter.fleet_size()
+        self.live.core().fleet_size()
     }
 }
 
@@ -179,7 +182,7 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.limiter))
+        RateLimit::new(inner, Arc::clone(&self.live))
     }
 }
 
@@ -455,72 +458,54 @@ impl RateLimitLayerBuilder {
                     (m.clone(), Some(m))
                 }
             };
-        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut extras = self.extras;
-        let records = cfg.limits.iter().any(|l| l.record.is_some());
-        #[cfg(feature = "redis")]
-        let on_redis = redis.is_some();
-        #[cfg(not(feature = "redis"))]
-        let on_redis = false;
-        if records && !on_redis {
-            tracing::warn!(
-                target: "fleetlimit",
-                "`record` is set but the store is not the configuration's Redis: \
-                 no decision is recorded"
-            );
-        }
         // One id per layer: the fleet's heartbeat and the decision records
         // name the instance alike.
         #[cfg(feature = "redis")]
-        let instance: Arc<str> = crate::fleet::instance_id().into();
+        let own = redis.map(|store| OwnRedis {
+            store,
+            instance: crate::fleet::instance_id().into(),
+        });
+        #[cfg(not(feature = "redis"))]
+        let own: Option<OwnRedis> = None;
+        extras.recorder = crate::reload::start_recorder(&cfg, own.as_ref());
+        let limiter = Limiter::new(&cfg, store, in_process, extras);
+        let live = Live::new(limiter, cfg.clone(), own.clone());
         #[cfg(feature = "redis")]
-        if let (Some(store), true) = (&redis, records) {
-            extras.recorder = Some(Recorder::start(
-                store.clone(),
-                Arc::clone(&cfg.key_prefix),
-                Arc::clone(&instance),
-                cfg.deadline,
-            ));
+        if let Some(own) = own {
+            start_redis_tasks(&cfg, own, &live).await?;
         }
-        let limiter = Arc::new(Limiter::new(&cfg, store, in_process, extras));
-        #[cfg(feature = "redis")]
-        if let Some(store) = redis {
-            start_redis_tasks(&cfg, store, &limiter, instance).await?;
-        }
-        Ok(RateLimitLayer { limiter })
+        Ok(RateLimitLayer { live })
     }
 }
 
 /// The tasks a layer on the configuration's Redis runs beside requests: the
-/// reset listener, the fleet-wide shedding signal and the heartbeat.
+/// reset listener (reaching whichever configuration runs), the fleet-wide
+/// shedding signal and the heartbeat.
 #[cfg(feature = "redis")]
 async fn start_redis_tasks(
     cfg: &Config,
-    store: RedisStore,
-    limiter: &Arc<Limiter>,
-    instance: Arc<str>,
+    own: OwnRedis,
+    live: &Arc<Live>,
 ) -> Result<(), StoreError> {
+    let core = live.core();
     if let Some(r) = &cfg.redis {
-        let ready = crate::reset::start(
-            r,
-            &cfg.key_prefix,
-            Arc::downgrade(limiter),
-            limiter.stop_signal(),
-        )?;
+        let ready =
+            crate::reset::start(r, &cfg.key_prefix, Arc::downgrade(live), core.stop_signal())?;
         // With Redis up, resets reach this instance once it is built;
         // with Redis down, the listener subscribes when it can (and
         // forgets what it remembered then).
-        if fred::interfaces::ClientLike::is_connected(store.pool()) {
+        if fred::interfaces::ClientLike::is_connected(own.store.pool()) {
             let _ = tokio::time::timeout(r.connect_timeout, ready).await;
         }
     }
-    if let Some(shedder) = limiter.shedder() {
-        shedder.start_fleet_signal(store.pool().clone(), cfg.shed_fleet_key());
+    if let Some(shedder) = core.shedder() {
+        shedder.start_fleet_signal(own.store.pool().clone(), cfg.shed_fleet_key());
     }
     if let Some(hb) = cfg.heartbeat {
         let key = cfg.heartbeat_key();
-        let fleet = Arc::downgrade(limiter.fleet_handle());
-        crate::fleet::start(store, fleet, key, hb, instance);
+        let fleet = Arc::downgrade(core.fleet_handle());
+        crate::fleet::start(own.store, fleet, key, hb, own.instance);
     }
     Ok(())
 }

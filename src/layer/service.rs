@@ -6,7 +6,8 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::pipeline::{Decided, Decision, DecisionFuture, Limiter, Prepared};
+use crate::pipeline::{Decided, Decision, DecisionFuture, Prepared};
+use crate::reload::Live;
 
 /// Middleware that rate limits requests: what [`RateLimitLayer`](crate::RateLimitLayer) wraps a
 /// service in (see it for what clients see).
@@ -25,12 +26,12 @@ use crate::pipeline::{Decided, Decision, DecisionFuture, Limiter, Prepared};
 #[derive(Clone, Debug)]
 pub struct RateLimit<S> {
     inner: S,
-    limiter: Arc<Limiter>,
+    live: Arc<Live>,
 }
 
 impl<S> RateLimit<S> {
-    pub(crate) fn new(inner: S, limiter: Arc<Limiter>) -> Self {
-        Self { inner, limiter }
+    pub(crate) fn new(inner: S, live: Arc<Live>) -> Self {
+        Self { inner, live }
     }
 
     /// The wrapped service.
@@ -58,17 +59,20 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The running configuration, loaded once: this request is decided
+        // under it even if a reload swaps another in meanwhile.
+        let limiter = self.live.load();
         // Shedding (off: `None`, nothing else to do) comes before any limit
         // is charged; an admitted request's ticket rides on its decision.
-        let ticket = match self.limiter.shed(&req) {
+        let ticket = match limiter.shed(&req) {
             None => None,
             Some(Ok(ticket)) => Some(ticket),
             Some(Err(shed)) => {
-                let shed = self.limiter.shape(shed);
+                let shed = limiter.shape(shed);
                 return ResponseFuture::decided(shed, &mut self.inner, req);
             }
         };
-        match self.limiter.prepare(&req) {
+        match limiter.prepare(&req) {
             Prepared::Unlimited if ticket.is_none() => {
                 ResponseFuture::serving(self.inner.call(req))
             }
@@ -77,20 +81,20 @@ where
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
             Prepared::Now(decision) => {
-                let decision = self.limiter.shape(decision);
+                let decision = limiter.shape(decision);
                 ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
             }
-            Prepared::Ask(pending) => match self.limiter.decide_traced(pending, &req) {
+            Prepared::Ask(pending) => match limiter.decide_traced(pending, &req) {
                 // Decided already (in-process store, remembered refusal):
                 // call the ready service now, keeping the request out of the
                 // future.
                 Decided::Now(decision) => {
-                    let decision = self.limiter.shape(decision);
+                    let decision = limiter.shape(decision);
                     ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
                 }
                 Decided::Later(decision) => {
-                    let decision: DecisionFuture = if self.limiter.shapes() {
-                        let limiter = Arc::clone(&self.limiter);
+                    let decision: DecisionFuture = if limiter.shapes() {
+                        let limiter = Arc::clone(&*limiter);
                         Box::pin(async move { limiter.shape(decision.await) })
                     } else {
                         decision

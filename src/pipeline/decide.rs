@@ -102,11 +102,11 @@ impl Limiter {
         if let Some(r) = self.refused_here(p, &buckets) {
             return ControlFlow::Break(Decision::Reject(r));
         }
-        let Some(memory) = &self.in_process else {
+        let Some(memory) = &self.core.in_process else {
             return ControlFlow::Continue(buckets);
         };
         let cost = f64::from(p.cost);
-        let slot = self.slot_ids.for_buckets(&buckets);
+        let slot = self.core.slot_ids.for_buckets(&buckets);
         ControlFlow::Break(match (buckets.as_slice(), slot) {
             // No check or outcome vectors for a single limit.
             ([bucket], None) => {
@@ -191,7 +191,7 @@ impl Limiter {
         // must not be remembered after it.
         p.resets_seen = self.refused.resets();
         let check = Check {
-            slot: self.slot_ids.for_buckets(&buckets),
+            slot: self.core.slot_ids.for_buckets(&buckets),
             cost: f64::from(p.cost),
             buckets: buckets.into_vec(),
         };
@@ -512,7 +512,7 @@ impl Limiter {
         via: Via,
     ) {
         crate::metrics::decided(&p.policy, buckets, allowed, &state, via);
-        let Some(recorder) = &self.recorder else {
+        let Some(recorder) = self.core.recorder.get() else {
             return;
         };
         let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);

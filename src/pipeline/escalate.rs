@@ -71,7 +71,7 @@ impl Limiter {
             }
         }
         if let Some((hold, i)) = delay {
-            match Arc::clone(&self.delayed).try_acquire_owned() {
+            match Arc::clone(&self.core.delayed).try_acquire_owned() {
                 Ok(permit) => {
                     admitted.extensions.insert(Delay {
                         hold,

@@ -18,15 +18,42 @@ use crate::route::FailurePolicy;
 use crate::route::Policy;
 use crate::store::{Check, MemoryStore, Outcome, Store, StoreError};
 
-/// What decides while the primary store fails.
+/// What decides while the primary store fails, under one configuration.
 pub(super) struct Fallback {
-    /// The `local` policy's buckets.
-    buckets: MemoryStore,
+    local: Local,
+    /// `Retry-After` of the `closed` policy's 503, whole seconds.
+    closed_retry_after: u64,
+}
+
+/// The `local` policy's buckets and N: the layer's whatever configuration
+/// it runs (a reload keeps the counts, as the primary store does).
+#[derive(Clone)]
+pub(super) struct Local {
+    buckets: Arc<MemoryStore>,
     /// N for the `local` policy: configured, or kept up to date by the
     /// heartbeat (and kept at its last value while Redis is down).
     fleet: Arc<AtomicU32>,
-    /// `Retry-After` of the `closed` policy's 503, whole seconds.
-    closed_retry_after: u64,
+}
+
+impl Local {
+    pub(super) fn new(cfg: &Config) -> Self {
+        Self {
+            buckets: Arc::new(MemoryStore::new(cfg.memory_max_keys)),
+            fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
+        }
+    }
+
+    pub(super) fn fleet_size(&self) -> u32 {
+        self.fleet.load(Ordering::Relaxed).max(1)
+    }
+
+    pub(super) fn fleet_handle(&self) -> &Arc<AtomicU32> {
+        &self.fleet
+    }
+
+    pub(super) fn set_fleet_size(&self, n: u32) {
+        self.fleet.store(n, Ordering::Relaxed);
+    }
 }
 
 /// The failure policy's answer.
@@ -40,20 +67,15 @@ pub(super) enum Answer {
 }
 
 impl Fallback {
-    pub(super) fn new(cfg: &Config) -> Self {
+    pub(super) fn new(local: &Local, cfg: &Config) -> Self {
         Self {
-            buckets: MemoryStore::new(cfg.memory_max_keys),
-            fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
+            local: local.clone(),
             closed_retry_after: cfg.closed_retry_after.as_secs_f64().ceil().max(1.0) as u64,
         }
     }
 
-    pub(super) fn fleet_size(&self) -> u32 {
-        self.fleet.load(Ordering::Relaxed).max(1)
-    }
-
-    pub(super) fn fleet_handle(&self) -> &Arc<AtomicU32> {
-        &self.fleet
+    fn fleet_size(&self) -> u32 {
+        self.local.fleet_size()
     }
 
     /// The primary store failed on `check` with `e`: the route's policy
@@ -104,7 +126,7 @@ impl Fallback {
                     .map(|b| b.rule.capacity())
                     .fold(f64::INFINITY, f64::min);
                 local.cost = local.cost.min(smallest);
-                let outcome = self.buckets.check_now(&local);
+                let outcome = self.local.buckets.check_now(&local);
                 let s = response::reported(outcome.allowed, &outcome.limits, |i| {
                     local.buckets[i].shadow
                 })
@@ -127,11 +149,11 @@ impl Fallback {
 
     /// Gives a concurrency slot back to the `local` policy's buckets.
     pub(super) fn release(&self, key: &str, slot: &str) {
-        self.buckets.release(key, slot);
+        self.local.buckets.release(key, slot);
     }
 
     /// Gives units back to the `local` policy's buckets (a negative cost).
     pub(super) async fn refund(&self, check: &Check) -> Result<(), StoreError> {
-        self.buckets.check(check).await.map(|_| ())
+        self.local.buckets.check(check).await.map(|_| ())
     }
 }

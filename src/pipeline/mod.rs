@@ -41,7 +41,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
@@ -65,11 +65,41 @@ use crate::route::RouteTable;
 use crate::shed::{LoadSignal, Shedder, Ticket};
 use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
 
-/// One layer's limiter: the configuration's routes and every cache of the
-/// request path, shared by all clones of the layer.
+/// One configuration's limiter: its routes, policies and the caches that
+/// answer under its numbers, over the [`Core`] every configuration of the
+/// layer shares. A reload (see `reload.rs`) swaps it whole; a request in
+/// flight keeps the one it started with.
 pub(crate) struct Limiter {
+    core: Arc<Core>,
     routes: RouteTable,
     client_ip: ClientIpRules,
+    /// What decides when the primary store fails (its buckets and fleet
+    /// size are the core's).
+    fallback: Fallback,
+    plans: Plans,
+    cost_fns: HashMap<String, CostFn>,
+    /// The application's key extractors, for limits keyed `custom:<name>`.
+    custom_keys: CustomKeys,
+    /// Keys Redis refused, answered here until their `Retry-After`. Per
+    /// configuration: a reload starts it empty, so no refusal under old
+    /// numbers outlives them.
+    refused: RefusedCache,
+    /// Hot keys' token leases, per configuration like `refused`.
+    leases: Leases,
+    /// The "no `MatchedPath`" error was logged (once per configuration).
+    unrouted_logged: AtomicBool,
+    /// `[headers] style`.
+    header_style: response::HeaderStyle,
+    /// A missing key's `401` challenge.
+    www_authenticate: http::HeaderValue,
+    on_refusal: Option<RefusalHook>,
+}
+
+/// What lives as long as the layer, whatever configuration it runs: the
+/// stores and every bucket in them, the breaker, the fleet size, the
+/// shedder, the tasks' stop signal, and what the builder added. Settings
+/// these are built from cannot change by a reload.
+pub(crate) struct Core {
     prefix: Arc<str>,
     /// API keys are hashed with it in store keys bound for Redis; `None`
     /// when the primary store is the in-process one, whose keys never leave
@@ -83,43 +113,31 @@ pub(crate) struct Limiter {
     /// In front of a store that can fail (not the in-process one); one per
     /// cluster node.
     breaker: Option<Breakers>,
-    /// What decides when the primary store fails.
-    fallback: Fallback,
-    plans: Plans,
-    cost_fns: HashMap<String, CostFn>,
-    /// The application's key extractors, for limits keyed `custom:<name>`.
-    custom_keys: CustomKeys,
-    /// Keys Redis refused, answered here until their `Retry-After`.
-    refused: RefusedCache,
-    /// Hot keys' token leases.
-    leases: Leases,
-    /// The "no `MatchedPath`" error was logged (once per layer).
-    unrouted_logged: AtomicBool,
-    /// Dropped with the limiter: tells its reset listener to stop.
+    /// The `local` policy's buckets and N.
+    local: fallback::Local,
+    /// Dropped with the last limiter: tells the layer's tasks to stop.
     stop: tokio::sync::watch::Sender<()>,
     /// Places for requests held by `on_exceed = "delay"` at once.
     delayed: Arc<tokio::sync::Semaphore>,
+    /// `[escalation] max_delayed`: with `delayed`'s free places, how many
+    /// requests are held now (not in flight for shedding).
+    max_delayed: usize,
     /// Load shedding (`None`: off, nothing on the request path).
     shed: Option<Arc<Shedder>>,
     /// Concurrency limits' slot ids, unique fleet-wide.
     slot_ids: slot::SlotIds,
-    /// `[escalation] max_delayed`: with `delayed`'s free places, how many
-    /// requests are held now (not in flight for shedding).
-    max_delayed: usize,
-    /// `[headers] style`.
-    header_style: response::HeaderStyle,
-    /// A missing key's `401` challenge.
-    www_authenticate: http::HeaderValue,
-    on_refusal: Option<RefusalHook>,
-    /// Writes the decisions of limits with `record` to Redis (`None`:
-    /// no Redis, or no limit records).
-    recorder: Option<Recorder>,
+    /// Writes the decisions of limits with `record` to Redis (unset: no
+    /// Redis, or no limit has recorded yet).
+    recorder: OnceLock<Recorder>,
+    /// The builder's plan resolver, cost functions and refusal hook, which
+    /// every configuration uses.
+    extras: Extras,
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("store", &self.store)
+            .field("store", &self.core.store)
             .field("fleet_size", &self.fleet_size())
             .field("plans", &self.plans)
             .finish_non_exhaustive()
@@ -287,24 +305,47 @@ impl Limiter {
         cfg: &Config,
         store: Arc<dyn Store>,
         in_process: Option<Arc<MemoryStore>>,
-        extras: Extras,
+        mut extras: Extras,
     ) -> Self {
         let can_fail = in_process.is_none();
-        Self {
-            routes: RouteTable::new(&cfg.routes, cfg.default_route.clone()),
-            client_ip: cfg.client_ip.clone(),
+        let recorder = OnceLock::new();
+        if let Some(r) = extras.recorder.take() {
+            let _ = recorder.set(r);
+        }
+        let core = Core {
             prefix: Arc::clone(&cfg.key_prefix),
             key_secret: can_fail.then(|| cfg.key_secret.clone()),
             store,
-            fallback: Fallback::new(cfg),
+            in_process,
             breaker: can_fail.then(|| Breakers::new(cfg.breaker)),
+            local: fallback::Local::new(cfg),
+            stop: tokio::sync::watch::channel(()).0,
+            delayed: Arc::new(tokio::sync::Semaphore::new(cfg.max_delayed)),
+            max_delayed: cfg.max_delayed,
+            shed: cfg
+                .shedding
+                .map(|s| Arc::new(Shedder::new(s, extras.load_signal.clone()))),
+            slot_ids: slot::SlotIds::new(),
+            recorder,
+            extras,
+        };
+        Self::on(Arc::new(core), cfg)
+    }
+
+    /// The limiter of `cfg` on `core` (a new layer's, or a reload's: the
+    /// core's buckets and tasks go on under the new configuration).
+    pub(crate) fn on(core: Arc<Core>, cfg: &Config) -> Self {
+        let can_fail = core.in_process.is_none();
+        let extras = &core.extras;
+        Self {
+            routes: RouteTable::new(&cfg.routes, cfg.default_route.clone()),
+            client_ip: cfg.client_ip.clone(),
+            fallback: Fallback::new(&core.local, cfg),
             refused: RefusedCache::new(if can_fail { cfg.refused_cache_keys } else { 0 }),
             leases: Leases::new(cfg.memory_max_keys),
-            in_process,
-            stop: tokio::sync::watch::channel(()).0,
             plans: Plans::new(
                 cfg.plan_assignments.0.clone(),
-                extras.resolver,
+                extras.resolver.clone(),
                 cfg.limits
                     .iter()
                     .flat_map(|l| l.plans.keys().cloned())
@@ -312,20 +353,24 @@ impl Limiter {
                 cfg.plan_cache_ttl,
                 cfg.plan_cache_keys,
             ),
-            cost_fns: extras.cost_fns,
-            custom_keys: CustomKeys::new(extras.key_fns),
+            cost_fns: extras.cost_fns.clone(),
+            custom_keys: CustomKeys::new(extras.key_fns.clone()),
             unrouted_logged: AtomicBool::new(false),
-            delayed: Arc::new(tokio::sync::Semaphore::new(cfg.max_delayed)),
-            shed: cfg
-                .shedding
-                .map(|s| Arc::new(Shedder::new(s, extras.load_signal))),
-            slot_ids: slot::SlotIds::new(),
-            max_delayed: cfg.max_delayed,
             header_style: cfg.header_style,
             www_authenticate: cfg.www_authenticate.clone(),
-            on_refusal: extras.on_refusal,
-            recorder: extras.recorder,
+            on_refusal: extras.on_refusal.clone(),
+            core,
         }
+    }
+
+    /// Whether the builder registered a key extractor under `name`.
+    pub(crate) fn has_key_fn(&self, name: &str) -> bool {
+        self.core.extras.key_fns.contains_key(name)
+    }
+
+    /// What this limiter shares with the layer's other configurations.
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
     }
 
     /// The application's refusal hook reshapes a refusal.
@@ -342,9 +387,61 @@ impl Limiter {
         self.on_refusal.is_some()
     }
 
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.core.store
+    }
+
+    pub(crate) fn fleet_size(&self) -> u32 {
+        self.core.local.fleet_size()
+    }
+
+    /// `fleetlimit reset` of `keys`: forget their remembered refusals and
+    /// leases, so their next requests go to Redis.
+    pub(crate) fn forget_reset(&self, keys: &[&str]) {
+        self.refused.forget(keys);
+        self.leases.forget(keys);
+    }
+
+    /// Forget every remembered refusal and lease (a reset may have been
+    /// announced while this instance was not listening).
+    pub(crate) fn forget_all_cached(&self) {
+        self.refused.clear();
+        self.leases.clear();
+    }
+
+    /// The primary store, behind the circuit breaker.
+    async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
+        // Per cluster node: the nodes this check goes to.
+        let core = &self.core;
+        let guard = match &core.breaker {
+            Some(b) => Some(b.enter(&core.store.nodes(check))?),
+            None => None,
+        };
+        let answer = core.store.check(check).await;
+        if let Some(g) = guard {
+            // A script error on one key's data is an answer from a serving
+            // Redis, not a failure of the store.
+            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
+        }
+        answer
+    }
+}
+
+impl Core {
     /// What the decision recorder has done (`None`: nothing is recorded).
     pub(crate) fn record_stats(&self) -> Option<RecordStats> {
-        self.recorder.as_ref().map(Recorder::stats)
+        self.recorder.get().map(Recorder::stats)
+    }
+
+    /// Whether the decision recorder runs.
+    pub(crate) fn records(&self) -> bool {
+        self.recorder.get().is_some()
+    }
+
+    /// Sets the decision recorder started after the layer was built (a
+    /// reload turned `record` on).
+    pub(crate) fn set_recorder(&self, r: Recorder) {
+        let _ = self.recorder.set(r);
     }
 
     /// The shedder, when shedding is on.
@@ -368,45 +465,31 @@ impl Limiter {
     }
 
     pub(crate) fn fleet_size(&self) -> u32 {
-        self.fallback.fleet_size()
+        self.local.fleet_size()
     }
 
+    /// A reload's configured N (without fleet discovery).
+    pub(crate) fn set_fleet_size(&self, n: u32) {
+        self.local.set_fleet_size(n);
+    }
+
+    /// N as the heartbeat keeps it.
     pub(crate) fn fleet_handle(&self) -> &Arc<AtomicU32> {
-        self.fallback.fleet_handle()
+        self.local.fleet_handle()
     }
 
-    /// Closes when the limiter is dropped (for its reset listener).
+    /// Closes when the last limiter on this core is dropped (for the
+    /// layer's tasks).
     pub(crate) fn stop_signal(&self) -> tokio::sync::watch::Receiver<()> {
         self.stop.subscribe()
     }
+}
 
-    /// `fleetlimit reset` of `keys`: forget their remembered refusals and
-    /// leases, so their next requests go to Redis.
-    pub(crate) fn forget_reset(&self, keys: &[&str]) {
-        self.refused.forget(keys);
-        self.leases.forget(keys);
-    }
-
-    /// Forget every remembered refusal and lease (a reset may have been
-    /// announced while this instance was not listening).
-    pub(crate) fn forget_all_cached(&self) {
-        self.refused.clear();
-        self.leases.clear();
-    }
-
-    /// The primary store, behind the circuit breaker.
-    async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
-        // Per cluster node: the nodes this check goes to.
-        let guard = match &self.breaker {
-            Some(b) => Some(b.enter(&self.store.nodes(check))?),
-            None => None,
-        };
-        let answer = self.store.check(check).await;
-        if let Some(g) = guard {
-            // A script error on one key's data is an answer from a serving
-            // Redis, not a failure of the store.
-            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
-        }
-        answer
+impl fmt::Debug for Core {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Core")
+            .field("store", &self.store)
+            .field("fleet_size", &self.fleet_size())
+            .finish_non_exhaustive()
     }
 }

@@ -61,7 +61,7 @@ impl Limiter {
     /// priority, before any key is charged, or count it in flight. `None`
     /// when shedding is off.
     pub(crate) fn shed<B>(&self, req: &Request<B>) -> Option<Result<Ticket, Decision>> {
-        let shedder = self.shed.as_ref()?;
+        let shedder = self.core.shed.as_ref()?;
         let ext = req.extensions();
         let matched = ext.get::<MatchedPath>().map(MatchedPath::as_str);
         let priority = self.routes.priority(matched, req.method());
@@ -69,8 +69,9 @@ impl Limiter {
         // Held by `on_exceed = "delay"`: parked on purpose (a login attack
         // can fill every place), not load on the handlers.
         let held = self
+            .core
             .max_delayed
-            .saturating_sub(self.delayed.available_permits());
+            .saturating_sub(self.core.delayed.available_permits());
         let held = u32::try_from(held).unwrap_or(u32::MAX);
         Some(shedder.admit(priority, accepted, held).map_err(|s| {
             Decision::Reject(response::overloaded(
@@ -125,7 +126,12 @@ impl Limiter {
                 Extracted::Failed(why) => return reject(response::key_unavailable(limit, why)),
             };
             let plans = !limit.plans.is_empty();
-            let k = material.store_key(&self.prefix, &limit.name, self.key_secret.as_ref(), plans);
+            let k = material.store_key(
+                &self.core.prefix,
+                &limit.name,
+                self.core.key_secret.as_ref(),
+                plans,
+            );
             log_ids.push(k.log_id());
             keys.push(PendingKey {
                 key: k.key,

@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use super::free_port;
@@ -27,8 +28,10 @@ pub fn example_binary(name: &str) -> PathBuf {
 /// An example server, killed when dropped.
 pub struct Example {
     child: Child,
-    /// Kept open: a closed pipe would make the example's `println!` panic.
-    _stdout: BufReader<std::process::ChildStdout>,
+    /// What it printed after its banner, line by line (read by a thread
+    /// that keeps the pipe open: a closed pipe would make the example's
+    /// `println!` panic).
+    lines: Receiver<String>,
     pub port: u16,
     /// The first line it printed.
     pub banner: String,
@@ -54,11 +57,39 @@ impl Example {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         stdout.read_line(&mut banner).unwrap();
         assert!(!banner.is_empty(), "example {name} exited before serving");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         Self {
             child,
-            _stdout: stdout,
+            lines,
             port,
             banner,
+        }
+    }
+
+    /// The process id (to send it signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line it prints that starts with `prefix`, waiting up to
+    /// `timeout`; panics when none comes.
+    pub fn line_starting(&self, prefix: &str, timeout: Duration) -> String {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no line starting {prefix:?} within {timeout:?}: {e}"),
+            }
         }
     }
 

@@ -1,0 +1,547 @@
+//! Hot reload: a layer's configuration swapped whole, without a restart.
+//!
+//! The layer holds its [`Limiter`] (routes, policies, and the caches that
+//! answer under their numbers) in an [`ArcSwap`]: a request loads it once,
+//! in the service's `call`, and keeps that one until its response is over;
+//! a reload builds the next one on the same [`Core`] (stores and every
+//! bucket in them, breaker, fleet size, shedder, tasks) and swaps it in, so
+//! the request after the swap decides under the new numbers.
+//!
+//! What the core was built from cannot change: a reload that changes it is
+//! refused, naming each setting, and the running configuration goes on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use arc_swap::{ArcSwap, Guard};
+
+use crate::config::{redact_url, Config, ConfigError};
+use crate::key::SecretOrigin;
+use crate::pipeline::{Core, Limiter};
+use crate::record::Recorder;
+use crate::route::Limit;
+#[cfg(feature = "redis")]
+use crate::store::RedisStore;
+
+/// What a layer's clones share: the configuration running now, and the
+/// core every configuration of the layer runs on.
+pub(crate) struct Live {
+    core: Arc<Core>,
+    current: ArcSwap<Limiter>,
+    /// The configuration `current` was built from, for the next reload to
+    /// compare with. Locked for a whole reload: reloads happen one at a time.
+    config: Mutex<Config>,
+    /// The configuration's Redis, when the layer decides on it (a reload
+    /// that turns `record` on starts the recorder there).
+    redis: Option<OwnRedis>,
+}
+
+/// The layer's own Redis store and the instance id its records carry.
+#[cfg(feature = "redis")]
+#[derive(Clone)]
+pub(crate) struct OwnRedis {
+    pub(crate) store: RedisStore,
+    pub(crate) instance: Arc<str>,
+}
+
+/// A build without Redis has no store of its own: never made.
+#[cfg(not(feature = "redis"))]
+#[derive(Clone)]
+pub(crate) enum OwnRedis {}
+
+impl Live {
+    pub(crate) fn new(limiter: Limiter, config: Config, redis: Option<OwnRedis>) -> Arc<Self> {
+        Arc::new(Self {
+            core: Arc::clone(limiter.core()),
+            current: ArcSwap::from_pointee(limiter),
+            config: Mutex::new(config),
+            redis,
+        })
+    }
+
+    /// The limiter of the running configuration (one atomic load).
+    #[inline]
+    pub(crate) fn load(&self) -> Guard<Arc<Limiter>> {
+        self.current.load()
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    fn reload(&self, cfg: Config) -> Result<Changes, ReloadError> {
+        let mut running = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        // The same check as the layer's build: a custom key needs its
+        // extractor, registered on the builder (which a reload cannot add).
+        let current = self.current.load();
+        cfg.check_custom_keys(|name| current.has_key_fn(name))
+            .map_err(ReloadError::Invalid)?;
+        let fixed = fixed_changes(&running, &cfg);
+        if !fixed.is_empty() {
+            return Err(ReloadError::NeedsRestart(fixed));
+        }
+        if !self.core.records() {
+            let records = cfg.limits.iter().any(|l| l.record.is_some());
+            if records && self.redis.is_some() && tokio::runtime::Handle::try_current().is_err() {
+                return Err(ReloadError::NoRuntime);
+            }
+            if let Some(r) = start_recorder(&cfg, self.redis.as_ref()) {
+                self.core.set_recorder(r);
+            }
+        }
+        let changes = Changes::between(&running, &cfg);
+        // A discovered fleet size is the heartbeat's to keep.
+        if cfg.heartbeat.is_none() {
+            self.core.set_fleet_size(cfg.fleet_size);
+        }
+        let next = Limiter::on(Arc::clone(&self.core), &cfg);
+        self.current.store(Arc::new(next));
+        *running = cfg;
+        Ok(changes)
+    }
+}
+
+impl fmt::Debug for Live {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Live")
+            .field("limiter", &**self.current.load())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts the decision recorder when some limit of `cfg` records and the
+/// layer decides on the configuration's Redis; says so when it does not.
+pub(crate) fn start_recorder(cfg: &Config, redis: Option<&OwnRedis>) -> Option<Recorder> {
+    if !cfg.limits.iter().any(|l| l.record.is_some()) {
+        return None;
+    }
+    match redis {
+        #[cfg(not(feature = "redis"))]
+        Some(r) => match *r {},
+        #[cfg(feature = "redis")]
+        Some(r) => Some(Recorder::start(
+            r.store.clone(),
+            Arc::clone(&cfg.key_prefix),
+            Arc::clone(&r.instance),
+            cfg.deadline,
+        )),
+        None => {
+            tracing::warn!(
+                target: "fleetlimit",
+                "`record` is set but the store is not the configuration's Redis: \
+                 no decision is recorded"
+            );
+            None
+        }
+    }
+}
+
+/// Changes a layer's configuration while it serves
+/// ([`RateLimitLayer::reload_handle`](crate::RateLimitLayer::reload_handle)).
+/// Cheap to clone; it does not keep the layer alive.
+///
+/// [`reload`](Self::reload) checks the new configuration against the
+/// running one and swaps it in whole, atomically: a request already in
+/// flight finishes under the configuration it started with, and every
+/// request after `reload` returns is decided under the new one. The
+/// builder's plan resolver, cost functions, load signal and refusal hook
+/// carry over (a cost function whose route is gone is simply unused).
+///
+/// Buckets are kept: the stores (Redis, or the in-process store) and the
+/// `local` fallback's buckets are the layer's, not the configuration's, and
+/// a bucket's key is its prefix, limit name and caller. So a limit whose
+/// name and `key` stay the same keeps its callers' counts: under new numbers
+/// of the same algorithm, what was spent stays spent (a count above a
+/// lowered limit refuses until it drains); a limit whose algorithm changed
+/// starts every caller afresh, since a state of another algorithm reads as
+/// a full bucket; a renamed limit or a new `key` counts in new buckets.
+/// Remembered refusals, token leases and cached plans are dropped, so
+/// nothing answers under the old numbers.
+///
+/// What the layer's stores and tasks were built from cannot change without
+/// a restart: `[redis]` (except `closed_retry_after` and
+/// `refused_cache_keys`), its `key_prefix` and `deadline`, the key secret,
+/// `[memory] max_keys`, `[breaker]`, `[fleet]` discovery, `[escalation]
+/// max_delayed` and `[shedding]`. A reload that changes any of them is
+/// refused with [`ReloadError::NeedsRestart`] naming each one, and the
+/// running configuration goes on.
+///
+/// # Example
+///
+/// ```
+/// use fleetlimit::{Config, RateLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let toml = |capacity: u32| format!(r#"
+///     [limits.per-key]
+///     key = "header:x-api-key"
+///     capacity = {capacity}
+///     refill = "1/s"
+///
+///     [[routes]]
+///     path = "/"
+///     limits = ["per-key"]
+/// "#);
+/// let layer = RateLimitLayer::new(Config::from_toml_str(&toml(10))?).await?;
+/// let reload = layer.reload_handle();
+/// // Later, on SIGHUP say: the file is parsed and checked first, so a bad
+/// // one never reaches the layer.
+/// let changes = reload.reload(Config::from_toml_str(&toml(5))?)?;
+/// assert_eq!(changes.limits_changed(), ["per-key"]);
+/// println!("reloaded: {changes}");
+///
+/// // What only a restart can change is refused, and nothing changes.
+/// let moved = Config::from_toml_str(&toml(5))?.with_redis_url("redis://10.0.0.7:6379");
+/// let err = reload.reload(moved).unwrap_err();
+/// assert!(err.to_string().contains("[redis]"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ReloadHandle {
+    live: Weak<Live>,
+}
+
+impl ReloadHandle {
+    pub(crate) fn new(live: &Arc<Live>) -> Self {
+        Self {
+            live: Arc::downgrade(live),
+        }
+    }
+
+    /// Swaps `config` in (see [`ReloadHandle`]), returning what changed;
+    /// on an error nothing changed.
+    pub fn reload(&self, config: Config) -> Result<Changes, ReloadError> {
+        let live = self.live.upgrade().ok_or(ReloadError::LayerDropped)?;
+        live.reload(config)
+    }
+}
+
+impl fmt::Debug for ReloadHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadHandle")
+            .field("layer_alive", &(self.live.strong_count() > 0))
+            .finish()
+    }
+}
+
+/// Why a [`ReloadHandle::reload`] was refused. The running configuration
+/// goes on unchanged.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The new configuration changes settings the layer's stores and tasks
+    /// were built from, each named as in the TOML file (with the old and
+    /// new value where it says something), e.g. `[redis] url`.
+    NeedsRestart(Vec<String>),
+    /// The new configuration turns decision records on, which starts their
+    /// writer task: reload from within a Tokio runtime.
+    NoRuntime,
+    /// The layer was dropped.
+    LayerDropped,
+    /// The new configuration cannot run on this layer: a limit is keyed by
+    /// a custom key no extractor was registered for on the builder.
+    Invalid(ConfigError),
+}
+
+impl fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NeedsRestart(items) => write!(
+                f,
+                "only a restart can change {}; the running configuration is kept",
+                items.join(", ")
+            ),
+            Self::NoRuntime => f.write_str(
+                "`record` starts the decision recorder's task: reload from within a Tokio runtime; \
+                 the running configuration is kept",
+            ),
+            Self::LayerDropped => f.write_str("the layer this handle reloads was dropped"),
+            Self::Invalid(e) => write!(f, "{e}; the running configuration is kept"),
+        }
+    }
+}
+
+impl std::error::Error for ReloadError {}
+
+/// The settings `new` changes that a reload cannot, each named as in the
+/// TOML file.
+fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut differ = |name: &str, changed: bool| {
+        if changed {
+            out.push(name.to_owned());
+        }
+    };
+    match (&old.redis, &new.redis) {
+        (None, None) => {}
+        (Some(_), None) => differ("[redis] (removed: the layer stays on Redis)", true),
+        (None, Some(_)) => differ("[redis] (added: the layer stays on its store)", true),
+        (Some(a), Some(b)) => {
+            if a.url != b.url {
+                let url = format!(
+                    "[redis] url ({} → {})",
+                    redact_url(&a.url),
+                    redact_url(&b.url)
+                );
+                differ(&url, true);
+            }
+            let pool = format!("[redis] pool_size ({} → {})", a.pool_size, b.pool_size);
+            differ(&pool, a.pool_size != b.pool_size);
+            differ(
+                "[redis] connect_timeout",
+                a.connect_timeout != b.connect_timeout,
+            );
+            differ("[redis] coalesce", a.coalesce != b.coalesce);
+            differ("[redis] tls_ca_file", a.tls_ca_file != b.tls_ca_file);
+            differ(
+                "[redis] tls_client_cert",
+                a.tls_client_cert != b.tls_client_cert,
+            );
+            differ(
+                "[redis] tls_client_key",
+                a.tls_client_key != b.tls_client_key,
+            );
+        }
+    }
+    differ("[redis] deadline", old.deadline != new.deadline);
+    let prefix = format!(
+        "[redis] key_prefix ({:?} → {:?})",
+        old.key_prefix, new.key_prefix
+    );
+    differ(&prefix, old.key_prefix != new.key_prefix);
+    // The built-in secret follows the prefix, already named.
+    let built_in = |c: &Config| *c.key_secret.origin() == SecretOrigin::Default;
+    let both_built_in = built_in(old) && built_in(new);
+    differ(
+        "[keys] secret_env (the key secret)",
+        !both_built_in && !old.key_secret.same_keys_as(&new.key_secret),
+    );
+    let max_keys = format!(
+        "[memory] max_keys ({} → {})",
+        old.memory_max_keys, new.memory_max_keys
+    );
+    differ(&max_keys, old.memory_max_keys != new.memory_max_keys);
+    differ("[breaker]", old.breaker != new.breaker);
+    differ(
+        "[fleet] discover, heartbeat, dead_after",
+        old.heartbeat != new.heartbeat,
+    );
+    let delayed = format!(
+        "[escalation] max_delayed ({} → {})",
+        old.max_delayed, new.max_delayed
+    );
+    differ(&delayed, old.max_delayed != new.max_delayed);
+    differ("[shedding]", old.shedding != new.shedding);
+    out
+}
+
+/// What a reload changed, for logs: limits and routes added, removed or
+/// changed, and other settings that changed. Its `Display` is one line.
+///
+/// Routes are named by their methods and path (`GET /search`, `* /admin`,
+/// and `[default]` for the default policy).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Changes {
+    limits_added: Vec<String>,
+    limits_removed: Vec<String>,
+    limits_changed: Vec<String>,
+    limits_restarted: Vec<String>,
+    routes_added: Vec<String>,
+    routes_removed: Vec<String>,
+    routes_changed: Vec<String>,
+    settings_changed: Vec<String>,
+}
+
+impl Changes {
+    /// Limits the new configuration adds.
+    #[must_use]
+    pub fn limits_added(&self) -> &[String] {
+        &self.limits_added
+    }
+
+    /// Limits it no longer has (their buckets expire unused).
+    #[must_use]
+    pub fn limits_removed(&self) -> &[String] {
+        &self.limits_removed
+    }
+
+    /// Limits whose settings changed (numbers, key, algorithm, plans...).
+    #[must_use]
+    pub fn limits_changed(&self) -> &[String] {
+        &self.limits_changed
+    }
+
+    /// Of the changed limits, those whose callers start afresh: their
+    /// `key` or algorithm changed, so what was counted no longer applies.
+    #[must_use]
+    pub fn limits_restarted(&self) -> &[String] {
+        &self.limits_restarted
+    }
+
+    /// Routes the new configuration adds.
+    #[must_use]
+    pub fn routes_added(&self) -> &[String] {
+        &self.routes_added
+    }
+
+    /// Routes it no longer has.
+    #[must_use]
+    pub fn routes_removed(&self) -> &[String] {
+        &self.routes_removed
+    }
+
+    /// Routes whose policy changed (limits, cost, failure policy...).
+    #[must_use]
+    pub fn routes_changed(&self) -> &[String] {
+        &self.routes_changed
+    }
+
+    /// Other settings that changed, named as in the TOML file
+    /// (`[client_ip]`, `[headers] style`...).
+    #[must_use]
+    pub fn settings_changed(&self) -> &[String] {
+        &self.settings_changed
+    }
+
+    /// Whether the new configuration is the running one.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    fn between(old: &Config, new: &Config) -> Self {
+        let mut c = Self::default();
+        let limits = |cfg: &Config| -> BTreeMap<String, Arc<Limit>> {
+            cfg.limits
+                .iter()
+                .map(|l| (l.name.to_string(), Arc::clone(l)))
+                .collect()
+        };
+        let (a, b) = (limits(old), limits(new));
+        for (name, l) in &b {
+            match a.get(name) {
+                None => c.limits_added.push(name.clone()),
+                Some(was) if signature(was) != signature(l) => {
+                    c.limits_changed.push(name.clone());
+                    let algorithm = std::mem::discriminant(&was.rule);
+                    if was.key != l.key || algorithm != std::mem::discriminant(&l.rule) {
+                        c.limits_restarted.push(name.clone());
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        c.limits_removed = a.keys().filter(|n| !b.contains_key(*n)).cloned().collect();
+
+        let (a, b) = (routes(old), routes(new));
+        for (name, policy) in &b {
+            match a.get(name) {
+                None => c.routes_added.push(name.clone()),
+                Some(was) if was != policy => c.routes_changed.push(name.clone()),
+                Some(_) => {}
+            }
+        }
+        c.routes_removed = a.keys().filter(|n| !b.contains_key(*n)).cloned().collect();
+
+        let mut differ = |name: &str, changed: bool| {
+            if changed {
+                c.settings_changed.push(name.to_owned());
+            }
+        };
+        differ("[client_ip]", old.client_ip != new.client_ip);
+        differ("[headers] style", old.header_style != new.header_style);
+        differ(
+            "[keys] www_authenticate",
+            old.www_authenticate != new.www_authenticate,
+        );
+        differ(
+            "[plan_assignments]",
+            old.plan_assignments != new.plan_assignments,
+        );
+        differ(
+            "[plan_cache]",
+            (old.plan_cache_ttl, old.plan_cache_keys) != (new.plan_cache_ttl, new.plan_cache_keys),
+        );
+        differ(
+            "[redis] closed_retry_after",
+            old.closed_retry_after != new.closed_retry_after,
+        );
+        differ(
+            "[redis] refused_cache_keys",
+            old.refused_cache_keys != new.refused_cache_keys,
+        );
+        differ("[fleet] size", old.fleet_size != new.fleet_size);
+        c
+    }
+}
+
+/// Everything a limit is configured with, comparable.
+fn signature(l: &Limit) -> String {
+    format!("{}; lease {:?}", l.describe(), l.lease)
+}
+
+/// Each route entry's policy by `<methods> <path>`, and the default one.
+fn routes(cfg: &Config) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = cfg
+        .routes
+        .iter()
+        .map(|r| {
+            let methods = r.methods.as_ref().map_or_else(
+                || "*".to_owned(),
+                |m| {
+                    m.iter()
+                        .map(http::Method::as_str)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+            );
+            (format!("{methods} {}", r.path), r.policy.describe())
+        })
+        .collect();
+    if let Some(p) = &cfg.default_route {
+        out.insert("[default]".to_owned(), p.describe());
+    }
+    out
+}
+
+impl fmt::Display for Changes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("nothing changed");
+        }
+        let restarted: BTreeSet<&String> = self.limits_restarted.iter().collect();
+        let changed: Vec<String> = self
+            .limits_changed
+            .iter()
+            .map(|n| match restarted.contains(n) {
+                true => format!("{n} (key or algorithm changed: counted afresh)"),
+                false => n.clone(),
+            })
+            .collect();
+        let parts = [
+            ("limits added", &self.limits_added),
+            ("limits removed", &self.limits_removed),
+            ("limits changed", &changed),
+            ("routes added", &self.routes_added),
+            ("routes removed", &self.routes_removed),
+            ("routes changed", &self.routes_changed),
+            ("settings changed", &self.settings_changed),
+        ];
+        let mut first = true;
+        for (what, names) in parts {
+            if names.is_empty() {
+                continue;
+            }
+            if !first {
+                f.write_str("; ")?;
+            }
+            first = false;
+            write!(f, "{what}: {}", names.join(", "))?;
+        }
+        Ok(())
+    }
+}
