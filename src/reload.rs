@@ -229,6 +229,35 @@ impl fmt::Debug for ReloadHandle {
 
 /// Why a [`ReloadHandle::reload`] was refused. The running configuration
 /// goes on unchanged.
+///
+/// ```
+/// use fleetlimit::{Config, RateLimitLayer, ReloadError};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let toml = |capacity: u32, path: &str| format!(r#"
+///     [limits.per-key]
+///     key = "header:x-api-key"
+///     capacity = {capacity}
+///     refill = "1/s"
+///
+///     [[routes]]
+///     path = "{path}"
+///     limits = ["per-key"]
+/// "#);
+/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?);
+/// let reload = layer.reload_handle();
+/// let bigger = Config::builder().memory_max_keys(1_000).build()?;
+/// match reload.reload(bigger) {
+///     Err(ReloadError::NeedsRestart(items)) => {
+///         assert!(items.iter().any(|i| i.starts_with("[memory] max_keys")), "{items:?}")
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// drop(layer);
+/// let again = Config::from_toml_str(&toml(5, "/"))?;
+/// assert!(matches!(reload.reload(again), Err(ReloadError::LayerDropped)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ReloadError {
@@ -343,6 +372,29 @@ fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
 ///
 /// Routes are named by their methods and path (`GET /search`, `* /admin`,
 /// and `[default]` for the default policy).
+///
+/// ```
+/// use fleetlimit::{Config, RateLimitLayer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let toml = |capacity: u32, path: &str| format!(r#"
+///     [limits.per-key]
+///     key = "header:x-api-key"
+///     capacity = {capacity}
+///     refill = "1/s"
+///
+///     [[routes]]
+///     path = "{path}"
+///     limits = ["per-key"]
+/// "#);
+/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?);
+/// let changes = layer.reload_handle().reload(Config::from_toml_str(&toml(5, "/v2"))?)?;
+/// assert_eq!(changes.limits_changed(), ["per-key"]);
+/// assert_eq!(changes.routes_added(), ["* /v2"]);
+/// assert_eq!(changes.routes_removed(), ["* /"]);
+/// assert!(!changes.is_empty());
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Changes {
