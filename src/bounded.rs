@@ -126,6 +126,16 @@ impl<V: Evict> Bounded<V> {
         self.slot(key).remove()
     }
 
+    /// Keeps only the entries whose key `keep` accepts.
+    pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) {
+        for shard in self.shards.iter() {
+            let mut table = lock(shard);
+            let before = table.len();
+            table.retain(|(k, _)| keep(k));
+            self.len.fetch_sub(before - table.len(), Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn clear(&self) {
         for shard in self.shards.iter() {
             let mut table = lock(shard);

@@ -10,9 +10,6 @@
 //! Without the feature every type here is empty and every function does
 //! nothing, so the call sites need no `cfg`.
 
-use crate::record::Via;
-use crate::route::Policy;
-
 #[cfg(not(feature = "metrics"))]
 pub(crate) use self::off::*;
 #[cfg(feature = "metrics")]
@@ -30,7 +27,7 @@ pub(crate) enum Script {
 /// What one limit's part of a decision was (the `outcome` label).
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Admitted,
     Refused,
     RefusedByOther,
@@ -69,37 +66,6 @@ impl Outcome {
             Self::DegradedLocalRefused => "degraded_local_refused",
         }
     }
-
-    /// Limit `i`'s part in a decision `via` that `allowed` the request or
-    /// not; `enough`: whether the limit had room (`None`: not known).
-    fn of(
-        policy: &Policy,
-        soft: bool,
-        i: usize,
-        allowed: bool,
-        enough: Option<bool>,
-        via: Via,
-    ) -> Self {
-        let no_room = enough == Some(false);
-        match via {
-            Via::Open => Self::DegradedOpen,
-            Via::Closed => Self::DegradedClosed,
-            Via::Local if !allowed && no_room && !soft => Self::DegradedLocalRefused,
-            Via::Local => Self::DegradedLocal,
-            // Soft in the store: shadow mode, or an escalation instead of a
-            // refusal (see escalate.rs).
-            _ if no_room && soft => {
-                if policy.shadow || policy.limits[i].shadow {
-                    Self::ShadowRefused
-                } else {
-                    Self::Escalated
-                }
-            }
-            _ if allowed => Self::Admitted,
-            _ if no_room => Self::Refused,
-            _ => Self::RefusedByOther,
-        }
-    }
 }
 
 #[cfg(feature = "metrics")]
@@ -110,9 +76,6 @@ mod on {
     use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
 
     use super::{Outcome, Script};
-    use crate::record::Via;
-    use crate::route::Policy;
-    use crate::store::{Bucket, StoreError};
 
     pub(crate) const DECISIONS: &str = "fleetlimit_decisions_total";
     pub(crate) const REFUSED_CACHE_HITS: &str = "fleetlimit_refused_cache_hits_total";
@@ -206,7 +169,8 @@ mod on {
             }
         }
 
-        fn limits(&self, policy: &Policy) -> &[LimitMetrics] {
+        /// `names`: the route's limits, read when its handles are made.
+        fn limits<'n>(&self, names: impl Iterator<Item = &'n Arc<str>>) -> &[LimitMetrics] {
             self.limits.get_or_init(|| {
                 describe();
                 let route = &self.route;
@@ -226,34 +190,35 @@ mod on {
                         lease_grants: ::metrics::counter!(LEASE_GRANTS, &plain),
                     }
                 };
-                policy.limits.iter().map(|l| one(&l.name)).collect()
+                names.map(one).collect()
             })
         }
     }
 
-    /// Counts a decision for each limit of `policy`: `state(i)`, limit
-    /// `i`'s remaining and whether it had room (`None`: not known).
-    pub(crate) fn decided(
-        policy: &Policy,
-        buckets: &[Bucket],
-        allowed: bool,
-        state: &impl Fn(usize) -> Option<(f64, bool)>,
-        via: Via,
+    /// Counts a decision of a route (its handles `m`, its limits `names`):
+    /// each limit's outcome, and whether it was a refusal remembered from
+    /// Redis (a refused-cache hit). Lazy: without the feature, `outcomes`
+    /// is never read.
+    pub(crate) fn decided<'n>(
+        m: &PolicyMetrics,
+        names: impl Iterator<Item = &'n Arc<str>>,
+        outcomes: impl Iterator<Item = (Outcome, bool)>,
     ) {
-        let handles = policy.metrics.limits(policy);
-        for (i, (m, b)) in handles.iter().zip(buckets).enumerate() {
-            let enough = state(i).map(|s| s.1);
-            let outcome = Outcome::of(policy, b.shadow, i, allowed, enough, via);
+        for (m, (outcome, remembered)) in m.limits(names).iter().zip(outcomes) {
             m.decisions[outcome as usize].increment(1);
-            if via == Via::Remembered && outcome == Outcome::Refused {
+            if remembered {
                 m.refused_cache_hits.increment(1);
             }
         }
     }
 
-    /// Redis granted a lease to limit `i` of `policy`.
-    pub(crate) fn lease_granted(policy: &Policy, i: usize) {
-        if let Some(m) = policy.metrics.limits(policy).get(i) {
+    /// Redis granted a lease to limit `i` of a route.
+    pub(crate) fn lease_granted<'n>(
+        m: &PolicyMetrics,
+        names: impl Iterator<Item = &'n Arc<str>>,
+        i: usize,
+    ) {
+        if let Some(m) = m.limits(names).get(i) {
             m.lease_grants.increment(1);
         }
     }
@@ -262,7 +227,7 @@ mod on {
     /// script.
     pub(crate) struct StoreMetrics {
         ok: Histogram,
-        /// By [`StoreError::reason`], registered at the first such error.
+        /// By `StoreError::reason`, registered at the first such error.
         errors: [OnceLock<Histogram>; REASONS.len()],
         calls: [Counter; 2],
         checks: [Counter; 2],
@@ -308,13 +273,13 @@ mod on {
             CallTimer(Instant::now())
         }
 
-        /// A store call timed by `t` answered `result`.
-        pub(crate) fn answered<T>(&self, t: CallTimer, result: &Result<T, StoreError>) {
+        /// A store call timed by `t` answered: `Ok`, or the error's
+        /// `StoreError::reason`.
+        pub(crate) fn answered(&self, t: CallTimer, result: Result<(), &'static str>) {
             let secs = t.0.elapsed().as_secs_f64();
             match result {
-                Ok(_) => self.ok.record(secs),
-                Err(e) => {
-                    let reason = e.reason();
+                Ok(()) => self.ok.record(secs),
+                Err(reason) => {
                     let Some(i) = REASONS.iter().position(|r| *r == reason) else {
                         return;
                     };
@@ -417,10 +382,9 @@ mod on {
 
 #[cfg(not(feature = "metrics"))]
 mod off {
-    use super::Script;
-    use crate::record::Via;
-    use crate::route::Policy;
-    use crate::store::{Bucket, StoreError};
+    use std::sync::Arc;
+
+    use super::{Outcome, Script};
 
     #[derive(Debug)]
     pub(crate) struct PolicyMetrics;
@@ -433,17 +397,20 @@ mod off {
     }
 
     #[inline(always)]
-    pub(crate) fn decided(
-        _: &Policy,
-        _: &[Bucket],
-        _: bool,
-        _: &impl Fn(usize) -> Option<(f64, bool)>,
-        _: Via,
+    pub(crate) fn decided<'n>(
+        _: &PolicyMetrics,
+        _: impl Iterator<Item = &'n Arc<str>>,
+        _: impl Iterator<Item = (Outcome, bool)>,
     ) {
     }
 
     #[inline(always)]
-    pub(crate) fn lease_granted(_: &Policy, _: usize) {}
+    pub(crate) fn lease_granted<'n>(
+        _: &PolicyMetrics,
+        _: impl Iterator<Item = &'n Arc<str>>,
+        _: usize,
+    ) {
+    }
 
     pub(crate) struct StoreMetrics;
 
@@ -459,7 +426,7 @@ mod off {
             CallTimer
         }
         #[inline(always)]
-        pub(crate) fn answered<T>(&self, _: CallTimer, _: &Result<T, StoreError>) {}
+        pub(crate) fn answered(&self, _: CallTimer, _: Result<(), &'static str>) {}
     }
 
     pub(crate) struct CallTimer;

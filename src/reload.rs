@@ -75,7 +75,7 @@ impl Live {
         // The same check as the layer's build: a custom key needs its
         // extractor, registered on the builder (which a reload cannot add).
         let current = self.current.load();
-        cfg.check_custom_keys(|name| current.has_key_fn(name))
+        cfg.check_custom_keys(|name| current.may_key_by(name))
             .map_err(ReloadError::Invalid)?;
         let fixed = fixed_changes(&running, &cfg);
         if !fixed.is_empty() {
@@ -97,6 +97,17 @@ impl Live {
         }
         let next = Limiter::on(Arc::clone(&self.core), &cfg);
         self.current.store(Arc::new(next));
+        // Leased tokens are already taken from Redis: those of unchanged
+        // limits go on being spent; a changed limit's would be spent under
+        // its old numbers.
+        let gone: BTreeSet<&str> = (changes.limits_changed.iter())
+            .chain(&changes.limits_removed)
+            .chain(&changes.limits_restarted)
+            .map(String::as_str)
+            .collect();
+        if !gone.is_empty() {
+            self.core.keep_leases(|limit| !gone.contains(limit));
+        }
         *running = cfg;
         Ok(changes)
     }
@@ -156,7 +167,9 @@ pub(crate) fn start_recorder(cfg: &Config, redis: Option<&OwnRedis>) -> Option<R
 /// lowered limit refuses until it drains); a limit whose algorithm changed
 /// starts every caller afresh, since a state of another algorithm reads as
 /// a full bucket; a renamed limit or a new `key` counts in new buckets.
-/// Remembered refusals, token leases and cached plans are dropped, so
+/// Remembered refusals, cached plans and the token leases of limits that
+/// changed are dropped (the others' leased tokens, already taken from
+/// Redis, go on being spent), so
 /// nothing answers under the old numbers.
 ///
 /// What the layer's stores and tasks were built from cannot change without
@@ -526,7 +539,11 @@ impl Changes {
             "[redis] refused_cache_keys",
             old.refused_cache_keys != new.refused_cache_keys,
         );
-        differ("[fleet] size", old.fleet_size != new.fleet_size);
+        // With discovery on, the heartbeat's count stands: not a change.
+        differ(
+            "[fleet] size",
+            new.heartbeat.is_none() && old.fleet_size != new.fleet_size,
+        );
         c
     }
 }

@@ -119,7 +119,10 @@ pub(crate) struct Limit {
     /// The lines of requests answered before the store, one a second each:
     /// a missing key, a cost above capacity, no client address, an invalid
     /// custom key, a custom key that could not be computed.
-    pub(crate) early_log: [Throttle; crate::pipeline::response::EARLY_LOGS],
+    /// One throttle per kind of early answer (missing key, cost too high,
+    /// no client IP, invalid custom key, custom key unavailable; see
+    /// pipeline/response.rs).
+    pub(crate) early_log: [Throttle; 5],
     /// Counted only when the handler answers one of these statuses
     /// (`count = "failures"`); `None`: every request counts.
     pub(crate) failures: Option<Box<[u16]>>,

@@ -529,3 +529,26 @@ async fn a_custom_key_without_its_extractor_is_refused() {
     ];
     assert_eq!(codes, [200, 200, 429, 200]);
 }
+
+/// A layer built without the builder answers custom-keyed limits `503`
+/// (no extractor can be registered on it): a reload follows the same rule
+/// as its construction, and is not refused for them.
+#[tokio::test(start_paused = true)]
+async fn a_layer_built_without_the_builder_reloads_custom_keys_as_it_was_built() {
+    let custom = limits(2).replacen("key = \"header:x-api-key\"", "key = \"custom:tenant\"", 1);
+    let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&custom).unwrap());
+    let reload = layer.reload_handle();
+    let app = app(layer);
+    assert_eq!(send(&app, get_as("/a", "k")).await.status(), 503);
+    let changes = reload
+        .reload(
+            Config::from_toml_str(&custom.replace("capacity = 1000", "capacity = 999")).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(changes.limits_changed(), ["kept"]);
+    assert_eq!(send(&app, get_as("/a", "k")).await.status(), 503);
+    assert_eq!(
+        header_u64(&send(&app, get_as("/b", "k")).await, "x-ratelimit-limit"),
+        999
+    );
+}

@@ -217,6 +217,7 @@ fn top_exits_2_on_bad_usage_and_1_without_redis() {
         &["top", "--once", "--config", "/nonexistent/fleetlimit.toml"],
         &["top", "--once", "--config", config, "--interval", "0s"],
         &["top", "--once", "--config", config, "--sample", "0"],
+        &["top", "--once", "--config", config, "--sample", "10001"],
         &["top", "--once", "--config", config, "--redis", "http://x"],
     ] {
         let (code, out, err) = run_cli(args, &[]);
@@ -227,4 +228,41 @@ fn top_exits_2_on_bad_usage_and_1_without_redis() {
     let (code, _, err) = run_cli(&["top", "--once", "--config", config], &[]);
     assert_eq!(code, 1, "{err}");
     assert!(err.starts_with("fleetlimit: "), "{err}");
+}
+
+/// A limit with plans: a caller's plan is not known to `top`, so a key is
+/// shown under the base numbers with the most a plan would leave it, and is
+/// not called exhausted while a plan would still admit it.
+#[tokio::test]
+async fn top_never_calls_a_caller_on_a_plan_exhausted() {
+    let server = RedisServer::start();
+    let path = config_file("plans.toml", &server.url(), "topp");
+    let toml = std::fs::read_to_string(&path).unwrap()
+        + "\n[plans.pro.per-key]\ncapacity = 1000\n\n[plan_assignments]\n\"carol\" = \"pro\"\n";
+    std::fs::write(&path, toml).unwrap();
+    let cfg = Config::from_toml_file(&path).unwrap();
+    let app = ok_app(cfg.clone()).await;
+    // carol, on pro: 20 admitted (980 left of 1000; 0 under the base 10).
+    for _ in 0..20 {
+        let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "carol")]);
+        assert_eq!(send(&app, req).await.status(), 200);
+    }
+    let config = path.to_str().unwrap().to_owned();
+    let (code, out, err) =
+        tokio::task::spawn_blocking(move || run_cli(&["top", "--once", "--config", &config], &[]))
+            .await
+            .unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    let carol = shown_id(&cfg, "per-key", "carol");
+    let line = out
+        .lines()
+        .skip_while(|l| !l.starts_with("limit per-key"))
+        .find(|l| l.trim_start().starts_with(&carol))
+        .unwrap_or_else(|| panic!("no line for carol ({carol}):\n{out}"));
+    assert!(!line.contains("EXHAUSTED"), "{out}");
+    assert!(
+        line.contains("0/10") && line.contains("(up to 98"),
+        "{line}"
+    );
+    assert!(out.contains("1 keys in view, 0 exhausted"), "{out}");
 }

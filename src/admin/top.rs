@@ -126,7 +126,9 @@ struct LimitView {
     sampled: usize,
     exhausted: usize,
     /// Log id, Redis key, remaining, capacity: the least remaining first.
-    keys: Vec<(String, String, f64, f64)>,
+    /// On a limit with plans: under the base numbers, with the most any
+    /// plan would leave (the key's plan is not known here).
+    keys: Vec<(String, String, f64, f64, Option<f64>)>,
     /// Refused and all decisions recorded in the window (`None`: not
     /// recorded); `true` when the count stopped at its bound.
     recorded: Option<(u64, u64, bool)>,
@@ -195,20 +197,31 @@ impl Top {
         for ((at, id, key), raw) in parsed.into_iter().zip(values) {
             // No key any more: a full bucket, nothing to watch.
             let Some(raw) = raw else { continue };
-            let rule = self.config.limits[at].rule;
+            let limit = &self.config.limits[at];
+            let rule = limit.rule;
             let Some(left) = rule.remaining_stored(Some(&raw), now_us) else {
                 continue;
             };
+            // A caller on a plan is counted under the plan's numbers: not
+            // exhausted while any plan would leave it a request.
+            let on_plans = (!limit.plans.is_empty()).then(|| {
+                limit
+                    .plans
+                    .values()
+                    .filter_map(|r| r.remaining_stored(Some(&raw), now_us))
+                    .fold(left, f64::max)
+            });
             let view = &mut limits[at];
             view.sampled += 1;
-            if left < 1.0 {
+            if on_plans.unwrap_or(left) < 1.0 {
                 view.exhausted += 1;
             }
-            view.keys.push((id, key, left, rule.capacity()));
+            view.keys.push((id, key, left, rule.capacity(), on_plans));
         }
         for view in &mut limits {
+            let most = |k: &(String, String, f64, f64, Option<f64>)| k.4.unwrap_or(k.2);
             view.keys
-                .sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+                .sort_by(|a, b| most(a).total_cmp(&most(b)).then_with(|| a.0.cmp(&b.0)));
             view.keys.truncate(self.options.rows);
             self.shown.extend(view.keys.iter().map(|k| k.1.clone()));
         }
@@ -345,11 +358,13 @@ async fn count_records(
     stream: &str,
     from_ms: u64,
 ) -> Result<(u64, u64, bool), StoreError> {
-    let xrange = CustomCommand::new_static("XRANGE", ClusterHash::FirstKey, false);
+    // Newest first: past the bound, what is counted is the window's latest
+    // decisions, not its oldest.
+    let xrange = CustomCommand::new_static("XREVRANGE", ClusterHash::FirstKey, false);
     let args: Vec<Value> = vec![
         stream.into(),
-        format!("{from_ms}-0").into(),
         "+".into(),
+        format!("{from_ms}-0").into(),
         "COUNT".into(),
         (MAX_RECORDS as i64).into(),
     ];
@@ -413,9 +428,16 @@ impl fmt::Display for TopFrame {
                 continue;
             }
             writeln!(f, ": {} keys in view, {} exhausted", l.sampled, l.exhausted)?;
-            for (id, _, left, capacity) in &l.keys {
-                let mark = if *left < 1.0 { "  EXHAUSTED" } else { "" };
-                writeln!(f, "  {id}  {}/{}{mark}", left.floor(), num(*capacity))?;
+            for (id, _, left, capacity, on_plans) in &l.keys {
+                let most = on_plans.unwrap_or(*left);
+                let mark = if most < 1.0 { "  EXHAUSTED" } else { "" };
+                write!(f, "  {id}  {}/{}{mark}", left.floor(), num(*capacity))?;
+                match on_plans {
+                    Some(p) if p.floor() > left.floor() => {
+                        writeln!(f, "  (up to {} on a plan)", p.floor())?
+                    }
+                    _ => writeln!(f)?,
+                }
             }
         }
         let window = self.window.as_secs_f64();

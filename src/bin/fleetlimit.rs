@@ -25,10 +25,13 @@
 //! `top` shows what the fleet is doing, refreshed every `--interval`: the
 //! live instances (the fleet heartbeat), per limit the keys exhausted or
 //! closest to it among those sampled (one `SCAN` page of at most
-//! `--sample` keys per refresh, continued at the next), and the refusals
-//! per second recorded over the last `--window` by limits with
-//! `record = true`. Plain text; the screen is cleared between refreshes
-//! when stdout is a terminal. `--once` prints one frame and exits.
+//! `--sample` keys per refresh, at most 10,000, continued at the next;
+//! on a limit with plans a key is shown under the base numbers, with the
+//! most a plan would leave it), and the refusals per second recorded over
+//! the last `--window` by limits with `record = true` (the latest 10,000
+//! decisions at most). Plain text; the screen is cleared between refreshes
+//! when stdout is a terminal. `--once` prints one frame and exits; without
+//! it, 60 failed frames in a row exit 1.
 //!
 //! `shed` sets the fleet-wide load-shedding signal (`<prefix>:shed:{fleet}`)
 //! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
@@ -370,6 +373,11 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             if sample == 0 || rows == 0 {
                 return Err(usage("--sample and --rows must be at least 1".into()));
             }
+            // One SCAN page and one pipelined read per refresh, on the
+            // production Redis: keep both small.
+            if sample > MAX_SAMPLE {
+                return Err(usage(format!("--sample is at most {MAX_SAMPLE}")));
+            }
             let cfg = load(&target).map_err(usage)?;
             let admin = Admin::connect(&cfg).await.map_err(failed)?;
             let mut top = admin.top(admin::TopOptions {
@@ -394,21 +402,43 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
     }
 }
 
+/// `top --sample`: keys per SCAN page and per pipelined read, at most.
+const MAX_SAMPLE: usize = 10_000;
+/// `top` gives up (exit 1) after this many failed frames in a row.
+const FAILED_FRAMES: u32 = 60;
+
 /// Frames until interrupted (or stdout closes). A failed frame is shown as
-/// such and the next refresh tries again: Redis may be restarting.
+/// such and the next refresh tries again (Redis may be restarting), up to
+/// [`FAILED_FRAMES`] in a row.
 async fn top_loop(top: &mut admin::Top, interval: Duration) -> Result<(), (u8, String)> {
     let clear = std::io::stdout().is_terminal();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Each command has the admin connection's timeout; this bounds a frame.
     let most = interval.max(Duration::from_secs(10));
+    let mut failed = 0;
     loop {
         tick.tick().await;
         let text = match tokio::time::timeout(most, top.frame()).await {
-            Ok(Ok(frame)) => frame.to_string(),
-            Ok(Err(e)) => format!("fleetlimit top: {e}; trying again\n"),
-            Err(_) => format!("fleetlimit top: no frame within {most:?}; trying again\n"),
+            Ok(Ok(frame)) => {
+                failed = 0;
+                frame.to_string()
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                format!("fleetlimit top: {e}; trying again\n")
+            }
+            Err(_) => {
+                failed += 1;
+                format!("fleetlimit top: no frame within {most:?}; trying again\n")
+            }
         };
+        if failed >= FAILED_FRAMES {
+            return Err((
+                1,
+                format!("no frame in {FAILED_FRAMES} refreshes in a row; giving up"),
+            ));
+        }
         let text = if clear {
             format!("\x1b[2J\x1b[H{text}")
         } else {

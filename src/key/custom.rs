@@ -8,7 +8,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::source::Extracted;
+use super::extracted::{Extracted, KeyFailure};
 use super::store_key::{KeyMaterial, Kind};
 use crate::RequestRef;
 
@@ -218,15 +218,6 @@ impl fmt::Debug for CustomKeys {
             .entries(self.0.iter().map(|(n, _)| n))
             .finish()
     }
-}
-
-/// Why a custom key could not be had.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KeyFailure {
-    /// The extractor panicked.
-    Panicked,
-    /// No extractor of that name on this layer.
-    NotRegistered,
 }
 
 #[cfg(test)]

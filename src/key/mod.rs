@@ -34,6 +34,7 @@
 
 mod client_ip;
 mod custom;
+mod extracted;
 mod source;
 mod store_key;
 
@@ -42,10 +43,10 @@ pub use client_ip::ForwardedHeader;
 pub use custom::{KeyAnswer, KeyExtractor};
 pub use source::{Account, KeySource};
 
-pub(crate) use custom::{CustomKeys, KeyFailure};
+pub(crate) use custom::CustomKeys;
+pub(crate) use extracted::{Extracted, KeyFailure};
 pub(crate) use source::check_custom_name;
 
-pub(crate) use source::Extracted;
 pub(crate) use store_key::{
     KeyMaterial, KeySecret, LogId, SecretOrigin, ShownId, StoreKey, MIN_SECRET_BYTES,
 };

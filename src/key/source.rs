@@ -1,5 +1,5 @@
 //! What a limit counts by ([`KeySource`]) and what it finds in a request
-//! ([`Extracted`]): the key material a store key is then built from.
+//! (`Extracted`): the key material a store key is then built from.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -8,7 +8,8 @@ use std::str::FromStr;
 use http::{HeaderMap, HeaderName};
 
 use super::client_ip::{canonical, ClientIpRules};
-use super::custom::{CustomKeys, KeyFailure};
+use super::custom::CustomKeys;
+use super::extracted::Extracted;
 use super::store_key::{KeyMaterial, Kind};
 use crate::RequestRef;
 
@@ -274,21 +275,6 @@ pub(crate) fn check_custom_name(name: &str) -> Result<(), String> {
             "custom key name {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
         ))
     }
-}
-
-/// What a key source found in a request.
-#[derive(Debug)]
-pub(crate) enum Extracted<'a> {
-    Found(KeyMaterial<'a>),
-    /// The request does not carry the key (no header, no account).
-    Missing,
-    /// The server gave the layer no peer address (a setup problem, not the
-    /// client's doing).
-    NoClientIp,
-    /// A custom key's extractor found the key invalid.
-    Invalid,
-    /// A custom key's extractor failed (see [`KeyFailure`]).
-    Failed(KeyFailure),
 }
 
 #[cfg(test)]

@@ -459,6 +459,7 @@ impl RateLimitLayerBuilder {
                 }
             };
         let mut extras = self.extras;
+        extras.check_keys = true;
         // One id per layer: the fleet's heartbeat and the decision records
         // name the instance alike.
         #[cfg(feature = "redis")]

@@ -30,8 +30,9 @@ use super::response::{self, reported, retry_after_secs, Item, RateHeaders, Rejec
 use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
+use crate::metrics::Outcome;
 use crate::record::{Entry, Via};
-use crate::route::{FailurePolicy, OnExceed};
+use crate::route::{FailurePolicy, OnExceed, Policy};
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {
@@ -259,7 +260,11 @@ impl Limiter {
         else {
             return None;
         };
-        match self.leases.use_for(&bucket.key, check.cost, lease.above) {
+        match self
+            .core
+            .leases
+            .use_for(&bucket.key, check.cost, lease.above)
+        {
             LeaseUse::Normal => None,
             LeaseUse::Spent {
                 lease_left,
@@ -292,15 +297,18 @@ impl Limiter {
                 };
                 // Clears the key's "taking" mark however this ends, even if
                 // this future is dropped while Redis is asked.
-                let claim = self.leases.claim(&bucket.key);
-                let seen = self.leases.resets();
+                let claim = self.core.leases.claim(&bucket.key);
+                let seen = self.core.leases.resets();
                 match self.ask(&take).await {
                     Ok(o) if o.allowed => {
                         claim.disarm();
-                        crate::metrics::lease_granted(&p.policy, 0);
+                        let names = p.policy.limits.iter().map(|l| &l.name);
+                        crate::metrics::lease_granted(&p.policy.metrics, names, 0);
                         let extra = batch - check.cost;
                         let s = o.limits[0];
-                        self.leases.granted(&bucket.key, extra, s.remaining, seen);
+                        self.core
+                            .leases
+                            .granted(&bucket.key, extra, s.remaining, seen);
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
                         let left = s.remaining + extra;
@@ -511,7 +519,17 @@ impl Limiter {
         state: impl Fn(usize) -> Option<(f64, bool)>,
         via: Via,
     ) {
-        crate::metrics::decided(&p.policy, buckets, allowed, &state, via);
+        let policy = &p.policy;
+        crate::metrics::decided(
+            &policy.metrics,
+            policy.limits.iter().map(|l| &l.name),
+            buckets.iter().enumerate().map(|(i, b)| {
+                let enough = state(i).map(|s| s.1);
+                let outcome = outcome_of(policy, b.shadow, i, allowed, enough, via);
+                let remembered = via == Via::Remembered && outcome == Outcome::Refused;
+                (outcome, remembered)
+            }),
+        );
         let Some(recorder) = self.core.recorder.get() else {
             return;
         };
@@ -563,6 +581,37 @@ fn with_refund(mut d: Decision) -> Decision {
         a.refund.get_or_insert_with(Refund::none);
     }
     d
+}
+
+/// Limit `i`'s part in a decision `via` that `allowed` the request or not
+/// (the metrics' `outcome`); `enough`: whether the limit had room (`None`:
+/// not known); `soft`: the limit only counts in the store (shadow, or an
+/// escalation instead of a refusal, see escalate.rs).
+fn outcome_of(
+    policy: &Policy,
+    soft: bool,
+    i: usize,
+    allowed: bool,
+    enough: Option<bool>,
+    via: Via,
+) -> Outcome {
+    let no_room = enough == Some(false);
+    match via {
+        Via::Open => Outcome::DegradedOpen,
+        Via::Closed => Outcome::DegradedClosed,
+        Via::Local if !allowed && no_room && !soft => Outcome::DegradedLocalRefused,
+        Via::Local => Outcome::DegradedLocal,
+        _ if no_room && soft => {
+            if policy.shadow || policy.limits[i].shadow {
+                Outcome::ShadowRefused
+            } else {
+                Outcome::Escalated
+            }
+        }
+        _ if allowed => Outcome::Admitted,
+        _ if no_room => Outcome::Refused,
+        _ => Outcome::RefusedByOther,
+    }
 }
 
 #[cfg(test)]

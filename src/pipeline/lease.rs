@@ -145,6 +145,20 @@ impl Leases {
         }
     }
 
+    /// Keeps the leases of the limits `keep` accepts by name (a reload: the
+    /// others' numbers changed); leases asked for before it are not granted.
+    /// Store keys are `<prefix>:<limit>:{…}`.
+    pub(crate) fn retain_limits(&self, prefix: &str, keep: impl Fn(&str) -> bool) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        self.map.retain(|key| {
+            let limit = key
+                .strip_prefix(prefix)
+                .and_then(|k| k.strip_prefix(':'))
+                .and_then(|k| k.split(":{").next());
+            limit.is_some_and(&keep)
+        });
+    }
+
     /// Forgets every lease (a reset may have been missed).
     pub(crate) fn clear(&self) {
         self.resets.fetch_add(1, Ordering::AcqRel);
@@ -187,6 +201,28 @@ impl Drop for Claim<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_keeps_the_leases_of_unchanged_limits_only() {
+        let l = Leases::new(100);
+        for key in ["app:rl:hot:{h#aa}", "app:rl:changed:{h#aa}"] {
+            for _ in 0..2 {
+                l.use_for(key, 1.0, 1);
+            }
+            l.granted(key, 5.0, 50.0, l.resets());
+        }
+        let asked_before = l.resets();
+        l.retain_limits("app:rl", |limit| limit != "changed");
+        assert!(matches!(
+            l.use_for("app:rl:hot:{h#aa}", 1.0, 1),
+            LeaseUse::Spent { lease_left, .. } if lease_left == 4.0
+        ));
+        assert_eq!(l.use_for("app:rl:changed:{h#aa}", 1.0, 1), LeaseUse::Normal);
+        // A lease asked for before the reload is not granted after it.
+        assert_eq!(l.use_for("app:rl:changed:{h#aa}", 1.0, 1), LeaseUse::Take);
+        l.granted("app:rl:changed:{h#aa}", 5.0, 50.0, asked_before);
+        assert_eq!(l.use_for("app:rl:changed:{h#aa}", 1.0, 1), LeaseUse::Take);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn hot_keys_take_leases_and_spend_them_until_they_lapse() {

@@ -84,8 +84,6 @@ pub(crate) struct Limiter {
     /// configuration: a reload starts it empty, so no refusal under old
     /// numbers outlives them.
     refused: RefusedCache,
-    /// Hot keys' token leases, per configuration like `refused`.
-    leases: Leases,
     /// The "no `MatchedPath`" error was logged (once per configuration).
     unrouted_logged: AtomicBool,
     /// `[headers] style`.
@@ -126,6 +124,9 @@ pub(crate) struct Core {
     shed: Option<Arc<Shedder>>,
     /// Concurrency limits' slot ids, unique fleet-wide.
     slot_ids: slot::SlotIds,
+    /// Hot keys' token leases: their tokens are already taken from Redis,
+    /// so a reload keeps those of limits it leaves unchanged.
+    leases: Leases,
     /// Writes the decisions of limits with `record` to Redis (unset: no
     /// Redis, or no limit has recorded yet).
     recorder: OnceLock<Recorder>,
@@ -284,6 +285,9 @@ pub(crate) struct Extras {
     pub(crate) on_refusal: Option<RefusalHook>,
     /// The writer of decision records, started on the layer's Redis.
     pub(crate) recorder: Option<Recorder>,
+    /// Built by the builder, which refuses a custom key without its
+    /// extractor (a reload checks the same).
+    pub(crate) check_keys: bool,
 }
 
 impl Extras {
@@ -295,6 +299,7 @@ impl Extras {
             load_signal: None,
             on_refusal: None,
             recorder: None,
+            check_keys: false,
         }
     }
 }
@@ -326,6 +331,7 @@ impl Limiter {
                 .shedding
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal.clone()))),
             slot_ids: slot::SlotIds::new(),
+            leases: Leases::new(cfg.memory_max_keys),
             recorder,
             extras,
         };
@@ -342,7 +348,6 @@ impl Limiter {
             client_ip: cfg.client_ip.clone(),
             fallback: Fallback::new(&core.local, cfg),
             refused: RefusedCache::new(if can_fail { cfg.refused_cache_keys } else { 0 }),
-            leases: Leases::new(cfg.memory_max_keys),
             plans: Plans::new(
                 cfg.plan_assignments.0.clone(),
                 extras.resolver.clone(),
@@ -363,9 +368,13 @@ impl Limiter {
         }
     }
 
-    /// Whether the builder registered a key extractor under `name`.
-    pub(crate) fn has_key_fn(&self, name: &str) -> bool {
-        self.core.extras.key_fns.contains_key(name)
+    /// Whether a configuration may key a limit `custom:<name>`: built by
+    /// the builder, only with an extractor registered under `name`; built
+    /// without it (`in_memory`, `with_store`), as at construction, always
+    /// (such limits answer `503`).
+    pub(crate) fn may_key_by(&self, name: &str) -> bool {
+        let extras = &self.core.extras;
+        !extras.check_keys || extras.key_fns.contains_key(name)
     }
 
     /// What this limiter shares with the layer's other configurations.
@@ -399,14 +408,14 @@ impl Limiter {
     /// leases, so their next requests go to Redis.
     pub(crate) fn forget_reset(&self, keys: &[&str]) {
         self.refused.forget(keys);
-        self.leases.forget(keys);
+        self.core.leases.forget(keys);
     }
 
     /// Forget every remembered refusal and lease (a reset may have been
     /// announced while this instance was not listening).
     pub(crate) fn forget_all_cached(&self) {
         self.refused.clear();
-        self.leases.clear();
+        self.core.leases.clear();
     }
 
     /// The primary store, behind the circuit breaker.
@@ -436,6 +445,13 @@ impl Core {
     /// Whether the decision recorder runs.
     pub(crate) fn records(&self) -> bool {
         self.recorder.get().is_some()
+    }
+
+    /// Keeps the token leases of limits `keep` accepts (by name), dropping
+    /// the others' (a reload changed their numbers).
+    pub(crate) fn keep_leases(&self, keep: impl Fn(&str) -> bool) {
+        // The prefix cannot change by a reload.
+        self.leases.retain_limits(&self.prefix, keep);
     }
 
     /// Sets the decision recorder started after the layer was built (a

@@ -587,8 +587,6 @@ const TOO_COSTLY: usize = 1;
 const NO_CLIENT_IP: usize = 2;
 const INVALID_KEY: usize = 3;
 const KEY_UNAVAILABLE: usize = 4;
-/// How many there are (`Limit::early_log`).
-pub(crate) const EARLY_LOGS: usize = 5;
 
 /// Writes `$line` at `$level` once a second per limit and kind (with
 /// `suppressed`, the lines held back since), at DEBUG otherwise: a client

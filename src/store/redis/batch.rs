@@ -193,7 +193,10 @@ async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, Store
         Some(reply) => reply.map_err(map_err),
         None => Err(StoreError::Timeout),
     };
-    scripts.metrics.answered(timer, &answer);
+    scripts.metrics.answered(
+        timer,
+        answer.as_ref().map(|_| ()).map_err(StoreError::reason),
+    );
     answer
 }
 

@@ -302,7 +302,10 @@ impl Store for RedisStore {
             let answer = within(run, inner.deadline(), &inner.io, &inner.stalls)
                 .await
                 .unwrap_or(Err(StoreError::Timeout));
-            inner.metrics.answered(timer, &answer);
+            inner.metrics.answered(
+                timer,
+                answer.as_ref().map(|_| ()).map_err(StoreError::reason),
+            );
             answer
         })
     }
