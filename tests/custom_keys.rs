@@ -41,6 +41,13 @@ fn tenant<'r>(req: &RequestRef<'r>) -> KeyAnswer<'r> {
 }
 
 /// `/` answering "ok" and counting the calls that reached it.
+/// Held by every test that makes an extractor fail. tracing caches, per log
+/// line, whether any subscriber wants it: a test hitting the "extractor
+/// panicked" line on another thread, with no subscriber of its own, while
+/// the log-counting test installs its subscriber can leave that cache saying
+/// "nobody", and the counted test then misses its first line.
+static FAILING_EXTRACTOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn app_with(cfg: Config) -> (Router, Arc<AtomicU32>) {
     let layer = RateLimitLayer::builder(cfg)
         .key_fn("tenant", tenant)
@@ -353,6 +360,7 @@ async fn a_registered_name_no_limit_uses_is_only_a_warning() {
 /// called, other tenants unaffected, one ERROR line a second.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_extractor_is_a_503_never_an_uncounted_admission() {
+    let _one_at_a_time = FAILING_EXTRACTOR.lock().await;
     let ((), logs) = logged(async {
         let (app, served) = app_with(Config::from_toml_str(PER_TENANT).unwrap()).await;
         for _ in 0..50 {
@@ -387,6 +395,7 @@ async fn a_panicking_extractor_is_a_503_never_an_uncounted_admission() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_panicking_extractor_charges_nothing_on_redis() {
+    let _one_at_a_time = FAILING_EXTRACTOR.lock().await;
     let server = RedisServer::start();
     let p = prefix("custom-panic");
     let (app, served) = app_with(redis_config(&server, &p, "500ms", PER_TENANT)).await;
@@ -402,6 +411,7 @@ async fn a_panicking_extractor_charges_nothing_on_redis() {
 /// rather than admit uncounted.
 #[tokio::test]
 async fn layers_built_without_the_builder_refuse_custom_keys() {
+    let _one_at_a_time = FAILING_EXTRACTOR.lock().await;
     let layer = RateLimitLayer::in_memory(&Config::from_toml_str(PER_TENANT).unwrap());
     let app = Router::new()
         .route("/", get(|| async { "ok" }))

@@ -228,12 +228,7 @@ impl<'s> Validator<'s> {
 
     /// Names end up inside Redis keys, so they may not hold `:`, `{` or `}`.
     pub(super) fn check_name(&self, what: &str, name: &str, span: Span) -> Result<(), ConfigError> {
-        let ok = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-        if ok {
+        if crate::key::is_name(name) {
             Ok(())
         } else {
             Err(self.err(

@@ -45,7 +45,7 @@ pub use source::{Account, KeySource};
 
 pub(crate) use custom::CustomKeys;
 pub(crate) use extracted::{Extracted, KeyFailure};
-pub(crate) use source::check_custom_name;
+pub(crate) use source::{check_custom_name, is_name};
 
 pub(crate) use store_key::{
     KeyMaterial, KeySecret, LogId, SecretOrigin, ShownId, StoreKey, MIN_SECRET_BYTES,

@@ -260,15 +260,21 @@ fn bad_key(s: &str) -> String {
     )
 }
 
-/// A custom key's name: what a limit name may be, so it reads the same in
-/// the file, in code and in errors.
-pub(crate) fn check_custom_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
+/// A name that ends up inside Redis keys (a limit's, a plan's, a custom
+/// key's): 1 to 64 letters, digits, `-`, `_` or `.`, so never `:`, `{` or
+/// `}`.
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// A custom key's name: what a limit name may be, so it reads the same in
+/// the file, in code and in errors.
+pub(crate) fn check_custom_name(name: &str) -> Result<(), String> {
+    if is_name(name) {
         Ok(())
     } else {
         Err(format!(
