@@ -574,6 +574,15 @@ impl Captured {
 
 /// Runs `f` with the `fleetlimit` events it logs (INFO and up) captured.
 pub async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
+    // tracing caches per log line whether any subscriber wants it: a line
+    // first hit on another test's thread (no subscriber there) while this
+    // one's is being installed can be cached as wanted by nobody, and lost
+    // here. A process-wide subscriber that wants every line (and keeps
+    // none) keeps that cache from ever saying "nobody".
+    static WANTS_ALL: std::sync::Once = std::sync::Once::new();
+    WANTS_ALL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
