@@ -91,6 +91,7 @@ fn draw_bars(
             _ => String::new(),
         })
         .x_desc(x_desc)
+        .x_label_formatter(&|v| crate::figures::thousands(*v))
         .label_style(("sans-serif", 12))
         .draw()?;
     let stacked = series.len() > 1;
@@ -153,24 +154,29 @@ fn draw_percentiles(
 ) -> Result<(), Box<dyn std::error::Error>> {
     const NAMES: [&str; 4] = ["p50", "p90", "p99", "p99.9"];
     std::fs::create_dir_all(DIR)?;
-    let root = SVGBackend::new(out, (900, 520)).into_drawing_area();
+    // The legend goes below the chart, where it hides no line.
+    let legend_height = 16 + 18 * lines.len() as u32;
+    let root = SVGBackend::new(out, (900, 460 + legend_height)).into_drawing_area();
     root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(460);
     let all = lines
         .iter()
         .flat_map(|l| l.us)
         .filter(|v| v.is_finite() && *v > 0.0);
     let max = all.clone().fold(1.0, f64::max) * 1.5;
     let min = all.fold(max, f64::min).max(1.0) / 1.5;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(&top)
         .caption(title, ("sans-serif", 18))
         .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+        .margin_right(40)
+        .x_label_area_size(30)
+        .y_label_area_size(80)
         .build_cartesian_2d(0i32..3i32, (min..max).log_scale())?;
     chart
         .configure_mesh()
         .x_labels(4)
         .x_label_formatter(&|x| NAMES.get(*x as usize).copied().unwrap_or("").to_owned())
+        .y_label_formatter(&|v| crate::figures::thousands(*v))
         .y_desc("latency, µs (log scale)")
         .label_style(("sans-serif", 12))
         .draw()?;
@@ -182,19 +188,19 @@ fn draw_percentiles(
                 .filter(|(_, v)| v.is_finite() && **v > 0.0)
                 .map(|(x, v)| (x as i32, *v))
                 .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?
-            .label(l.label.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], c.stroke_width(2)));
+        chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
+        let y = 8 + 18 * i as i32;
+        bottom.draw(&PathElement::new(
+            [(90, y + 6), (115, y + 6)],
+            c.stroke_width(2),
+        ))?;
+        bottom.draw(&Text::new(
+            l.label.clone(),
+            (122, y),
+            ("sans-serif", 12).into_font(),
+        ))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .draw()?;
     root.present()?;
     Ok(())
 }
