@@ -15,6 +15,7 @@ use crate::cpu::ServerThreads;
 use crate::figures::{opt, thousands};
 use crate::generator::{Load, Traffic, CLOSED};
 use crate::knobs::{FLEET_PROCESSES, OPEN_LOOP_PERCENTS, SEED_CHECKS_PER_SEC};
+use crate::openloop::{behind_note, BEHIND};
 use crate::redis::RedisServer;
 use crate::scenarios::{measure, Run, WITHIN};
 
@@ -142,8 +143,12 @@ impl FleetResult {
             .map(|us| SEED_CHECKS_PER_SEC * us / 1e6)
     }
 
-    pub fn p99_added_us(&self) -> f64 {
-        f64::from(self.open.stats.p99_us) - f64::from(self.bare.stats.p99_us)
+    /// fleetlimit's p99 − bare axum's at the same rate; `None` when the
+    /// bare fleet fell behind that rate (its p99 is then queueing, no
+    /// baseline).
+    pub fn p99_added_us(&self) -> Option<f64> {
+        (self.bare.stats.rps >= self.rate * BEHIND)
+            .then(|| f64::from(self.open.stats.p99_us) - f64::from(self.bare.stats.p99_us))
     }
 }
 
@@ -271,7 +276,8 @@ pub fn fleet_table(f: &FleetResult) -> String {
         t,
         "\nAt {} % load: Redis CPU {} µs per decision and {} checks per script call, so \
          {} checks/s would keep {} of one Redis core busy (goal ≤ 60 %); p99 {} µs against \
-         bare axum's {} µs at the same rate: {} µs added (goal < 2,000 µs).",
+         bare axum's {} µs at the same rate: {} µs added (goal < 2,000 µs; \"—\": bare \
+         axum fell behind the rate, no baseline).",
         f.percent,
         opt(f.redis_us_per_decision(), 2),
         opt(f.checks_per_call(), 2),
@@ -280,7 +286,19 @@ pub fn fleet_table(f: &FleetResult) -> String {
             .map_or_else(|| "?".to_owned(), |s| format!("{:.0} %", s * 100.0)),
         f.open.stats.p99_us,
         f.bare.stats.p99_us,
-        f.p99_added_us()
+        opt(f.p99_added_us(), 0)
     );
+    t.push_str(&behind_note(&[
+        (
+            format!("{FLEET_PROCESSES} × {}", FLEET_REDIS.name()),
+            f.rate,
+            f.open.stats.rps,
+        ),
+        (
+            format!("{FLEET_PROCESSES} × {}", BARE.name()),
+            f.rate,
+            f.bare.stats.rps,
+        ),
+    ]));
     t
 }

@@ -209,7 +209,10 @@ pub fn figures(i: &Inputs) -> Vec<Figure> {
             goal: 7,
             what: "(h) fleet at 80 % load: p99 − bare axum's p99, ms",
             target: Target::Below(2.0),
-            value: i.fleet.map(|f| f.p99_added_us() / 1000.0),
+            value: i
+                .fleet
+                .and_then(FleetResult::p99_added_us)
+                .map(|us| us / 1000.0),
         },
     ]
 }

@@ -175,6 +175,35 @@ pub fn print_open(c: Contender, label: &str, rate: f64, load: Load, m: &Measured
     );
 }
 
+/// Achieved below this share of the offered rate: the run fell behind its
+/// schedule, and its latencies are mostly time spent waiting to be sent.
+pub const BEHIND: f64 = 0.97;
+
+/// A note naming the runs that fell behind, or nothing.
+pub fn behind_note(runs: &[(String, f64, f64)]) -> String {
+    let behind: Vec<String> = runs
+        .iter()
+        .filter(|(_, offered, achieved)| *achieved < offered * BEHIND)
+        .map(|(name, offered, achieved)| {
+            format!(
+                "{name} ({} of {} req/s)",
+                thousands(*achieved),
+                thousands(*offered)
+            )
+        })
+        .collect();
+    if behind.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nFell behind the schedule (achieved < {:.0} % of offered; the server, the \
+         generator or Redis did not get the CPU for that rate on the shared machine, so \
+         the latencies are mostly queueing): {}.\n",
+        BEHIND * 100.0,
+        behind.join("; ")
+    )
+}
+
 pub fn open_loop_table(runs: &[OpenRun]) -> String {
     let mut t = String::from(
         "| contender | offered rate | offered req/s | connections | achieved req/s | p50 µs | \
@@ -199,5 +228,13 @@ pub fn open_loop_table(runs: &[OpenRun]) -> String {
             s.errors + s.other,
         ));
     }
+    let rates: Vec<(String, f64, f64)> = runs
+        .iter()
+        .map(|r| {
+            let name = format!("{} at {}", r.measured.contender.name(), r.label);
+            (name, r.offered, r.measured.stats.rps)
+        })
+        .collect();
+    t.push_str(&behind_note(&rates));
     t
 }
