@@ -23,10 +23,27 @@ pub struct CpuUse {
     pub redis_busy: Option<f64>,
 }
 
+/// Where the server runs.
+pub enum ServerThreads {
+    /// This process's `load-server*` threads.
+    InProcess,
+    /// Every thread of these processes (the fleet's children).
+    Processes(Vec<u32>),
+}
+
 impl CpuTimes {
-    pub fn take(redis_pid: u32) -> Self {
+    pub fn take(server: &ServerThreads, redis_pid: u32) -> Self {
+        let server = match server {
+            ServerThreads::InProcess => {
+                threads_cpu_ns("self", |comm| comm.starts_with("load-server"))
+            }
+            ServerThreads::Processes(pids) => pids
+                .iter()
+                .map(|pid| threads_cpu_ns(&pid.to_string(), |_| true))
+                .sum::<Option<u64>>(),
+        };
         Self {
-            server: threads_cpu_ns("self", |comm| comm.starts_with("load-server")),
+            server,
             redis: threads_cpu_ns(&redis_pid.to_string(), |_| true),
         }
     }

@@ -1,5 +1,7 @@
 //! The load generator: like `wrk -t1 -c64`, one current-thread runtime;
-//! the API keys it sends and the generator's own rng.
+//! the API keys it sends and the generator's own rng. Closed loop here
+//! (each connection sends back to back); the fixed-rate connection is in
+//! openloop.rs.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +16,45 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
 use crate::cpu::thread_self_cpu_ns;
-use crate::knobs::{ABUSERS, ABUSE_PERCENT, CONNECTIONS, NORMAL_KEYS, REQUEST_TIMEOUT, X_API_KEY};
+use crate::knobs::{
+    ABUSERS, ABUSE_PERCENT, CONNECTIONS, NORMAL_KEYS, OPEN_LOOP_INTERVAL,
+    OPEN_LOOP_MAX_CONNECTIONS, REQUEST_TIMEOUT, X_API_KEY,
+};
+use crate::openloop::paced_connection;
+
+/// How the generator sends: `connections` keep-alive connections, back to
+/// back (closed loop) or at a fixed total rate (open loop).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Load {
+    pub connections: usize,
+    /// Requests per second over all connections; `None`: closed loop.
+    pub rate: Option<f64>,
+}
+
+/// The closed loop of the scenarios: `CONNECTIONS` connections.
+pub const CLOSED: Load = Load {
+    connections: CONNECTIONS,
+    rate: None,
+};
+
+impl Load {
+    pub const fn closed(connections: usize) -> Self {
+        Self {
+            connections,
+            rate: None,
+        }
+    }
+
+    /// `rate` req/s in total, on enough connections that each sends at
+    /// most once per `OPEN_LOOP_INTERVAL`.
+    pub fn open(rate: f64) -> Self {
+        let needed = (rate * OPEN_LOOP_INTERVAL.as_secs_f64()).ceil() as usize;
+        Self {
+            connections: needed.clamp(CONNECTIONS, OPEN_LOOP_MAX_CONNECTIONS),
+            rate: Some(rate),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Traffic {
@@ -45,13 +85,25 @@ pub struct Stats {
     pub requests: u64,
     pub rps: f64,
     pub p50_us: u32,
+    pub p90_us: u32,
     pub p99_us: u32,
+    pub p999_us: u32,
     pub share_429: f64,
     pub other: u64,
     pub errors: u64,
 }
 
 impl Tally {
+    pub fn record(&mut self, status: StatusCode, latency: Duration) {
+        let us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        self.latencies_us.push(us);
+        match status {
+            StatusCode::OK => self.ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => self.limited += 1,
+            _ => self.other += 1,
+        }
+    }
+
     pub fn merge(&mut self, other: Tally) {
         self.latencies_us.extend(other.latencies_us);
         self.ok += other.ok;
@@ -76,7 +128,9 @@ impl Tally {
             requests: answered,
             rps: answered as f64 / secs.as_secs_f64(),
             p50_us: pct(0.50),
+            p90_us: pct(0.90),
             p99_us: pct(0.99),
+            p999_us: pct(0.999),
             share_429: if answered == 0 {
                 0.0
             } else {
@@ -145,14 +199,16 @@ impl Rng {
 
 /// Starts the load on its own thread: requests from `warm` to `end` are
 /// recorded; every connection stops at `end` (each request is bounded by
-/// `REQUEST_TIMEOUT`).
+/// `REQUEST_TIMEOUT`). Connection `i` goes to `addrs[i % addrs.len()]`.
 pub fn spawn_generator(
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     traffic: Traffic,
+    load: Load,
     warm: Instant,
     end: Instant,
     seed: u64,
 ) -> JoinHandle<Tally> {
+    assert!(!addrs.is_empty(), "no server to load");
     std::thread::Builder::new()
         .name("load-generator".into())
         .spawn(move || {
@@ -162,11 +218,26 @@ pub fn spawn_generator(
                 .expect("a generator runtime");
             rt.block_on(async move {
                 let keys = Arc::new(Keys::new());
-                let tasks: Vec<_> = (0..CONNECTIONS)
+                let start = Instant::now();
+                let tasks: Vec<_> = (0..load.connections)
                     .map(|i| {
+                        let addr = addrs[i % addrs.len()];
                         let keys = Arc::clone(&keys);
                         let seed = seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
-                        tokio::spawn(connection(addr, keys, traffic, seed, warm, end))
+                        match load.rate {
+                            None => tokio::spawn(connection(addr, keys, traffic, seed, warm, end)),
+                            Some(rate) => {
+                                // Connection i sends every `connections / rate`
+                                // seconds, the connections evenly staggered.
+                                let every = Duration::from_secs_f64(load.connections as f64 / rate);
+                                let first =
+                                    start + every.mul_f64(i as f64 / load.connections as f64);
+                                let pace = (first, every);
+                                tokio::spawn(paced_connection(
+                                    addr, keys, traffic, seed, pace, warm, end,
+                                ))
+                            }
+                        }
                     })
                     .collect();
                 // This thread's CPU time over the recorded seconds (read
@@ -199,6 +270,14 @@ pub async fn connect(addr: SocketAddr) -> Option<SendRequest<Empty<Bytes>>> {
         let _ = conn.await;
     });
     Some(sender)
+}
+
+/// `GET /` with the `x-api-key` header.
+pub fn request(host: &HeaderValue, key: &HeaderValue) -> Request<Empty<Bytes>> {
+    let mut req = Request::new(Empty::<Bytes>::new());
+    req.headers_mut().insert(HOST, host.clone());
+    req.headers_mut().insert(X_API_KEY.clone(), key.clone());
+    req
 }
 
 pub async fn exchange(
@@ -239,10 +318,7 @@ pub async fn connection(
                 }
             },
         };
-        let mut req = Request::new(Empty::<Bytes>::new());
-        req.headers_mut().insert(HOST, host.clone());
-        req.headers_mut()
-            .insert(X_API_KEY.clone(), keys.pick(traffic, &mut rng).clone());
+        let req = request(&host, keys.pick(traffic, &mut rng));
         let started = Instant::now();
         let outcome = tokio::time::timeout(REQUEST_TIMEOUT, exchange(&mut s, req)).await;
         let done = Instant::now();
@@ -251,14 +327,7 @@ pub async fn connection(
             Ok(Ok(status)) => {
                 sender = Some(s);
                 if recorded {
-                    let us =
-                        u32::try_from(done.duration_since(started).as_micros()).unwrap_or(u32::MAX);
-                    tally.latencies_us.push(us);
-                    match status {
-                        StatusCode::OK => tally.ok += 1,
-                        StatusCode::TOO_MANY_REQUESTS => tally.limited += 1,
-                        _ => tally.other += 1,
-                    }
+                    tally.record(status, done.duration_since(started));
                 }
             }
             // The connection is dropped and replaced.

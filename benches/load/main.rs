@@ -16,23 +16,37 @@
 //!    `into_make_service_with_connect_info::<SocketAddr>()`), and drives it
 //!    with the load generator below: 64 keep-alive HTTP/1.1 connections on
 //!    one current-thread runtime, each sending `GET /` with an `x-api-key`
-//!    header back to back, for `LOAD_SECS` seconds (default 5) after a 1 s
+//!    header back to back, for `LOAD_SECS` seconds (default 3) after a 1 s
 //!    warm-up that is not recorded;
-//! 3. runs three scenarios — normal traffic, abuse, Redis frozen — with the
-//!    contenders alternating (A B C D E, then E D C B A) so that noise on
-//!    the shared machine hits them all alike, and keeps each contender's
-//!    better round (the one with more requests per second);
-//! 4. measures what each rate-limit script costs Redis itself with
+//! 3. runs the closed-loop scenarios — normal traffic, abuse, Redis
+//!    frozen, one hot key, a concurrency limit, one connection (`-c1`,
+//!    beside one Redis round trip of the same script by `redis-benchmark
+//!    -c 1`) — with the contenders alternating (A B C D E, then E D C B A)
+//!    so that noise on the shared machine hits them all alike, and keeps
+//!    each contender's better round (the one with more requests per second);
+//! 4. the open loop (openloop.rs): fixed rates at 50 % and 80 % of the
+//!    peaks of scenario (a), latency from each request's scheduled time;
+//! 5. a fleet (fleet.rs): 4 server processes (this binary re-executed) on
+//!    the one Redis: its peak, 80 % of it, and bare axum at the same rate;
+//! 6. the in-process overhead (inprocess.rs): the routers of
+//!    `benches/hot_path.rs`, timed in turns;
+//! 7. measures what each rate-limit script costs Redis itself with
 //!    `redis-benchmark` (skipped, with a note, if it is not installed);
-//! 5. prints the tables and rewrites the section of `docs/benchmarks.md`
-//!    between `<!-- load:begin -->` and `<!-- load:end -->`.
+//! 8. prints the tables, computes issue 15's goals (goals.rs), appends them
+//!    to `docs/bench/runs.tsv`, writes the charts (`docs/bench/*.svg`,
+//!    charts.rs) and rewrites the section of `docs/benchmarks.md` between
+//!    `<!-- load:begin -->` and `<!-- load:end -->`, with the goals of the
+//!    last three runs side by side.
+//!
+//! A whole run stays under 6 minutes: hence 3 recorded seconds per run.
 //!
 //! Under `cargo test --benches` (no `--bench` argument) it only says how
 //! to run it: a load run is minutes of both cores, not a test.
 //!
+//! `LOAD_ONLY=scripts` runs only the script costs (docs untouched).
 //! `LOAD_ONLY=<part of a contender's name>` (several: `a|b`) (e.g. `LOAD_ONLY="fleetlimit
-//! (Redis)"`) runs only the matching contenders, skips the script costs
-//! and leaves the docs alone: for profiling one contender (`perf record
+//! (Redis)"`) runs only the matching contenders of the closed-loop
+//! scenarios, skips the rest and leaves the docs alone: for profiling one contender (`perf record
 //! -p <pid>`; the server's threads are named `load-server*`, the
 //! generator's `load-generator`).
 //!
@@ -51,11 +65,20 @@
 //! Latencies are measured like wrk's: from just before the request is
 //! written to the end of the response body, client-side queueing included.
 
+mod c1;
+mod charts;
 mod contenders;
 mod cpu;
 mod figures;
+mod fleet;
 mod generator;
+mod goals;
+#[path = "../common/hot_routers.rs"]
+#[allow(dead_code)]
+mod hot_routers;
+mod inprocess;
 mod knobs;
+mod openloop;
 mod redis;
 mod report;
 mod scenarios;
@@ -64,16 +87,28 @@ mod scripts;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use knobs::{CONNECTIONS, DEFAULT_SECS, ROUNDS, WARMUP};
+use c1::{c1_summary, redis_rtt};
+use charts::{Bar, Line};
+use contenders::{Contender, BARE, FLEET_MEMORY, FLEET_REDIS, GOVERNOR, PEER};
+use fleet::{fleet_table, run_fleet, FleetResult, SERVE_ENV};
+use goals::{figures, goals_table, record_run, worst_script, Inputs};
+use inprocess::{in_process, in_process_text};
+use knobs::{CONNECTIONS, DEFAULT_SECS, FLEET_PROCESSES, ROUNDS, WARMUP};
+use openloop::{open_loop_table, run_open_loop, OpenRun};
 use redis::RedisServer;
 use report::{
-    docs_section, git_revision, loadavg, scenario_table, script_table, source_fingerprint,
-    write_docs, RunInfo, DOCS,
+    docs_section, git_revision, loadavg, scenario_table, script_table, short_head,
+    source_fingerprint, utc_now, write_docs, RunInfo, DOCS,
 };
-use scenarios::{run_scenario, scenarios};
+use scenarios::{open_loop, run_scenario, scenarios, Measured};
 use scripts::script_costs;
 
 fn main() {
+    // A server process of the fleet scenario (fleet.rs), not a run.
+    if let Ok(which) = std::env::var(SERVE_ENV) {
+        fleet::serve_child(&which);
+        return;
+    }
     if !std::env::args().any(|a| a == "--bench") {
         println!("benches/load: a load run, not a test; run it with `cargo bench --bench load`");
         return;
@@ -83,8 +118,18 @@ fn main() {
     let load_before = loadavg();
     // Taken now, as close as can be to when the bench was built.
     let revision = git_revision();
+    let head = short_head();
     let sources = source_fingerprint();
     let redis = RedisServer::start();
+    // LOAD_ONLY=scripts: the script costs alone, docs untouched.
+    let only = std::env::var("LOAD_ONLY").ok().filter(|s| !s.is_empty());
+    if only.as_deref() == Some("scripts") {
+        if let Some(rows) = script_costs(&redis) {
+            println!("\n### Redis CPU per script call\n\n{}", script_table(&rows));
+        }
+        println!("\nload harness: LOAD_ONLY=scripts: {DOCS} left as it was");
+        return;
+    }
     println!(
         "load harness: redis-server on {} (pid {}), {CONNECTIONS} connections, warm-up {} s, \
          {} s recorded per run, {ROUNDS} rounds per scenario",
@@ -95,9 +140,11 @@ fn main() {
     );
 
     // LOAD_ONLY=<part of a contender's name>: only those contenders, no
-    // script costs, docs untouched (for profiling one contender).
-    let only = std::env::var("LOAD_ONLY").ok().filter(|s| !s.is_empty());
+    // open loop, fleet, script costs, docs untouched (for profiling one
+    // contender).
     let mut sections = String::new();
+    let mut measured: Vec<(&'static str, Vec<Measured>)> = Vec::new();
+    let mut rtt = None;
     for (i, mut sc) in scenarios().into_iter().enumerate() {
         if let Some(only) = &only {
             // `a|b`: contenders whose name contains a or b.
@@ -109,23 +156,66 @@ fn main() {
         }
         let sc = &sc;
         let rows = run_scenario(sc, &redis, secs, i as u64);
-        let table = scenario_table(sc, &rows);
+        let mut table = scenario_table(sc, &rows);
+        if sc.load.connections == 1 && only.is_none() {
+            rtt = redis_rtt(&redis);
+            table.push('\n');
+            table.push_str(&c1_summary(&rows, rtt.as_ref()));
+        }
         println!("\n### {}\n\n{table}", sc.title);
         let _ = write!(sections, "### {}\n\n{}\n\n{table}\n", sc.title, sc.about);
+        measured.push((sc.title, rows));
     }
 
     if let Some(only) = &only {
         println!("\nload harness: LOAD_ONLY={only:?}: a partial run; {DOCS} left as it was");
         return;
     }
-    let scripts = match script_costs(&redis) {
-        Some(rows) => {
-            let table = script_table(&rows);
-            println!("\n### Redis CPU per script call\n\n{table}");
-            Some(table)
-        }
-        None => None,
+    let rows_of = |tag: &str| {
+        measured
+            .iter()
+            .find(|(t, _)| t.starts_with(tag))
+            .map(|(_, r)| r.as_slice())
     };
+
+    let open_sc = open_loop();
+    let open = run_open_loop(&open_sc, rows_of("(a)").unwrap_or_default(), &redis, secs);
+    let table = open_loop_table(&open);
+    println!("\n### {}\n\n{table}", open_sc.title);
+    let _ = write!(
+        sections,
+        "### {}\n\n{}\n\n{table}\n",
+        open_sc.title, open_sc.about
+    );
+
+    let fleet = run_fleet(&redis, secs);
+    let table = fleet_table(&fleet);
+    println!("\n### (h) fleet\n\n{table}");
+    let _ = write!(
+        sections,
+        "### (h) a fleet: {FLEET_PROCESSES} server processes on one Redis\n\n{}\n\n{table}\n",
+        fleet_about()
+    );
+
+    let inproc = in_process();
+    let text = in_process_text(&inproc);
+    println!("\n### In-process overhead\n\n{text}");
+    let _ = write!(sections, "### In-process overhead (hot path)\n\n{text}\n");
+
+    let script_rows = script_costs(&redis);
+    let scripts = script_rows.as_deref().map(|rows| {
+        let mut table = script_table(rows);
+        if let Some((r, name)) = worst_script(rows) {
+            let _ = write!(
+                table,
+                "\nCostliest fleetlimit script per limit decided (limits decided per call: \
+                 the checks per call, × 4 for a case named \"four\"): {name}, {r:.2}× the \
+                 reference token bucket.\n"
+            );
+        }
+        println!("\n### Redis CPU per script call\n\n{table}");
+        table
+    });
     drop(redis);
 
     let elapsed = started.elapsed();
@@ -141,17 +231,158 @@ fn main() {
              build made before it started)",
         );
     }
+
+    let inputs = Inputs {
+        normal: rows_of("(a)"),
+        abuse: rows_of("(b)"),
+        c1: rows_of("(f)"),
+        rtt: rtt.as_ref(),
+        open: &open,
+        fleet: Some(&fleet),
+        in_process: Some(&inproc),
+        scripts: script_rows.as_deref(),
+    };
+    let figs = figures(&inputs);
+    let date = utc_now();
+    let runs = record_run(&date, &head, &figs);
+    let mut goals = goals_table(&figs, &runs);
+    println!("\n### Goals\n\n{goals}");
+    goals.push('\n');
+    goals.push_str(&charts(&measured, &open, &fleet));
+
     let run = RunInfo {
         secs,
         elapsed,
         load_before,
         load_after,
         revision,
+        date,
     };
-    write_docs(&docs_section(&run, &sections, scripts.as_deref()));
+    write_docs(&docs_section(&run, &goals, &sections, scripts.as_deref()));
 }
 
-/// `LOAD_SECS`, else 5 s.
+fn fleet_about() -> String {
+    format!(
+        "{FLEET_PROCESSES} server processes (the bench binary re-executed with `{SERVE_ENV}`, \
+         each an axum server on one worker thread as above, fleetlimit with the same \
+         configuration as in (a)) on the one `redis-server`; the generator spreads its \
+         connections over the {FLEET_PROCESSES}. First the closed loop (the fleet's peak), then \
+         the open loop at 80 % of that peak, then {FLEET_PROCESSES} bare axum processes at the \
+         same rate: the p99 fleetlimit adds. `servers' CPU` is the CPU time of every thread \
+         of the {FLEET_PROCESSES} processes (`/proc/<pid>/task/*/schedstat`) ÷ requests; Redis \
+         CPU per decision is `redis-server`'s CPU time ÷ answers (each answer, admitted or \
+         refused, is one decision); checks per script call are answers ÷ \
+         `cmdstat_evalsha` + `cmdstat_eval` calls. The share of one Redis core 200,000 \
+         checks/s would take is 200,000 × µs per decision ÷ 10⁶, from the open-loop run \
+         (less coalescing than at the peak: the conservative figure)."
+    )
+}
+
+/// Colour of a contender in the bar charts (the same in every chart).
+fn colour(c: Contender) -> usize {
+    [BARE, FLEET_MEMORY, FLEET_REDIS, PEER, GOVERNOR]
+        .iter()
+        .position(|x| *x == c)
+        .unwrap_or(5)
+}
+
+/// Writes the SVG charts and returns the docs' links to them.
+fn charts(measured: &[(&str, Vec<Measured>)], open: &[OpenRun], fleet: &FleetResult) -> String {
+    let tag = |title: &str| title.split(' ').next().unwrap_or("").to_owned();
+    let mut rps = Vec::new();
+    let mut cpu = Vec::new();
+    for (title, rows) in measured {
+        for m in rows {
+            let label = format!("{} {}", tag(title), m.contender.name());
+            rps.push(Bar {
+                label: label.clone(),
+                parts: vec![m.stats.rps],
+                colour: colour(m.contender),
+            });
+            let redis = if m.contender.uses_redis() {
+                m.cpu.redis_us_per_req.unwrap_or(0.0)
+            } else {
+                0.0
+            };
+            cpu.push(Bar {
+                label,
+                parts: vec![m.cpu.server_us_per_req.unwrap_or(f64::NAN), redis],
+                colour: colour(m.contender),
+            });
+        }
+    }
+    // The fleet's peak (closed loop), beside the single servers'.
+    let (c, r) = (FLEET_REDIS, &fleet.peak);
+    let label = format!("(h) {FLEET_PROCESSES} × {}", c.name());
+    rps.push(Bar {
+        label: label.clone(),
+        parts: vec![r.stats.rps],
+        colour: colour(c),
+    });
+    cpu.push(Bar {
+        label,
+        parts: vec![
+            r.cpu.server_us_per_req.unwrap_or(f64::NAN),
+            r.cpu.redis_us_per_req.unwrap_or(0.0),
+        ],
+        colour: colour(c),
+    });
+    let rps_svg = charts::bars(
+        "rps.svg",
+        "Requests per second, closed loop (best round)",
+        "req/s",
+        &["req/s"],
+        &rps,
+    );
+    let cpu_svg = charts::bars(
+        "cpu.svg",
+        "CPU per request: server + Redis (µs)",
+        "µs of CPU per request",
+        &["server", "Redis"],
+        &cpu,
+    );
+    let mut lines: Vec<Line> = open
+        .iter()
+        .map(|r| {
+            let s = &r.measured.stats;
+            Line {
+                label: format!(
+                    "{} at {} ({} req/s)",
+                    r.measured.contender.name(),
+                    r.label,
+                    figures::thousands(r.offered)
+                ),
+                us: [s.p50_us, s.p90_us, s.p99_us, s.p999_us].map(f64::from),
+            }
+        })
+        .collect();
+    for (name, r) in [
+        (FLEET_REDIS.name(), &fleet.open),
+        (BARE.name(), &fleet.bare),
+    ] {
+        let s = &r.stats;
+        lines.push(Line {
+            label: format!(
+                "(h) {FLEET_PROCESSES} × {name} at {} % of the fleet's peak ({} req/s)",
+                fleet.percent,
+                figures::thousands(fleet.rate)
+            ),
+            us: [s.p50_us, s.p90_us, s.p99_us, s.p999_us].map(f64::from),
+        });
+    }
+    let lat_svg = charts::percentiles(
+        "latency.svg",
+        "Open loop (fixed rate): latency percentiles",
+        &lines,
+    );
+    format!(
+        "\n![req/s per contender and scenario]({rps_svg})\n\n\
+         ![server and Redis CPU per request]({cpu_svg})\n\n\
+         ![open-loop latency percentiles]({lat_svg})\n"
+    )
+}
+
+/// `LOAD_SECS`, else `DEFAULT_SECS`.
 fn load_secs() -> Duration {
     let secs = match std::env::var("LOAD_SECS") {
         Ok(s) => s

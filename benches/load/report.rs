@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::contenders::{Contender, BARE, PEER};
 use crate::figures::{opt, thousands};
-use crate::knobs::{CONNECTIONS, DEADLINE_MS, POOL_SIZE, ROUNDS, WARMUP};
+use crate::knobs::{CONNECTIONS, DEADLINE_MS, DEFAULT_SECS, POOL_SIZE, ROUNDS, WARMUP};
 use crate::scenarios::{Measured, Scenario};
 use crate::scripts::ScriptRow;
 
@@ -153,15 +153,17 @@ pub struct RunInfo {
     pub load_before: String,
     pub load_after: String,
     pub revision: String,
+    pub date: String,
 }
 
-pub fn docs_section(run: &RunInfo, scenarios: &str, scripts: Option<&str>) -> String {
+pub fn docs_section(run: &RunInfo, goals: &str, scenarios: &str, scripts: Option<&str>) -> String {
     let RunInfo {
         secs,
         elapsed,
         load_before,
         load_after,
         revision,
+        date,
     } = run;
     let mut s = String::new();
     let _ = writeln!(s, "{BEGIN}");
@@ -173,7 +175,9 @@ pub fn docs_section(run: &RunInfo, scenarios: &str, scripts: Option<&str>) -> St
          ```sh\n\
          cargo bench --bench load\n\
          ```\n\n\
-         (`LOAD_SECS` sets the recorded seconds per run). It starts its own \
+         (`LOAD_SECS` sets the recorded seconds per run: {} s by default, short \
+         so that one run, every scenario below included, takes under 6 minutes; \
+         `LOAD_ONLY=scripts` measures the script costs alone). It starts its own \
          `redis-server`; each contender is an axum server (route `/`, handler \
          `\"ok\"`, `into_make_service_with_connect_info::<SocketAddr>()`) on a tokio \
          runtime with **one** worker thread, driven by an in-process Rust load \
@@ -199,12 +203,14 @@ pub fn docs_section(run: &RunInfo, scenarios: &str, scripts: Option<&str>) -> St
          is). Server, generator and Redis share the machine's two cores with \
          whatever else runs on it, so requests per second move from run to run; \
          CPU per request moves less. Read the ratios and the CPU figures rather \
-         than the absolute rates.\n",
+         than the absolute rates. Latency percentiles are nearest-rank over every \
+         recorded request.\n",
+        DEFAULT_SECS,
         WARMUP.as_secs(),
         secs.as_secs_f64()
     );
     let _ = writeln!(s, "### This run\n");
-    let _ = writeln!(s, "- date: {} (UTC)", utc_now());
+    let _ = writeln!(s, "- date: {date} (UTC)");
     let _ = writeln!(
         s,
         "- machine: `nproc` = {}, CPU {}; load average {load_before} before the run, \
@@ -224,13 +230,22 @@ pub fn docs_section(run: &RunInfo, scenarios: &str, scripts: Option<&str>) -> St
         secs.as_secs_f64(),
         elapsed.as_secs_f64()
     );
+    let _ = writeln!(
+        s,
+        "### Goals of issue 15, the last three runs\n\n\
+         Each goal must hold in three consecutive full runs. The figures of every full \
+         run are appended to `docs/bench/runs.tsv` (the last 10 kept); the columns are \
+         the last three, this run last. Sources: scenarios (a), (b), (f), (g), (h) and \
+         the in-process and script sections below.\n\n{goals}"
+    );
     s.push_str(scenarios);
     s.push_str("### Redis CPU per script call\n\n");
     match scripts {
         Some(table) => {
             let _ = writeln!(
                 s,
-                "`redis-benchmark -P 16 -n 200000 -r 10000` (50 clients) sending \
+                "`redis-benchmark -P 16 -n <100,000 ÷ limits decided per call, at least 10,000> \
+                 -r 10000` (50 clients) sending \
                  `EVALSHA <sha> 1 <key with __rand_int__> <args>` of each script \
                  (`SCRIPT LOAD`ed first, every key space empty before), on the same \
                  `redis-server`; µs per call is `usec` ÷ `calls` of `cmdstat_evalsha` \
@@ -283,6 +298,25 @@ pub fn command_line(cmd: &str, args: &[&str]) -> String {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| format!("{cmd}: unavailable"))
+}
+
+/// `git rev-parse --short HEAD`, or "unknown".
+pub fn short_head() -> String {
+    let rev = command_line(
+        "git",
+        &[
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short",
+            "HEAD",
+        ],
+    );
+    if rev.starts_with("git:") {
+        "unknown".to_owned()
+    } else {
+        rev
+    }
 }
 
 pub fn git_revision() -> String {

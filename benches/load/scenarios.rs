@@ -1,15 +1,18 @@
 //! The scenarios, and running one: every contender in turn, twice.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::contenders::{
     Contender, Numbers, Server, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT,
     FLEET_REDIS_LEASE, FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, LEASE_BATCH, PEER,
 };
-use crate::cpu::{CpuTimes, CpuUse};
+use crate::cpu::{CpuTimes, CpuUse, ServerThreads};
 use crate::figures::{opt, thousands};
-use crate::generator::{spawn_generator, Stats, Traffic};
-use crate::knobs::{ABUSERS, ABUSE_PERCENT, NORMAL_KEYS, ROUNDS, WARMUP};
+use crate::generator::{spawn_generator, Load, Stats, Traffic, CLOSED};
+use crate::knobs::{
+    ABUSERS, ABUSE_PERCENT, CONNECTIONS, NORMAL_KEYS, OPEN_LOOP_INTERVAL, ROUNDS, WARMUP,
+};
 use crate::redis::RedisServer;
 
 /// Normal traffic: every key stays far within this.
@@ -40,6 +43,8 @@ pub struct Scenario {
     pub count_scripts: bool,
     /// What the first ratio column divides by.
     pub baseline: Contender,
+    /// Connections, closed loop (the open-loop runs set their own).
+    pub load: Load,
 }
 
 pub fn scenarios() -> Vec<Scenario> {
@@ -62,6 +67,7 @@ pub fn scenarios() -> Vec<Scenario> {
             frozen: false,
             count_scripts: true,
             baseline: BARE,
+            load: CLOSED,
         },
         Scenario {
             title: "(b) abuse: 90 % of requests from 50 keys far over their limits",
@@ -82,6 +88,7 @@ pub fn scenarios() -> Vec<Scenario> {
             frozen: false,
             count_scripts: true,
             baseline: BARE,
+            load: CLOSED,
         },
         Scenario {
             title: "(c) Redis frozen (SIGSTOP): fleetlimit's degraded modes",
@@ -100,6 +107,7 @@ pub fn scenarios() -> Vec<Scenario> {
             frozen: true,
             count_scripts: false,
             baseline: FLEET_MEMORY,
+            load: CLOSED,
         },
         Scenario {
             title: "(d) one hot key: leases",
@@ -117,6 +125,7 @@ pub fn scenarios() -> Vec<Scenario> {
             frozen: false,
             count_scripts: true,
             baseline: FLEET_REDIS,
+            load: CLOSED,
         },
         Scenario {
             title: "(e) a concurrency limit beside a token bucket",
@@ -136,8 +145,53 @@ pub fn scenarios() -> Vec<Scenario> {
             frozen: false,
             count_scripts: true,
             baseline: FLEET_REDIS,
+            load: CLOSED,
+        },
+        Scenario {
+            title: "(f) one connection: the latency fleetlimit adds at rest",
+            about: "The normal scenario's traffic and limits on ONE keep-alive connection \
+                 (closed loop, like `wrk -c1`): each request waits for the one before, so \
+                 p50 is a request's latency through an idle server, and fleetlimit's \
+                 p50 − bare axum's is what deciding on Redis adds to it: one round trip to \
+                 Redis and the layer's own work. It is set beside one Redis round trip of \
+                 the same script measured by `redis-benchmark -c 1` right after."
+                .to_owned(),
+            numbers: WITHIN,
+            traffic: Traffic::Normal,
+            contenders: vec![BARE, FLEET_REDIS, PEER],
+            frozen: false,
+            count_scripts: true,
+            baseline: BARE,
+            load: Load::closed(1),
         },
     ]
+}
+
+/// The open-loop runs: scenario (a)'s traffic and limits at fixed rates.
+pub fn open_loop() -> Scenario {
+    Scenario {
+        title: "(g) fixed rate (open loop): latency at 50 % and 80 % of the peaks",
+        about: format!(
+            "Scenario (a)'s traffic and limits, sent at a fixed total rate spread evenly \
+             over enough keep-alive connections that each sends at most once per {} ms \
+             ({CONNECTIONS} at least). A request's latency counts from when it was \
+             scheduled if its connection was still busy with the previous one then \
+             (nothing is hidden by sending less: no coordinated omission), else from when \
+             it was written (the generator's timer wakes up to 1 ms late, which is not the \
+             server's doing). fleetlimit (Redis) and tower-rate-limit-fred run at the same \
+             offered rates, 50 % and 80 % of tower-rate-limit-fred's closed-loop peak in \
+             (a) of this run, then fleetlimit at 50 % and 80 % of its own peak in (a). \
+             One round each.",
+            OPEN_LOOP_INTERVAL.as_millis()
+        ),
+        numbers: WITHIN,
+        traffic: Traffic::Normal,
+        contenders: vec![FLEET_REDIS, PEER],
+        frozen: false,
+        count_scripts: true,
+        baseline: PEER,
+        load: CLOSED,
+    }
 }
 
 // Running the scenarios.
@@ -164,7 +218,7 @@ pub fn run_scenario(sc: &Scenario, redis: &RedisServer, secs: Duration, id: u64)
         for i in order {
             let c = sc.contenders[i];
             let seed = (id << 32) ^ ((round as u64) << 16) ^ i as u64;
-            let m = run_one(c, sc, redis, secs, seed);
+            let m = run_one(c, sc, sc.load, redis, secs, seed);
             println!(
                 "  round {} {:<34} {:>7} answered {:>7.0} req/s  p50 {:>5} µs  p99 {:>6} µs  \
                  429 {:>5.1} %  errors/other {}  CPU µs/req server {} Redis {}  busy {}{}{}",
@@ -201,6 +255,7 @@ pub fn run_scenario(sc: &Scenario, redis: &RedisServer, secs: Duration, id: u64)
 pub fn run_one(
     c: Contender,
     sc: &Scenario,
+    load: Load,
     redis: &RedisServer,
     secs: Duration,
     seed: u64,
@@ -209,31 +264,73 @@ pub fn run_one(
     redis.flushall();
     let server = Server::start(c, sc.numbers, redis.url());
     let frozen = sc.frozen.then(|| redis.freeze());
-    let warm = Instant::now() + WARMUP;
-    let end = warm + secs;
-    let generator = spawn_generator(server.addr, sc.traffic, warm, end, seed);
     let count_scripts = sc.count_scripts && c.uses_redis();
-    sleep_until(warm);
-    if count_scripts {
-        redis.reset_stats();
-    }
-    let cpu_before = CpuTimes::take(redis.pid());
-    sleep_until(end);
-    let cpu_after = CpuTimes::take(redis.pid());
-    let script_calls_per_sec =
-        count_scripts.then(|| redis.script_calls() as f64 / secs.as_secs_f64());
-    let tally = generator.join().expect("the load generator panicked");
+    let run = measure(
+        vec![server.addr],
+        &ServerThreads::InProcess,
+        sc.traffic,
+        load,
+        redis,
+        secs,
+        seed,
+        count_scripts,
+    );
     drop(frozen);
     let note = server.stop();
-    let generator_cpu = tally.cpu_ns;
-    let stats = tally.stats(secs);
-    let cpu = cpu_after.since(&cpu_before, secs, stats.requests, generator_cpu);
+    let Run {
+        stats,
+        cpu,
+        script_calls_per_sec,
+    } = run;
     Measured {
         contender: c,
         stats,
         cpu,
         script_calls_per_sec,
         note,
+    }
+}
+
+/// What one load on running servers gave.
+pub struct Run {
+    pub stats: Stats,
+    pub cpu: CpuUse,
+    pub script_calls_per_sec: Option<f64>,
+}
+
+/// Loads servers already running at `addrs` for a warm-up and `secs`
+/// recorded seconds, and measures the answers and the CPU they took.
+#[allow(clippy::too_many_arguments)]
+pub fn measure(
+    addrs: Vec<SocketAddr>,
+    server: &ServerThreads,
+    traffic: Traffic,
+    load: Load,
+    redis: &RedisServer,
+    secs: Duration,
+    seed: u64,
+    count_scripts: bool,
+) -> Run {
+    let warm = Instant::now() + WARMUP;
+    let end = warm + secs;
+    let generator = spawn_generator(addrs, traffic, load, warm, end, seed);
+    sleep_until(warm);
+    if count_scripts {
+        redis.reset_stats();
+    }
+    let cpu_before = CpuTimes::take(server, redis.pid());
+    sleep_until(end);
+    let cpu_after = CpuTimes::take(server, redis.pid());
+    let script_calls_per_sec =
+        count_scripts.then(|| redis.script_calls() as f64 / secs.as_secs_f64());
+    let tally = generator.join().expect("the load generator panicked");
+    let generator_cpu = tally.cpu_ns;
+    let stats = tally.stats(secs);
+    let cpu = cpu_after.since(&cpu_before, secs, stats.requests, generator_cpu);
+    Run {
+        stats,
+        cpu,
+        script_calls_per_sec,
     }
 }
 
