@@ -43,7 +43,9 @@
 //! Under `cargo test --benches` (no `--bench` argument) it only says how
 //! to run it: a load run is minutes of both cores, not a test.
 //!
-//! `LOAD_ONLY=scripts` runs only the script costs (docs untouched).
+//! `LOAD_ONLY=scripts` runs only the script costs, `LOAD_ONLY=c1` only the
+//! one-connection scenario and its Redis round trip, `LOAD_ONLY=fleet` only
+//! the fleet (docs untouched).
 //! `LOAD_ONLY=<part of a contender's name>` (several: `a|b`) (e.g. `LOAD_ONLY="fleetlimit
 //! (Redis)"`) runs only the matching contenders of the closed-loop
 //! scenarios, skips the rest and leaves the docs alone: for profiling one contender (`perf record
@@ -128,6 +130,31 @@ fn main() {
             println!("\n### Redis CPU per script call\n\n{}", script_table(&rows));
         }
         println!("\nload harness: LOAD_ONLY=scripts: {DOCS} left as it was");
+        return;
+    }
+    // LOAD_ONLY=fleet / LOAD_ONLY=c1: that part alone, docs untouched.
+    if only.as_deref() == Some("fleet") {
+        println!(
+            "\n### (h) fleet\n\n{}",
+            fleet_table(&run_fleet(&redis, secs))
+        );
+        println!("\nload harness: LOAD_ONLY=fleet: {DOCS} left as it was");
+        return;
+    }
+    if only.as_deref() == Some("c1") {
+        for (i, sc) in scenarios().into_iter().enumerate() {
+            if sc.load.connections == 1 {
+                let rows = run_scenario(&sc, &redis, secs, i as u64);
+                let rtt = redis_rtt(&redis);
+                println!(
+                    "\n### {}\n\n{}\n{}",
+                    sc.title,
+                    scenario_table(&sc, &rows),
+                    c1_summary(&rows, rtt.as_ref())
+                );
+            }
+        }
+        println!("\nload harness: LOAD_ONLY=c1: {DOCS} left as it was");
         return;
     }
     println!(

@@ -98,20 +98,15 @@ pub(crate) async fn within<F: std::future::Future>(
     if let Poll::Ready(out) = first {
         return Some(out);
     }
-    let sent = io_ran(&mut call, &mut hard, io).await;
+    // When fred's thread took the command, read only if the timer fires
+    // first: waiting for it on every call would wake this task (and park
+    // it again) once more per call, a cost paid in latency at rest.
+    let mut sent = Some(mark(io));
     let stalled = (deadline / 2).max(Duration::from_millis(1));
     // fred's thread runs a task within tens of microseconds on a host with
     // a free CPU: a tenth of the deadline says the host is contended.
     let contended = (deadline / 10).max(Duration::from_micros(200));
-    let mut until = match sent {
-        Ok(at) => {
-            if at.saturating_duration_since(handed) >= contended {
-                stalls.seen(at);
-            }
-            at + deadline
-        }
-        Err(out) => return out,
-    };
+    let mut until = handed + deadline;
     loop {
         let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
         let ready = poll_fn(|cx| {
@@ -122,7 +117,29 @@ pub(crate) async fn within<F: std::future::Future>(
         })
         .await;
         if ready.is_some() {
+            // Answered: the marker is looked at only if it has run already.
+            if let Some(Ok(at)) = sent.as_mut().map(|s| s.try_recv()) {
+                if at.saturating_duration_since(handed) >= contended {
+                    stalls.seen(at);
+                }
+            }
             return ready;
+        }
+        if let Some(seen) = sent.take() {
+            // The deadline runs from when fred's thread took the command.
+            let at = match seen_or_answer(&mut call, &mut hard, seen).await {
+                Ok(at) => at,
+                Err(out) => return out,
+            };
+            if at.saturating_duration_since(handed) >= contended {
+                stalls.seen(at);
+            }
+            // Taken late (by more than the timer's own 1 ms grain): the
+            // deadline is counted again from then.
+            if at + deadline > Instant::now() + Duration::from_millis(1) && until < give_up {
+                until = at + deadline;
+                continue;
+            }
         }
         let now = Instant::now();
         if now.saturating_duration_since(until) >= stalled && now < give_up {
@@ -217,11 +234,38 @@ const HOST_STALLS: Duration = Duration::from_millis(50);
 /// spawned there, which lets the tasks woken with it (the router writing
 /// a command, the reader reading an answer) go first.
 async fn marker(io: &tokio::runtime::Handle) -> Instant {
+    // The runtime is gone only when the store is: "now" then.
+    mark(io).await.unwrap_or_else(|_| Instant::now())
+}
+
+/// [`marker`]'s task, its time to be read later (or never).
+fn mark(io: &tokio::runtime::Handle) -> tokio::sync::oneshot::Receiver<Instant> {
     let (ran, seen) = tokio::sync::oneshot::channel::<Instant>();
     io.spawn(async move {
         tokio::task::yield_now().await;
         let _ = ran.send(Instant::now());
     });
-    // The runtime is gone only when the store is: "now" then.
-    seen.await.unwrap_or_else(|_| Instant::now())
+    seen
+}
+
+/// [`mark`]'s time once it comes: `Ok(then)`; unless `call` answers first
+/// (`Err(Some(answer))`) or the hard bound passes (`Err(None)`).
+async fn seen_or_answer<F: std::future::Future>(
+    call: &mut std::pin::Pin<&mut F>,
+    hard: &mut std::pin::Pin<&mut tokio::time::Sleep>,
+    mut seen: tokio::sync::oneshot::Receiver<Instant>,
+) -> Result<Instant, Option<F::Output>> {
+    use std::future::{poll_fn, Future as _};
+    use std::task::Poll;
+
+    poll_fn(|cx| {
+        if let Poll::Ready(out) = call.as_mut().poll(cx) {
+            return Poll::Ready(Err(Some(out)));
+        }
+        if let Poll::Ready(at) = std::pin::Pin::new(&mut seen).poll(cx) {
+            return Poll::Ready(Ok(at.unwrap_or_else(|_| Instant::now())));
+        }
+        hard.as_mut().poll(cx).map(|()| Err(None))
+    })
+    .await
 }
