@@ -11,10 +11,13 @@
 -- time one token takes to refill. Taking `cost` tokens moves TAT forward by
 -- cost × per (a refund moves it back, never past now: full).
 --
--- Expiry: a key expires 1 ms after the end of the second (Redis time) in
--- which its bucket is full again, so a missing (expired) key is a full
--- bucket, and it is set in the same SET as the TAT, so no key ever lives
--- without one.
+-- Expiry: a key expires 1 ms after the end of the second (Redis time)
+-- AFTER the one in which its bucket is full again, so a missing (expired)
+-- key is a full bucket, and it is set in the same SET as the TAT, so no
+-- key ever lives without one. The extra second costs memory only (a key
+-- lives 1 to 2 s past full instead of 0 to 1 s): a key requested about
+-- once a second or more is rewritten in place instead of expired and
+-- created again every second, and a TAT ≤ now answers as a missing key.
 --
 -- A stored value counts as a TAT when it is a finite number at most a full
 -- burst (the check's own) ahead of now, or further ahead (a larger burst
@@ -23,27 +26,24 @@
 -- at most FAR µs (about 35 years, so the lean script's answer stays an
 -- exact integer) ahead; a TAT in the past is a full bucket. Anything else
 -- (another type, text, nan, inf, -inf, 1e400, a far TAT with a shorter or
--- no expiry) is not fleetlimit's: the bucket is full and the key is
--- deleted, then written with its expiry when the request is admitted. So
--- one key's bad state changes the answer for that key only.
+-- no expiry) is not fleetlimit's: the bucket is full, and the key is
+-- written with its expiry when the request is admitted, or deleted when it
+-- is not. So one key's bad state changes the answer for that key only.
 local FAR = 2 ^ 50
 local call, rpcall, ceil = redis.call, redis.pcall, math.ceil
 
--- The TAT the bucket at `key` starts from at `now` (`burst` in µs), and
--- the stored one (nil: no key, or not a TAT fleetlimit wrote, deleted).
-local function tat_read(key, burst, now)
-  -- pcall: a key of another type answers an error table, not a failure.
-  local raw = rpcall('GET', key)
+-- The TAT the bucket at `key` starts from at `now` (`burst` in µs), given
+-- `raw`, the key's value as read (false or nil: no key, or a key of
+-- another type), and the stored TAT (nil: none fleetlimit wrote; the
+-- caller overwrites or deletes the key).
+local function tat_read(key, raw, burst, now)
   local stored = tonumber(raw)
-  if raw and not (stored and stored - stored == 0
-      and (stored <= now + burst
-        or (stored - now <= FAR and call('PTTL', key) * 1000 >= stored - now))) then
-    -- Not a TAT fleetlimit wrote: a full bucket, and no trace of it stays.
-    call('DEL', key)
-    stored = nil
+  if stored and stored - stored == 0 and (stored <= now + burst
+      or (stored - now <= FAR and call('PTTL', key) * 1000 >= stored - now)) then
+    if stored > now then return stored, stored end
+    return now, stored
   end
-  if stored and stored > now then return stored, stored end
-  return now, stored
+  return now, nil
 end
 
 -- Writes the TAT after taking `inc` µs of tokens from `tat` and returns it.
@@ -57,7 +57,7 @@ local function tat_write(key, tat, inc, now, kept)
   if kept and second == ceil(kept / 1000000) then
     call('SET', key, new, 'KEEPTTL')
   else
-    call('SET', key, new, 'PXAT', second * 1000 + 1)
+    call('SET', key, new, 'PXAT', second * 1000 + 1001)
   end
   return new
 end

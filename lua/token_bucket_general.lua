@@ -6,7 +6,13 @@ local token_bucket = {}
 function token_bucket.read(key, cap, rate, now)
   local per = 1000000 / rate
   local burst = cap * per
-  local tat = tat_read(key, burst, now)
+  -- pcall: a key of another type answers an error table, not a failure.
+  local raw = rpcall('GET', key)
+  local tat, stored = tat_read(key, raw, burst, now)
+  if raw and not stored then
+    -- Not a TAT fleetlimit wrote: a full bucket, and no trace of it stays.
+    call('DEL', key)
+  end
   return { per = per, burst = burst, tat = tat, now = now, avail = (now + burst - tat) / per }
 end
 

@@ -1,39 +1,70 @@
 -- fleetlimit's default script, after lua/token_bucket.lua: token-bucket
 -- checks, each against one bucket, one or many per call (the layer
 -- coalesces checks that are in flight at the same moment; see
--- src/store/batch.rs), decided in order: a key named twice sees its own
--- earlier write.
+-- src/store/redis/batch.rs), decided in order: a key named twice sees its
+-- own earlier write.
 --
--- It does only what Redis must: TIME once per call, then GET and (when
--- admitted) SET per check. The client does the rest of the arithmetic,
--- before (what a check costs and what a full burst spans, in µs) and after
--- (the headers, from TAT − now): src/algorithm/token_bucket.rs. Nothing is
--- formatted in Lua (string formatting is costly in Redis's Lua): Redis
--- writes the TAT with %.17g (exact), and the answers are integers. A write
--- keeps the key's TTL while its TAT stays in the same second.
+-- It does only what Redis must: TIME and one MGET of every key per call,
+-- then (when admitted) one SET per check. The client does the rest of the
+-- arithmetic, before (what a check costs and what a full burst spans, in
+-- µs) and after (the headers, from TAT − now):
+-- src/algorithm/token_bucket.rs. Nothing is formatted in Lua (string
+-- formatting is costly in Redis's Lua): Redis writes the TAT with %.17g
+-- (exact), and the answers are integers. A write keeps the key's TTL while
+-- its TAT stays in the same second.
+--
+-- MGET answers nil for a key of another type as for a missing one: both
+-- are a full bucket; an admitted check overwrites the key (SET, with its
+-- expiry), a refused one deletes it, so nothing fleetlimit did not write
+-- stays, and every key it leaves has an expiry.
 --
 -- KEYS[i]              the bucket of check i
 -- ARGV[2i-1], ARGV[2i] its cost × emission interval and capacity × emission
 --                      interval, in µs (a negative cost is a refund); the
 --                      latter plus 0.5 µs of slack, so rounding to a quarter
 --                      µs never refuses an exact fit (REDIS_SLACK_US)
+-- ARGV[2n+1]           present when a key is named more than once: the
+--                      checks then read each key's latest TAT from this
+--                      call's own writes (a table the call otherwise skips)
 -- Returns one integer per check, in quarter µs: 4 × (TAT − now) after the
 -- charge when admitted (≥ 0), or −1 − 4 × (TAT − now) when refused (nothing
 -- written). TAT and now are whole multiples of 0.25 µs (a double's step at
 -- this magnitude), so both are exact. When a command fails, the reply is
 -- shorter: the answers before the failing check, then its error text.
 local keys, argv = KEYS, ARGV
+local n = #keys
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 local out = {}
 local function decide()
-  for i = 1, #keys do
-    local key, burst, inc = keys[i], tonumber(argv[2 * i]), argv[2 * i - 1]
-    local tat, stored = tat_read(key, burst, now)
+  local vals = call('MGET', unpack(keys))
+  -- key → its TAT written in this call (false: deleted in this call).
+  local latest = argv[2 * n + 1] and {}
+  -- Checks of one limit share their argument strings (one Lua string each).
+  local last_inc, last_burst, inc, burst
+  for i = 1, n do
+    local key, raw = keys[i], vals[i]
+    if latest then
+      local w = latest[key]
+      if w ~= nil then raw = w end
+    end
+    local a, b = argv[2 * i - 1], argv[2 * i]
+    if a ~= last_inc then last_inc, inc = a, tonumber(a) end
+    if b ~= last_burst then last_burst, burst = b, tonumber(b) end
+    local tat, stored = tat_read(key, raw, burst, now)
     if tat + inc - now > burst then
       out[i] = -1 - (tat - now) * 4
+      if not stored then
+        -- Maybe a key of another type (MGET cannot tell it from a missing
+        -- one: deleting that is harmless), or a value that is not a TAT.
+        -- Only a cost above the capacity is refused on a full bucket.
+        call('DEL', key)
+        if latest then latest[key] = false end
+      end
     else
-      out[i] = (tat_write(key, tat, inc, now, stored) - now) * 4
+      local new = tat_write(key, tat, inc, now, stored)
+      out[i] = (new - now) * 4
+      if latest then latest[key] = new end
     end
   end
 end

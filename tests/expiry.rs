@@ -1,6 +1,8 @@
-//! Every token-bucket key outlives its bucket's state, and by at most a
-//! second: the key expires 1 ms after the end of the second (Redis time) in
-//! which its bucket is full again. The lean script keeps the TTL it finds
+//! Every token-bucket key outlives its bucket's state, by one to two
+//! seconds: the key expires 1 ms after the end of the second (Redis time)
+//! after the one in which its bucket is full again (so a key requested
+//! about once a second is rewritten in place, not expired and created
+//! again). The lean script keeps the TTL it finds
 //! (`KEEPTTL`) while the bucket's TAT stays in the same second, so these
 //! tests check the exact expiry after every write, from both scripts.
 //!
@@ -92,11 +94,11 @@ async fn charge(app: &Router) {
 
 /// What the rule says the expiry of a key holding `tat` is.
 fn expected_expiry(tat: f64) -> i64 {
-    (tat / 1e6).ceil() as i64 * 1000 + 1
+    ((tat / 1e6).ceil() as i64 + 1) * 1000 + 1
 }
 
 #[tokio::test]
-async fn the_kept_ttl_is_always_the_end_of_the_second_the_bucket_is_full() {
+async fn the_kept_ttl_is_always_the_end_of_the_second_after_the_bucket_is_full() {
     let server = RedisServer::start();
     let prefix = prefix("keepttl");
     let app = app(&server, &prefix).await;
@@ -114,8 +116,8 @@ async fn the_kept_ttl_is_always_the_end_of_the_second_the_bucket_is_full() {
         assert_eq!(expiry, expected_expiry(tat), "request {i}: TAT {tat}");
         // The key outlives its state (a missing key is a full bucket)...
         assert!(expiry as f64 * 1000.0 > tat, "request {i}");
-        // ...by at most a second.
-        assert!((expiry as f64 * 1000.0 - tat) <= 1_001_000.0, "request {i}");
+        // ...by at most two seconds.
+        assert!((expiry as f64 * 1000.0 - tat) <= 2_001_000.0, "request {i}");
         expiries.insert(expiry);
     }
     // 1.5 s of TAT taken in 10 ms steps: the expiry was kept within a

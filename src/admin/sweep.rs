@@ -326,9 +326,9 @@ limits = ["fleet"]
         // The heartbeat: twice its dead_after.
         let heartbeat = ttl_for(&config, "p:fleet:{instances}", default);
         assert_eq!(heartbeat, Duration::from_secs(10));
-        // The limit named "fleet": a full refill (100 s) and a second.
+        // The limit named "fleet": a full refill (100 s) and two seconds.
         let limit = ttl_for(&config, "p:fleet:{h:abc}", default);
-        assert_eq!(limit, Duration::from_secs(101));
+        assert_eq!(limit, Duration::from_secs(102));
         // Neither: the default.
         assert_eq!(ttl_for(&config, "p:other:{h:abc}", default), default);
     }

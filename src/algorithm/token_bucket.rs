@@ -195,9 +195,9 @@ pub(crate) fn script_args(capacity: f64, refill_per_sec: f64) -> (f64, f64) {
 }
 
 /// The longest a key lives: until the bucket is full again, then to the
-/// end of that second (the scripts' `PXAT`).
+/// end of the next second (the scripts' `PXAT`).
 pub(crate) fn max_ttl(capacity: f64, refill_per_sec: f64) -> Duration {
-    Duration::from_secs_f64((capacity / refill_per_sec).min(1e9)) + Duration::from_secs(1)
+    Duration::from_secs_f64((capacity / refill_per_sec).min(1e9)) + Duration::from_secs(2)
 }
 
 /// The rule in words.

@@ -176,6 +176,10 @@ async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, Store
             args.push(inc);
             args.push(burst);
         }
+        if repeats_a_key(jobs) {
+            // The script then follows each key's own writes in this call.
+            args.push(Value::from("d"));
+        }
         args
     };
     scripts
@@ -198,6 +202,24 @@ async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, Store
         answer.as_ref().map(|_| ()).map_err(StoreError::reason),
     );
     answer
+}
+
+/// Whether a key is named by more than one job: the script reads every
+/// key once (MGET) and, only when told, follows a key's writes within the
+/// call, so a repeated key must be flagged or its later checks would
+/// decide on a stale TAT.
+fn repeats_a_key(jobs: &[Job]) -> bool {
+    fn key(j: &Job) -> &[u8] {
+        j.key.as_bytes().unwrap_or_default()
+    }
+    if jobs.len() <= 16 {
+        jobs.iter()
+            .enumerate()
+            .any(|(i, a)| jobs[..i].iter().any(|b| key(a) == key(b)))
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(jobs.len());
+        !jobs.iter().all(|j| seen.insert(key(j)))
+    }
 }
 
 fn fail(jobs: Vec<Job>, e: &StoreError) {
