@@ -18,6 +18,7 @@ use serde::Deserialize;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
+use crate::pipeline::RefusalBodies;
 use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline
@@ -116,6 +117,8 @@ pub(crate) struct Limit {
     /// The INFO line of its refusals: decided by Redis, then decided
     /// locally (degraded) — one a second each.
     pub(crate) refusal_log: [Throttle; 2],
+    /// Its `429` bodies, built once per `Retry-After`.
+    pub(crate) refusal_bodies: RefusalBodies,
     /// The lines of requests answered before the store, one a second each:
     /// a missing key, a cost above capacity, no client address, an invalid
     /// custom key, a custom key that could not be computed.
@@ -207,6 +210,7 @@ impl Limit {
             plans: HashMap::new(),
             lease: None,
             refusal_log: Default::default(),
+            refusal_bodies: RefusalBodies::new(name),
             early_log: Default::default(),
             failures: None,
             on_exceed: OnExceed::Refuse,

@@ -418,7 +418,10 @@ impl Limiter {
         // Not remembered: a concurrency refusal (a slot may free up at any
         // moment), nor one of a limit that counts failures (successes in
         // flight give their units back at once).
-        if by == DecidedBy::Primary && !buckets[i].rule.is_concurrency() && limit.failures.is_none()
+        if by == DecidedBy::Primary
+            && self.refused.is_on()
+            && !buckets[i].rule.is_concurrency()
+            && limit.failures.is_none()
         {
             // Remember the refusal: until it can succeed, this instance
             // answers the key by itself (see `refused.rs`).

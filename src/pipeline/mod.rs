@@ -55,6 +55,7 @@ pub use self::refund::Refund;
 pub(crate) use self::refusal::RefusalHook;
 pub use self::refusal::{Refusal, RefusalReason};
 use self::refused::RefusedCache;
+pub(crate) use self::response::RefusalBodies;
 use self::response::{RateHeaders, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
@@ -166,14 +167,13 @@ impl Decision {
 
     /// An admitted request keeps its place in flight (see `shed/`) until
     /// its response is over; a refused one gives it back at once.
-    pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
-        match (self, ticket) {
-            (Self::Admit(mut a), Some(t)) => {
-                a.hold.push(t);
-                Self::Admit(a)
-            }
-            (d, _) => d,
+    #[inline]
+    pub(crate) fn with_ticket(mut self, ticket: Option<Ticket>) -> Self {
+        // In place: a decision is too large to move for nothing.
+        if let (Self::Admit(a), Some(t)) = (&mut self, ticket) {
+            a.hold.push(t);
         }
+        self
     }
 }
 
@@ -383,6 +383,7 @@ impl Limiter {
     }
 
     /// The application's refusal hook reshapes a refusal.
+    #[inline]
     pub(crate) fn shape(&self, d: Decision) -> Decision {
         match (d, &self.on_refusal) {
             (Decision::Reject(r), Some(hook)) => Decision::Reject(r.shape(hook)),
