@@ -81,7 +81,8 @@ where
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
             Prepared::Now(decision) => {
-                let decision = limiter.shape(decision).with_ticket(ticket);
+                let mut decision = limiter.shape(decision);
+                decision.keep_ticket(ticket);
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
             Prepared::Ask(pending) => match limiter.decide_traced(pending, &req) {
@@ -89,7 +90,8 @@ where
                 // call the ready service now, keeping the request out of the
                 // future.
                 Decided::Now(decision) => {
-                    let decision = limiter.shape(decision).with_ticket(ticket);
+                    let mut decision = limiter.shape(decision);
+                    decision.keep_ticket(ticket);
                     ResponseFuture::decided(decision, &mut self.inner, req)
                 }
                 Decided::Later(decision) => {

@@ -167,13 +167,18 @@ impl Decision {
 
     /// An admitted request keeps its place in flight (see `shed/`) until
     /// its response is over; a refused one gives it back at once.
-    #[inline]
     pub(crate) fn with_ticket(mut self, ticket: Option<Ticket>) -> Self {
-        // In place: a decision is too large to move for nothing.
-        if let (Self::Admit(a), Some(t)) = (&mut self, ticket) {
+        self.keep_ticket(ticket);
+        self
+    }
+
+    /// [`with_ticket`](Self::with_ticket) in place: a decision is too
+    /// large to move for nothing.
+    #[inline]
+    pub(crate) fn keep_ticket(&mut self, ticket: Option<Ticket>) {
+        if let (Self::Admit(a), Some(t)) = (self, ticket) {
             a.hold.push(t);
         }
-        self
     }
 }
 

@@ -273,17 +273,35 @@ fn whole_secs(secs: f64) -> u64 {
     secs.ceil().max(0.0) as u64
 }
 
-/// Header values of small numbers are built once and shared (a clone is a
-/// reference count, not an allocation); larger ones are formatted.
+/// Header values of numbers below [`NUMBERS`] (every `Retry-After` and
+/// reset of an hourly limit included) are slices of one text written once
+/// and never freed: a clone copies a pointer, with no reference count for
+/// the server's threads to contend on. Larger ones are formatted.
 fn number(n: u64) -> HeaderValue {
-    const CACHED: u64 = 1024;
+    const NUMBERS: u64 = 4096;
     static VALUES: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
-    if n < CACHED {
-        let values = VALUES.get_or_init(|| (0..CACHED).map(HeaderValue::from).collect());
-        values[n as usize].clone()
-    } else {
-        HeaderValue::from(n)
+    if n >= NUMBERS {
+        return HeaderValue::from(n);
     }
+    let values = VALUES.get_or_init(|| {
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(NUMBERS as usize);
+        for i in 0..NUMBERS {
+            let _ = write!(text, "{i}");
+            ends.push(text.len());
+        }
+        // One allocation for the process's life, a few kilobytes.
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let v = HeaderValue::from_static(&text[start..end]);
+                start = end;
+                v
+            })
+            .collect()
+    });
+    values[n as usize].clone()
 }
 
 /// `X-RateLimit-Limit`: a limit's capacity, one of the few the
@@ -295,7 +313,7 @@ fn limit_value(n: u64) -> HeaderValue {
         static RECENT: std::cell::RefCell<[Option<(u64, HeaderValue)>; SLOTS]> =
             const { std::cell::RefCell::new([const { None }; SLOTS]) };
     }
-    if n < 1024 {
+    if n < 4096 {
         return number(n);
     }
     RECENT.with(|recent| {
