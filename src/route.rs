@@ -9,7 +9,7 @@
 //! (unmatched routes, plain hyper) get the default policy.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::Method;
@@ -286,6 +286,9 @@ pub(crate) struct Policy {
     pub(crate) degraded_log: Throttle,
     /// When its requests are shed (only with `[shedding]`).
     pub(crate) priority: Priority,
+    /// Its `RateLimit-Policy` under its limits' own numbers, serialised at
+    /// its first response that has it.
+    pub(crate) ietf_policy: OnceLock<Option<http::HeaderValue>>,
     /// Its decision counters (feature `metrics`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: crate::metrics::PolicyMetrics,
@@ -459,6 +462,7 @@ mod tests {
             refund: false,
             degraded_log: Default::default(),
             priority: Priority::Normal,
+            ietf_policy: Default::default(),
             metrics: crate::metrics::PolicyMetrics::new("/"),
         })
     }

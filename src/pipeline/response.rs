@@ -82,7 +82,7 @@ impl HeaderStyle {
         self != Self::Ietf
     }
 
-    fn ietf(self) -> bool {
+    pub(crate) fn ietf(self) -> bool {
         self != Self::Legacy
     }
 }
@@ -145,6 +145,9 @@ pub(crate) struct RateHeaders {
     /// share, not the fleet's count, so no remaining and no reset is
     /// claimed (see "Degraded mode" in docs/algorithms.md).
     pub(crate) local: bool,
+    /// `RateLimit-Policy` written already (see [`policy_value`]), when it
+    /// is the route's own (no plan changed its numbers).
+    pub(crate) policy: Option<HeaderValue>,
 }
 
 impl RateHeaders {
@@ -154,6 +157,7 @@ impl RateHeaders {
             items,
             reported,
             local: false,
+            policy: None,
         }
     }
 
@@ -212,18 +216,7 @@ impl RateHeaders {
         }
         if self.style.ietf() {
             let shown = || self.items.iter().filter(|it| !it.shadow);
-            let mut policy = ListSerializer::new();
-            for it in shown() {
-                let p = policy
-                    .bare_item(sf_name(&it.name))
-                    .parameter(KeyRef::constant("q"), sf_int(whole_down(it.quota)));
-                if let Some(w) = it.window {
-                    // Rounded up, at least 1: a client spending q per w is
-                    // never refused.
-                    let _ = p.parameter(KeyRef::constant("w"), sf_int(whole_secs(w).max(1)));
-                }
-            }
-            if let Some(v) = policy.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
+            if let Some(v) = self.policy.clone().or_else(|| policy_value(&self.items)) {
                 h.insert(RATELIMIT_POLICY.clone(), v);
             }
             if self.local {
@@ -243,6 +236,23 @@ impl RateHeaders {
             }
         }
     }
+}
+
+/// `RateLimit-Policy` of these limits: each one's `q` and `w`, shadow
+/// limits left out (they are no part of the contract).
+pub(crate) fn policy_value(items: &[Item]) -> Option<HeaderValue> {
+    let mut policy = ListSerializer::new();
+    for it in items.iter().filter(|it| !it.shadow) {
+        let p = policy
+            .bare_item(sf_name(&it.name))
+            .parameter(KeyRef::constant("q"), sf_int(whole_down(it.quota)));
+        if let Some(w) = it.window {
+            // Rounded up, at least 1: a client spending q per w is
+            // never refused.
+            let _ = p.parameter(KeyRef::constant("w"), sf_int(whole_secs(w).max(1)));
+        }
+    }
+    policy.finish().and_then(|v| HeaderValue::try_from(v).ok())
 }
 
 /// A policy's name as an sf-string. Limit names are letters, digits, `-`,
