@@ -11,7 +11,10 @@
 //! - `remembered`: `RateLimitLayer::with_store` on a store that refuses
 //!   everything for an hour, 50 keys cycled: after each key's first
 //!   refusal, the refused-key cache answers (the abuse path on Redis,
-//!   without Redis).
+//!   without Redis);
+//! - `governor`: the peer of `benches/hot_path.rs`, a minimal middleware
+//!   around governor's keyed limiter (`benches/common/governor_layer.rs`)
+//!   with the same huge limit, 10,000 keys cycled.
 //!
 //! Run under valgrind, the count does not depend on what else the machine
 //! is doing:
@@ -19,13 +22,14 @@
 //! ```sh
 //! cargo bench --bench instructions --no-run      # prints the binary's path
 //! B=target/release/deps/instructions-<hash>
-//! for mode in bare layer refused remembered; do for n in 10000 30000; do
+//! for mode in bare layer governor refused remembered; do for n in 10000 30000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B $mode $n 2>&1 | grep Collected
 //! done; done
 //! ```
 //!
 //! (instructions at 30,000 − at 10,000) ÷ 20,000 is one request's, set-up
-//! and first inserts cancelled; `layer − bare` is the layer's. Only public
+//! and first inserts cancelled; `layer − bare` is the layer's, to compare
+//! with `governor − bare`. Only public
 //! API that has not changed in a long time is used, so this file can be
 //! copied into an older checkout to compare (`refused` and `remembered`
 //! need `with_store` and the public `store` types). `cargo bench --bench
@@ -37,8 +41,13 @@ use axum::Router;
 use fleetlimit::store::{Check, LimitState, Outcome, Store, StoreFuture};
 use fleetlimit::{Config, RateLimitLayer};
 use http::{Request, StatusCode};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use tower::ServiceExt;
+
+#[allow(dead_code)]
+#[path = "common/governor_layer.rs"]
+mod governor_layer;
 
 /// A store that refuses every request for an hour.
 #[derive(Debug)]
@@ -87,6 +96,12 @@ fn main() {
                 app = app.layer(RateLimitLayer::in_memory(&limit(huge)));
                 (10_000, StatusCode::OK)
             }
+            "governor" => {
+                let per_second = NonZeroU32::new(1_000_000_000).expect("non-zero");
+                let quota = governor::Quota::per_second(per_second);
+                app = app.layer(governor_layer::GovernorLayer::new(quota));
+                (10_000, StatusCode::OK)
+            }
             "refused" => {
                 app = app.layer(RateLimitLayer::in_memory(&limit(tight)));
                 (50, StatusCode::TOO_MANY_REQUESTS)
@@ -98,7 +113,7 @@ fn main() {
                 ));
                 (50, StatusCode::TOO_MANY_REQUESTS)
             }
-            other => panic!("unknown mode {other:?}: bare, layer, refused or remembered"),
+            other => panic!("unknown mode {other:?}: bare, layer, governor, refused or remembered"),
         };
         let keys: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
         for i in 0..n {
