@@ -288,7 +288,7 @@ pub(crate) struct Policy {
     pub(crate) priority: Priority,
     /// Its `RateLimit-Policy` under its limits' own numbers, serialised at
     /// its first response that has it.
-    pub(crate) ietf_policy: OnceLock<Option<http::HeaderValue>>,
+    pub(crate) ietf_policy: OnceLock<Option<Arc<http::HeaderValue>>>,
     /// Its decision counters (feature `metrics`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: crate::metrics::PolicyMetrics,

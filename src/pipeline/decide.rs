@@ -486,7 +486,7 @@ impl Limiter {
             let v = p
                 .policy
                 .ietf_policy
-                .get_or_init(|| response::policy_value(&h.items));
+                .get_or_init(|| response::policy_value(&h.items).map(Arc::new));
             h.policy.clone_from(v);
         }
     }

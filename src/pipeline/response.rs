@@ -147,7 +147,8 @@ pub(crate) struct RateHeaders {
     pub(crate) local: bool,
     /// `RateLimit-Policy` written already (see [`policy_value`]), when it
     /// is the route's own (no plan changed its numbers).
-    pub(crate) policy: Option<HeaderValue>,
+    /// Shared, to keep a decision small.
+    pub(crate) policy: Option<Arc<HeaderValue>>,
 }
 
 impl RateHeaders {
@@ -216,7 +217,8 @@ impl RateHeaders {
         }
         if self.style.ietf() {
             let shown = || self.items.iter().filter(|it| !it.shadow);
-            if let Some(v) = self.policy.clone().or_else(|| policy_value(&self.items)) {
+            let kept = self.policy.as_deref().cloned();
+            if let Some(v) = kept.or_else(|| policy_value(&self.items)) {
                 h.insert(RATELIMIT_POLICY.clone(), v);
             }
             if self.local {
