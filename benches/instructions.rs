@@ -1,57 +1,134 @@
 //! Instructions per request through the layer, counted rather than timed:
 //! a loop of `oneshot` requests on an axum `Router` (route `/`, handler
-//! `"ok"`), with (`layer`) or without (`bare`) `RateLimitLayer::in_memory`,
-//! one token-bucket limit keyed by `header:x-api-key` so large that every
-//! request is admitted, 10,000 keys cycled. Run under valgrind, the count
-//! does not depend on what else the machine is doing:
+//! `"ok"`), keyed by `header:x-api-key`, in one of these modes:
+//!
+//! - `bare`: without the layer (the baseline);
+//! - `layer`: `RateLimitLayer::in_memory`, one token-bucket limit so large
+//!   that every request is admitted, 10,000 keys cycled;
+//! - `refused`: the same on the in-process store with a burst of 1 refilled
+//!   1/h, 50 keys cycled: every request after each key's first is refused
+//!   (the abuse path);
+//! - `remembered`: `RateLimitLayer::with_store` on a store that refuses
+//!   everything for an hour, 50 keys cycled: after each key's first
+//!   refusal, the refused-key cache answers (the abuse path on Redis,
+//!   without Redis);
+//! - `governor`: the peer of `benches/hot_path.rs`, a minimal middleware
+//!   around governor's keyed limiter (`benches/common/governor_layer.rs`)
+//!   with the same huge limit, 10,000 keys cycled.
+//!
+//! Run under valgrind, the count does not depend on what else the machine
+//! is doing:
 //!
 //! ```sh
 //! cargo bench --bench instructions --no-run      # prints the binary's path
 //! B=target/release/deps/instructions-<hash>
-//! for mode in bare layer; do for n in 10000 30000; do
+//! for mode in bare layer governor refused remembered; do for n in 10000 30000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B $mode $n 2>&1 | grep Collected
 //! done; done
 //! ```
 //!
 //! (instructions at 30,000 − at 10,000) ÷ 20,000 is one request's, set-up
-//! and first inserts cancelled; `layer − bare` is the layer's. Only public
+//! and first inserts cancelled; `layer − bare` is the layer's, to compare
+//! with `governor − bare`. Only public
 //! API that has not changed in a long time is used, so this file can be
-//! copied into an older checkout to compare. `cargo bench --bench
+//! copied into an older checkout to compare (`refused` and `remembered`
+//! need `with_store` and the public `store` types). `cargo bench --bench
 //! instructions` alone just runs the loop once.
 
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
+use fleetlimit::store::{Check, LimitState, Outcome, Store, StoreFuture};
 use fleetlimit::{Config, RateLimitLayer};
-use http::Request;
+use http::{Request, StatusCode};
+use std::num::NonZeroU32;
+use std::sync::Arc;
 use tower::ServiceExt;
+
+#[allow(dead_code)]
+#[path = "common/governor_layer.rs"]
+mod governor_layer;
+
+/// A store that refuses every request for an hour.
+#[derive(Debug)]
+struct Refusing;
+
+impl Store for Refusing {
+    fn check(&self, check: &Check) -> StoreFuture {
+        let refused = LimitState {
+            enough: false,
+            remaining: 0.0,
+            wait: 3600.0,
+            reset: 3600.0,
+            capacity: 1.0,
+        };
+        let limits = vec![refused; check.buckets.len()];
+        Box::pin(async move {
+            Ok(Outcome {
+                allowed: false,
+                limits,
+            })
+        })
+    }
+}
 
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let mode = args.next().unwrap_or_else(|| "layer".into());
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    let cfg = Config::from_toml_str(
-        "[limits.k]\nkey = \"header:x-api-key\"\ncapacity = 1000000000\nrefill = \"1000000/s\"\n\
-         [default]\nlimits = [\"k\"]\n",
-    )
-    .expect("a valid configuration");
+    let limit = |numbers: &str| {
+        Config::from_toml_str(&format!(
+            "[limits.k]\nkey = \"header:x-api-key\"\n{numbers}\n[default]\nlimits = [\"k\"]\n"
+        ))
+        .expect("a valid configuration")
+    };
+    let huge = "capacity = 1000000000\nrefill = \"1000000/s\"";
+    let tight = "capacity = 1\nrefill = \"1/h\"";
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     rt.block_on(async {
         let mut app = Router::new().route("/", get(|| async { "ok" }));
-        if mode == "layer" {
-            app = app.layer(RateLimitLayer::in_memory(&cfg));
-        }
-        let keys: Vec<String> = (0..10_000).map(|i| format!("key-{i}")).collect();
+        let (keys, expect) = match mode.as_str() {
+            "bare" => (10_000, StatusCode::OK),
+            "layer" => {
+                app = app.layer(RateLimitLayer::in_memory(&limit(huge)));
+                (10_000, StatusCode::OK)
+            }
+            "governor" => {
+                let per_second = NonZeroU32::new(1_000_000_000).expect("non-zero");
+                let quota = governor::Quota::per_second(per_second);
+                app = app.layer(governor_layer::GovernorLayer::new(quota));
+                (10_000, StatusCode::OK)
+            }
+            "refused" => {
+                app = app.layer(RateLimitLayer::in_memory(&limit(tight)));
+                (50, StatusCode::TOO_MANY_REQUESTS)
+            }
+            "remembered" => {
+                app = app.layer(RateLimitLayer::with_store(
+                    &limit(tight),
+                    Arc::new(Refusing),
+                ));
+                (50, StatusCode::TOO_MANY_REQUESTS)
+            }
+            other => panic!("unknown mode {other:?}: bare, layer, governor, refused or remembered"),
+        };
+        let keys: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
         for i in 0..n {
             let req = Request::get("/")
                 .header("x-api-key", &keys[i % keys.len()])
                 .body(Body::empty())
                 .expect("a request");
             let res = app.clone().oneshot(req).await.expect("a response");
-            assert!(res.status().is_success(), "{}", res.status());
+            // Each key's first request is admitted by the in-process store.
+            if i >= keys.len() {
+                assert_eq!(res.status(), expect);
+            }
+            // The body is read, as a server would send it.
+            let body = axum::body::to_bytes(res.into_body(), usize::MAX).await;
+            std::hint::black_box(body.expect("a body"));
         }
     });
 }

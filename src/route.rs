@@ -9,7 +9,7 @@
 //! (unmatched routes, plain hyper) get the default policy.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::Method;
@@ -18,6 +18,7 @@ use serde::Deserialize;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
+use crate::pipeline::RefusalBodies;
 use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline
@@ -116,6 +117,8 @@ pub(crate) struct Limit {
     /// The INFO line of its refusals: decided by Redis, then decided
     /// locally (degraded) — one a second each.
     pub(crate) refusal_log: [Throttle; 2],
+    /// Its `429` bodies, built once per `Retry-After`.
+    pub(crate) refusal_bodies: RefusalBodies,
     /// The lines of requests answered before the store, one a second each:
     /// a missing key, a cost above capacity, no client address, an invalid
     /// custom key, a custom key that could not be computed.
@@ -207,6 +210,7 @@ impl Limit {
             plans: HashMap::new(),
             lease: None,
             refusal_log: Default::default(),
+            refusal_bodies: RefusalBodies::new(name),
             early_log: Default::default(),
             failures: None,
             on_exceed: OnExceed::Refuse,
@@ -282,6 +286,9 @@ pub(crate) struct Policy {
     pub(crate) degraded_log: Throttle,
     /// When its requests are shed (only with `[shedding]`).
     pub(crate) priority: Priority,
+    /// Its `RateLimit-Policy` under its limits' own numbers, serialised at
+    /// its first response that has it.
+    pub(crate) ietf_policy: OnceLock<Option<Arc<http::HeaderValue>>>,
     /// Its decision counters (feature `metrics`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: crate::metrics::PolicyMetrics,
@@ -455,6 +462,7 @@ mod tests {
             refund: false,
             degraded_log: Default::default(),
             priority: Priority::Normal,
+            ietf_policy: Default::default(),
             metrics: crate::metrics::PolicyMetrics::new("/"),
         })
     }

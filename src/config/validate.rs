@@ -616,6 +616,7 @@ impl<'s> Validator<'s> {
             refund,
             degraded_log: Default::default(),
             priority,
+            ietf_policy: Default::default(),
             metrics: crate::metrics::PolicyMetrics::new(label),
         }))
     }

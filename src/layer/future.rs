@@ -2,6 +2,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
@@ -44,7 +45,7 @@ pin_project! {
 pin_project! {
     /// Small on purpose: the future is moved (and boxed by axum) on every
     /// request, so what waits on the store (the service and the request)
-    /// is boxed, and so is a refusal.
+    /// is boxed.
     #[project = StateProj]
     enum State<S, ReqBody>
     where
@@ -72,8 +73,9 @@ pin_project! {
             work: Finish,
             response: Option<(S::Response, Hold, Option<Box<Rejection>>)>,
         },
+        // Built at once: not larger than `Serving`, so not boxed.
         Rejected {
-            rejection: Option<Box<Rejection>>,
+            response: Option<Response<Bytes>>,
         },
         Done,
     }
@@ -93,11 +95,12 @@ where
     }
 
     /// A decision made already: call the service now (or refuse).
+    #[inline]
     pub(crate) fn decided(decision: Decision, service: &mut S, req: Request<ReqBody>) -> Self {
         let state = match decision {
             Decision::Admit(a) => serving(service, req, a),
             Decision::Reject(r) => State::Rejected {
-                rejection: Some(Box::new(r)),
+                response: Some(r.into_response()),
             },
         };
         Self { state }
@@ -141,10 +144,10 @@ where
                         }
                     }
                 }
-                StateProj::Rejected { rejection } => {
-                    let r = rejection.take().expect("polled after completion");
+                StateProj::Rejected { response } => {
+                    let res = response.take().expect("polled after completion");
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(rejected(*r)));
+                    return Poll::Ready(Ok(res.map(ResponseBody::full)));
                 }
                 StateProj::Serving {
                     future,

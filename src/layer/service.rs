@@ -81,16 +81,18 @@ where
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
             Prepared::Now(decision) => {
-                let decision = limiter.shape(decision);
-                ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
+                let mut decision = limiter.shape(decision);
+                decision.keep_ticket(ticket);
+                ResponseFuture::decided(decision, &mut self.inner, req)
             }
             Prepared::Ask(pending) => match limiter.decide_traced(pending, &req) {
                 // Decided already (in-process store, remembered refusal):
                 // call the ready service now, keeping the request out of the
                 // future.
                 Decided::Now(decision) => {
-                    let decision = limiter.shape(decision);
-                    ResponseFuture::decided(decision.with_ticket(ticket), &mut self.inner, req)
+                    let mut decision = limiter.shape(decision);
+                    decision.keep_ticket(ticket);
+                    ResponseFuture::decided(decision, &mut self.inner, req)
                 }
                 Decided::Later(decision) => {
                     let decision: DecisionFuture = if limiter.shapes() {

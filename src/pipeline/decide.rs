@@ -167,7 +167,8 @@ impl Limiter {
                 it.state = Some((r.state.remaining, r.state.reset));
             }
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
-            let headers = RateHeaders::new(self.header_style, items, i).aged(elapsed);
+            let mut headers = RateHeaders::new(self.header_style, items, i).aged(elapsed);
+            self.route_policy(p, &mut headers);
             let retry = retry_after_secs(left(r.until));
             let remaining = r.state.remaining.floor().max(0.0);
             let state = |j: usize| (j == at).then_some((remaining, false));
@@ -418,7 +419,10 @@ impl Limiter {
         // Not remembered: a concurrency refusal (a slot may free up at any
         // moment), nor one of a limit that counts failures (successes in
         // flight give their units back at once).
-        if by == DecidedBy::Primary && !buckets[i].rule.is_concurrency() && limit.failures.is_none()
+        if by == DecidedBy::Primary
+            && self.refused.is_on()
+            && !buckets[i].rule.is_concurrency()
+            && limit.failures.is_none()
         {
             // Remember the refusal: until it can succeed, this instance
             // answers the key by itself (see `refused.rs`).
@@ -467,7 +471,24 @@ impl Limiter {
             .collect();
         let mut h = RateHeaders::new(self.header_style, items, reported);
         h.local = by.degraded();
+        self.route_policy(p, &mut h);
         h
+    }
+
+    /// `RateLimit-Policy` serialised once per route, not per response,
+    /// for a caller whose plan leaves the route's numbers as they are.
+    fn route_policy(&self, p: &Pending, h: &mut RateHeaders) {
+        let own = || {
+            p.rules.len() == p.policy.limits.len()
+                && (p.policy.limits.iter().zip(&p.rules)).all(|(l, rule)| *rule == l.rule)
+        };
+        if self.header_style.ietf() && own() {
+            let v = p
+                .policy
+                .ietf_policy
+                .get_or_init(|| response::policy_value(&h.items).map(Arc::new));
+            h.policy.clone_from(v);
+        }
     }
 
     /// The headers of a route's only limit (a hot key's lease).

@@ -55,6 +55,7 @@ pub use self::refund::Refund;
 pub(crate) use self::refusal::RefusalHook;
 pub use self::refusal::{Refusal, RefusalReason};
 use self::refused::RefusedCache;
+pub(crate) use self::response::RefusalBodies;
 use self::response::{RateHeaders, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
@@ -166,13 +167,17 @@ impl Decision {
 
     /// An admitted request keeps its place in flight (see `shed/`) until
     /// its response is over; a refused one gives it back at once.
-    pub(crate) fn with_ticket(self, ticket: Option<Ticket>) -> Self {
-        match (self, ticket) {
-            (Self::Admit(mut a), Some(t)) => {
-                a.hold.push(t);
-                Self::Admit(a)
-            }
-            (d, _) => d,
+    pub(crate) fn with_ticket(mut self, ticket: Option<Ticket>) -> Self {
+        self.keep_ticket(ticket);
+        self
+    }
+
+    /// [`with_ticket`](Self::with_ticket) in place: a decision is too
+    /// large to move for nothing.
+    #[inline]
+    pub(crate) fn keep_ticket(&mut self, ticket: Option<Ticket>) {
+        if let (Self::Admit(a), Some(t)) = (self, ticket) {
+            a.hold.push(t);
         }
     }
 }
@@ -383,6 +388,7 @@ impl Limiter {
     }
 
     /// The application's refusal hook reshapes a refusal.
+    #[inline]
     pub(crate) fn shape(&self, d: Decision) -> Decision {
         match (d, &self.on_refusal) {
             (Decision::Reject(r), Some(hook)) => Decision::Reject(r.shape(hook)),

@@ -58,6 +58,12 @@ impl RefusedCache {
         }
     }
 
+    /// Whether refusals are remembered (not for the in-process store,
+    /// nor with `refused_cache_keys = 0`).
+    pub(crate) fn is_on(&self) -> bool {
+        self.map.is_some()
+    }
+
     /// A live refusal of `key` for a request costing `cost`.
     pub(crate) fn get(&self, key: &str, cost: f64) -> Option<Refused> {
         // No entry, the common case: no hash, no lock.

@@ -23,8 +23,9 @@
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, StatusCode};
+use std::fmt;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 use smallvec::SmallVec;
@@ -81,7 +82,7 @@ impl HeaderStyle {
         self != Self::Ietf
     }
 
-    fn ietf(self) -> bool {
+    pub(crate) fn ietf(self) -> bool {
         self != Self::Legacy
     }
 }
@@ -144,6 +145,10 @@ pub(crate) struct RateHeaders {
     /// share, not the fleet's count, so no remaining and no reset is
     /// claimed (see "Degraded mode" in docs/algorithms.md).
     pub(crate) local: bool,
+    /// `RateLimit-Policy` written already (see [`policy_value`]), when it
+    /// is the route's own (no plan changed its numbers).
+    /// Shared, to keep a decision small.
+    pub(crate) policy: Option<Arc<HeaderValue>>,
 }
 
 impl RateHeaders {
@@ -153,6 +158,7 @@ impl RateHeaders {
             items,
             reported,
             local: false,
+            policy: None,
         }
     }
 
@@ -211,18 +217,8 @@ impl RateHeaders {
         }
         if self.style.ietf() {
             let shown = || self.items.iter().filter(|it| !it.shadow);
-            let mut policy = ListSerializer::new();
-            for it in shown() {
-                let p = policy
-                    .bare_item(sf_name(&it.name))
-                    .parameter(KeyRef::constant("q"), sf_int(whole_down(it.quota)));
-                if let Some(w) = it.window {
-                    // Rounded up, at least 1: a client spending q per w is
-                    // never refused.
-                    let _ = p.parameter(KeyRef::constant("w"), sf_int(whole_secs(w).max(1)));
-                }
-            }
-            if let Some(v) = policy.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
+            let kept = self.policy.as_deref().cloned();
+            if let Some(v) = kept.or_else(|| policy_value(&self.items)) {
                 h.insert(RATELIMIT_POLICY.clone(), v);
             }
             if self.local {
@@ -242,6 +238,23 @@ impl RateHeaders {
             }
         }
     }
+}
+
+/// `RateLimit-Policy` of these limits: each one's `q` and `w`, shadow
+/// limits left out (they are no part of the contract).
+pub(crate) fn policy_value(items: &[Item]) -> Option<HeaderValue> {
+    let mut policy = ListSerializer::new();
+    for it in items.iter().filter(|it| !it.shadow) {
+        let p = policy
+            .bare_item(sf_name(&it.name))
+            .parameter(KeyRef::constant("q"), sf_int(whole_down(it.quota)));
+        if let Some(w) = it.window {
+            // Rounded up, at least 1: a client spending q per w is
+            // never refused.
+            let _ = p.parameter(KeyRef::constant("w"), sf_int(whole_secs(w).max(1)));
+        }
+    }
+    policy.finish().and_then(|v| HeaderValue::try_from(v).ok())
 }
 
 /// A policy's name as an sf-string. Limit names are letters, digits, `-`,
@@ -272,17 +285,35 @@ fn whole_secs(secs: f64) -> u64 {
     secs.ceil().max(0.0) as u64
 }
 
-/// Header values of small numbers are built once and shared (a clone is a
-/// reference count, not an allocation); larger ones are formatted.
+/// Header values of numbers below [`NUMBERS`] (every `Retry-After` and
+/// reset of an hourly limit included) are slices of one text written once
+/// and never freed: a clone copies a pointer, with no reference count for
+/// the server's threads to contend on. Larger ones are formatted.
 fn number(n: u64) -> HeaderValue {
-    const CACHED: u64 = 1024;
+    const NUMBERS: u64 = 4096;
     static VALUES: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
-    if n < CACHED {
-        let values = VALUES.get_or_init(|| (0..CACHED).map(HeaderValue::from).collect());
-        values[n as usize].clone()
-    } else {
-        HeaderValue::from(n)
+    if n >= NUMBERS {
+        return HeaderValue::from(n);
     }
+    let values = VALUES.get_or_init(|| {
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(NUMBERS as usize);
+        for i in 0..NUMBERS {
+            let _ = write!(text, "{i}");
+            ends.push(text.len());
+        }
+        // One allocation for the process's life, a few kilobytes.
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let v = HeaderValue::from_static(&text[start..end]);
+                start = end;
+                v
+            })
+            .collect()
+    });
+    values[n as usize].clone()
 }
 
 /// `X-RateLimit-Limit`: a limit's capacity, one of the few the
@@ -294,7 +325,7 @@ fn limit_value(n: u64) -> HeaderValue {
         static RECENT: std::cell::RefCell<[Option<(u64, HeaderValue)>; SLOTS]> =
             const { std::cell::RefCell::new([const { None }; SLOTS]) };
     }
-    if n < 1024 {
+    if n < 4096 {
         return number(n);
     }
     RECENT.with(|recent| {
@@ -346,33 +377,18 @@ impl Rejection {
         detail: &str,
         extra: &[(&str, String)],
     ) -> Self {
-        // One buffer for the whole body: refusals are the abuse path, where
-        // the layer answers by itself, so they are built without waste.
-        let mut body = String::with_capacity(96 + detail.len());
-        body.push_str("{\"type\":");
-        push_json_str(&mut body, kind);
-        body.push_str(",\"title\":");
-        push_json_str(&mut body, title);
-        body.push_str(",\"status\":");
-        body.push_str(status.as_str());
-        body.push_str(",\"detail\":");
-        push_json_str(&mut body, detail);
-        for (k, v) in extra {
-            body.push(',');
-            push_json_str(&mut body, k);
-            body.push(':');
-            body.push_str(v);
-        }
-        body.push('}');
-        let mut headers = HeaderMap::with_capacity(6);
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        Self::with_body(status, problem_body(status, kind, title, detail, extra))
+    }
+
+    /// An `application/problem+json` answer with this body.
+    fn with_body(status: StatusCode, body: Bytes) -> Self {
+        // Room for a refusal's headers, `[headers] style = "both"` included.
+        let mut headers = HeaderMap::with_capacity(8);
+        headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());
         Self {
             status,
             headers,
-            body: Bytes::from(body),
+            body,
             extensions: http::Extensions::new(),
             reason: RefusalReason::LimitExceeded,
             limit: None,
@@ -382,7 +398,7 @@ impl Rejection {
     }
 
     pub(crate) fn retry_after(mut self, secs: u64) -> Self {
-        self.headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        self.headers.insert(RETRY_AFTER, number(secs));
         self.retry = Some(secs);
         self
     }
@@ -454,17 +470,168 @@ pub(crate) fn json_str(s: &str) -> String {
 /// Appends `s` as a JSON string literal.
 fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+    // Runs of characters that need no escape are copied whole.
+    let mut from = 0;
+    for (i, b) in s.bytes().enumerate() {
+        if b != b'"' && b != b'\\' && b >= 0x20 {
+            continue;
+        }
+        out.push_str(&s[from..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            _ => {
+                let _ = write!(out, "\\u{:04x}", b);
             }
-            c => out.push(c),
+        }
+        from = i + 1;
+    }
+    out.push_str(&s[from..]);
+    out.push('"');
+}
+
+/// `application/problem+json`
+static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+
+/// An `application/problem+json` body (RFC 9457) of `kind`, with `extra`
+/// members (values already JSON).
+fn problem_body(
+    status: StatusCode,
+    kind: &str,
+    title: &str,
+    detail: &str,
+    extra: &[(&str, String)],
+) -> Bytes {
+    // One buffer for the whole body.
+    let mut body = String::with_capacity(96 + detail.len());
+    body.push_str("{\"type\":");
+    push_json_str(&mut body, kind);
+    body.push_str(",\"title\":");
+    push_json_str(&mut body, title);
+    body.push_str(",\"status\":");
+    body.push_str(status.as_str());
+    body.push_str(",\"detail\":");
+    push_json_str(&mut body, detail);
+    for (k, v) in extra {
+        body.push(',');
+        push_json_str(&mut body, k);
+        body.push(':');
+        body.push_str(v);
+    }
+    body.push('}');
+    Bytes::from(body)
+}
+
+/// How many `Retry-After` values each limit keeps its `429` body for.
+const KEPT_BODIES: usize = 64;
+
+/// A limit's `429` bodies: the text around the two `Retry-After` numbers
+/// is written once, and the bodies of waits of 1 to [`KEPT_BODIES`] s are
+/// kept once built and shared (a clone is a reference count): a refused
+/// client is told the same few numbers again and again. Longer waits are
+/// one allocation each.
+pub(crate) struct RefusalBodies {
+    /// Up to the number in `detail`.
+    head: Box<str>,
+    /// From after that number to the one of `retry_after`.
+    mid: Box<str>,
+    kept: Box<[OnceLock<Bytes>; KEPT_BODIES]>,
+}
+
+impl fmt::Debug for RefusalBodies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kept = self.kept.iter().filter(|b| b.get().is_some()).count();
+        write!(f, "RefusalBodies({kept} kept)")
+    }
+}
+
+impl RefusalBodies {
+    /// The bodies of limit `name`: what [`refusal_body`] writes.
+    pub(crate) fn new(name: &str) -> Self {
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let mut head = String::new();
+        head.push_str("{\"type\":");
+        push_json_str(&mut head, RefusalReason::LimitExceeded.problem_type());
+        head.push_str(",\"title\":");
+        push_json_str(&mut head, status.canonical_reason().unwrap_or(""));
+        head.push_str(",\"status\":");
+        head.push_str(status.as_str());
+        head.push_str(",\"detail\":");
+        // The number is digits, escaped as itself: the detail's JSON is its
+        // parts' JSON, quotes aside.
+        let mut detail = String::new();
+        push_json_str(
+            &mut detail,
+            &format!("rate limit {name:?} exceeded; retry in "),
+        );
+        head.push_str(&detail[..detail.len() - 1]);
+        let mut mid = String::new();
+        push_json_str(&mut mid, " s");
+        mid.remove(0);
+        mid.push_str(",\"limit\":");
+        push_json_str(&mut mid, name);
+        mid.push_str(",\"retry_after\":");
+        Self {
+            head: head.into(),
+            mid: mid.into(),
+            kept: Box::new(std::array::from_fn(|_| OnceLock::new())),
         }
     }
-    out.push('"');
+
+    /// The `429` body for a wait of `retry` seconds.
+    fn get(&self, retry: u64) -> Bytes {
+        let kept = usize::try_from(retry)
+            .ok()
+            .and_then(|r| self.kept.get(r.wrapping_sub(1)));
+        match kept {
+            Some(cell) => cell.get_or_init(|| self.build(retry)).clone(),
+            None => self.build(retry),
+        }
+    }
+
+    fn build(&self, retry: u64) -> Bytes {
+        let mut digits = [0u8; 20];
+        let n = decimal(retry, &mut digits);
+        let mut body = String::with_capacity(self.head.len() + self.mid.len() + 2 * n.len() + 1);
+        body.push_str(&self.head);
+        body.push_str(n);
+        body.push_str(&self.mid);
+        body.push_str(n);
+        body.push('}');
+        Bytes::from(body)
+    }
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
+/// The `429` body of limit `name` for a wait of `retry` seconds, as
+/// [`RefusalBodies`] writes it faster.
+#[cfg(test)]
+fn refusal_body(name: &str, retry: u64) -> Bytes {
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    problem_body(
+        status,
+        RefusalReason::LimitExceeded.problem_type(),
+        status.canonical_reason().unwrap_or(""),
+        &format!("rate limit {name:?} exceeded; retry in {retry} s"),
+        &[
+            ("limit", json_str(name)),
+            ("retry_after", retry.to_string()),
+        ],
+    )
 }
 
 /// The bucket to report in headers: on refusal the refusing limit that
@@ -532,19 +699,10 @@ pub(crate) fn refusal(
         Some(suppressed) => refused_event!(info, suppressed),
         None => refused_event!(debug),
     }
-    let name = &*limit.name;
-    Rejection::problem(
-        RefusalReason::LimitExceeded,
-        StatusCode::TOO_MANY_REQUESTS,
-        &limit.name,
-        &format!("rate limit {name:?} exceeded; retry in {retry} s"),
-        &[
-            ("limit", json_str(name)),
-            ("retry_after", retry.to_string()),
-        ],
-    )
-    .retry_after(retry)
-    .rate_headers(&headers)
+    let body = limit.refusal_bodies.get(retry);
+    let mut r = Rejection::with_body(StatusCode::TOO_MANY_REQUESTS, body);
+    r.limit = Some(Arc::clone(&limit.name));
+    r.retry_after(retry).rate_headers(&headers)
 }
 
 /// `503` of the `closed` failure policy: the store failed.
@@ -827,6 +985,22 @@ mod tests {
         assert_eq!(
             body,
             r#"{"type":"urn:fleetlimit:rate-limited","title":"Too Many Requests","status":429,"detail":"say \"hi\"\u000a","limit":"a"}"#
+        );
+    }
+
+    #[test]
+    fn refusal_bodies_are_written_as_problem_bodies() {
+        for name in ["a", "per-key", "9.slots_X-y"] {
+            let bodies = RefusalBodies::new(name);
+            for retry in [1, 2, 9, 10, 64, 65, 3600, u64::MAX / 2] {
+                let expected = refusal_body(name, retry);
+                assert_eq!(bodies.get(retry), expected, "{name} {retry}");
+                assert_eq!(bodies.get(retry), expected, "{name} {retry}, kept");
+            }
+        }
+        assert_eq!(
+            RefusalBodies::new("a").get(3),
+            r#"{"type":"urn:fleetlimit:rate-limited","title":"Too Many Requests","status":429,"detail":"rate limit \"a\" exceeded; retry in 3 s","limit":"a","retry_after":3}"#
         );
     }
 
