@@ -42,10 +42,8 @@ use tower::ServiceExt;
 #[path = "common/hot_routers.rs"]
 mod hot_routers;
 
-use hot_routers::{
-    drive, keys, quota, request, routers, HUGE, KEYS, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
-};
+use hot_routers::governor_layer::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+use hot_routers::{drive, keys, quota, request, routers, HUGE, KEYS};
 
 /// The store key the layer builds for an API key of `key-NNNNN` under
 /// limit `per-key` (default prefix `rl`; such values are short, printable

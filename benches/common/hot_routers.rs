@@ -5,27 +5,19 @@
 //! hand-written tower middleware around governor's keyed limiter (see
 //! hot_path.rs for what each one is).
 
-use std::future::Future;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::StateInformationMiddleware;
-use governor::state::keyed::DefaultKeyedStateStore;
-use governor::{Quota, RateLimiter};
-use http::header::{HeaderName, RETRY_AFTER};
-use http::{HeaderValue, Request, Response, StatusCode};
-use pin_project_lite::pin_project;
+use governor::Quota;
+use http::header::HeaderName;
+use http::{HeaderValue, Request, StatusCode};
 use tokio::runtime::Runtime;
-use tower::{Layer, Service, ServiceExt};
+use tower::ServiceExt;
 
 /// Distinct API keys the requests cycle over.
 pub const KEYS: usize = 10_000;
@@ -75,8 +67,8 @@ pub fn request(key: &HeaderValue) -> Request<Body> {
 
 // The governor middleware, shared with benches/instructions.rs.
 #[path = "governor_layer.rs"]
-mod governor_layer;
-pub use governor_layer::{GovernorLayer, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+pub mod governor_layer;
+use governor_layer::GovernorLayer;
 
 /// Sends `iters` requests through `app` inside one `block_on`, cycling over
 /// the keys from `*next`, and returns the time they took.

@@ -72,8 +72,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// Limits one call of a script row decides (as `scripts::limits_decided`).
 pub fn limits_decided(r: &ScriptRow) -> f64 {
-    let per_check = if r.name.contains("four") { 4 } else { 1 };
-    (r.batch * per_check) as f64
+    r.batch as f64
 }
 
 /// fleetlimit's costliest script per limit decided ÷ the reference token

@@ -236,7 +236,7 @@ fn main() {
             let _ = write!(
                 table,
                 "\nCostliest fleetlimit script per limit decided (limits decided per call: \
-                 the checks per call, × 4 for a case named \"four\"): {name}, {r:.2}× the \
+                 the checks or limits per call): {name}, {r:.2}× the \
                  reference token bucket.\n"
             );
         }

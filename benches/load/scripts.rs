@@ -17,11 +17,16 @@ pub struct ScriptCase {
     pub name: &'static str,
     pub text: Text,
     pub key: &'static str,
+    /// Arguments sent once, after the keys (the decision script's cost and
+    /// slot id).
+    pub head: &'static [&'static str],
+    /// Arguments of each decision (each limit of the decision script).
     pub args: &'static [&'static str],
     /// The SHA the library sends, when the script is the library's.
     pub library_sha: Option<fn() -> String>,
-    /// Decisions per call: the key and its arguments are repeated this many
-    /// times (`EVALSHA <sha> <n> <key>×n <args>×n`), for the coalesced script.
+    /// Decisions (limits decided) per call: the key and its arguments are
+    /// repeated this many times (`EVALSHA <sha> <n> <key>×n <head> <args>×n`),
+    /// for the coalesced script and a route of several limits.
     pub batch: usize,
 }
 
@@ -135,9 +140,20 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         key: "rl:per-key:{key-__rand_int__}",
         // cost, slot id (unused by a token bucket), then per limit:
         // algorithm, capacity, refill/s, shadow
-        args: &["1", "-", "t", "1000", "1000", "0"],
+        head: &["1", "-"],
+        args: &["t", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
+    },
+    ScriptCase {
+        name: "fleetlimit decision script, four token buckets (login ladder)",
+        text: Text::Inline(FLEETLIMIT_DECIDE),
+        // Four keys: redis-benchmark draws each `__rand_int__` on its own.
+        key: "rl:per-key:{key-__rand_int__}",
+        head: &["1", "-"],
+        args: &["t", "1000", "1000", "0"],
+        library_sha: Some(RedisStore::script_sha),
+        batch: 4,
     },
     ScriptCase {
         name: "fleetlimit decision script (lua/*.lua concatenated, one concurrency limit)",
@@ -145,7 +161,8 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         key: "rl:in-flight:{key-__rand_int__}",
         // cost, slot id, then: algorithm, max_in_flight, max_hold ms, shadow
         // (a slot is never released here: each key fills to 1000 at most)
-        args: &["1", "s-__rand_int__", "c", "1000", "60000", "0"],
+        head: &["1", "s-__rand_int__"],
+        args: &["c", "1000", "60000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
     },
@@ -154,6 +171,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
         // per decision: cost × µs per token, capacity × µs per token
+        head: &[],
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
         batch: 1,
@@ -162,6 +180,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit lean script, 4 decisions per call (coalesced)",
         text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
+        head: &[],
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
         batch: 4,
@@ -170,6 +189,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit lean script, 16 decisions per call (coalesced)",
         text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
+        head: &[],
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
         batch: 16,
@@ -182,6 +202,7 @@ pub fn script_cases() -> Vec<ScriptCase> {
             name: "reference token bucket (design documents)",
             text: Text::Inline(REFERENCE_BUCKET),
             key: "ref:{key-__rand_int__}",
+            head: &[],
             args: &["1000", "1000", "1"],
             library_sha: None,
             batch: 1,
@@ -190,6 +211,7 @@ pub fn script_cases() -> Vec<ScriptCase> {
             name: "INCR + EXPIRE",
             text: Text::Inline(INCR_EXPIRE),
             key: "incr:{key-__rand_int__}",
+            head: &[],
             args: &[],
             library_sha: None,
             batch: 1,
@@ -200,6 +222,7 @@ pub fn script_cases() -> Vec<ScriptCase> {
         name: "tower-rate-limit-fred 2.1.1 GCRA",
         text: Text::Inline(PEER_GCRA),
         key: "peer:{key-__rand_int__}",
+        head: &[],
         args: &["1000", "1"],
         library_sha: None,
         batch: 1,
@@ -207,10 +230,9 @@ pub fn script_cases() -> Vec<ScriptCase> {
     cases
 }
 
-/// Limits one call decides: its checks, × 4 for a route of four limits
-/// (a case named so: the login ladder's shape).
+/// Limits one call decides.
 pub fn limits_decided(case: &ScriptCase) -> usize {
-    case.batch * if case.name.contains("four") { 4 } else { 1 }
+    case.batch
 }
 
 pub struct ScriptRow {
@@ -288,6 +310,7 @@ pub fn script_costs(redis: &RedisServer) -> Option<Vec<ScriptRow>> {
                 .args(["-P", "16", "-n", &calls, "-r", "10000", "--csv"])
                 .args(["EVALSHA", &sha, &case.batch.to_string()])
                 .args(std::iter::repeat_n(case.key, case.batch))
+                .args(case.head)
                 .args(std::iter::repeat_n(case.args, case.batch).flatten())
                 .stderr(Stdio::null())
                 .output()
