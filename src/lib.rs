@@ -116,6 +116,7 @@ mod pipeline;
 mod plan;
 #[cfg(feature = "postgres")]
 mod plan_postgres;
+mod problem;
 mod record;
 mod reload;
 mod request;

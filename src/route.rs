@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::algorithm::Rule;
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
-use crate::pipeline::RefusalBodies;
+use crate::problem::RefusalBodies;
 use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline

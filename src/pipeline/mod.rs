@@ -55,7 +55,6 @@ pub use self::refund::Refund;
 pub(crate) use self::refusal::RefusalHook;
 pub use self::refusal::{Refusal, RefusalReason};
 use self::refused::RefusedCache;
-pub(crate) use self::response::RefusalBodies;
 use self::response::{RateHeaders, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;

@@ -23,9 +23,8 @@
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, StatusCode};
-use std::fmt;
 use std::fmt::Write as _;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 use smallvec::SmallVec;
@@ -33,6 +32,7 @@ use smallvec::SmallVec;
 use super::refusal::{Refusal, RefusalHook, RefusalReason};
 use crate::algorithm::{LimitState, Rule};
 use crate::key::{KeyFailure, ShownId};
+use crate::problem::push_json_str;
 use crate::route::Limit;
 
 /// `X-RateLimit-Limit`
@@ -467,29 +467,6 @@ pub(crate) fn json_str(s: &str) -> String {
     out
 }
 
-/// Appends `s` as a JSON string literal.
-fn push_json_str(out: &mut String, s: &str) {
-    out.push('"');
-    // Runs of characters that need no escape are copied whole.
-    let mut from = 0;
-    for (i, b) in s.bytes().enumerate() {
-        if b != b'"' && b != b'\\' && b >= 0x20 {
-            continue;
-        }
-        out.push_str(&s[from..i]);
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            _ => {
-                let _ = write!(out, "\\u{:04x}", b);
-            }
-        }
-        from = i + 1;
-    }
-    out.push_str(&s[from..]);
-    out.push('"');
-}
-
 /// `application/problem+json`
 static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
@@ -520,101 +497,6 @@ fn problem_body(
     }
     body.push('}');
     Bytes::from(body)
-}
-
-/// How many `Retry-After` values each limit keeps its `429` body for.
-const KEPT_BODIES: usize = 64;
-
-/// A limit's `429` bodies: the text around the two `Retry-After` numbers
-/// is written once, and the bodies of waits of 1 to [`KEPT_BODIES`] s are
-/// kept once built and shared (a clone is a reference count): a refused
-/// client is told the same few numbers again and again. Longer waits are
-/// one allocation each.
-pub(crate) struct RefusalBodies {
-    /// Up to the number in `detail`.
-    head: Box<str>,
-    /// From after that number to the one of `retry_after`.
-    mid: Box<str>,
-    kept: Box<[OnceLock<Bytes>; KEPT_BODIES]>,
-}
-
-impl fmt::Debug for RefusalBodies {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kept = self.kept.iter().filter(|b| b.get().is_some()).count();
-        write!(f, "RefusalBodies({kept} kept)")
-    }
-}
-
-impl RefusalBodies {
-    /// The bodies of limit `name`: what [`refusal_body`] writes.
-    pub(crate) fn new(name: &str) -> Self {
-        let status = StatusCode::TOO_MANY_REQUESTS;
-        let mut head = String::new();
-        head.push_str("{\"type\":");
-        push_json_str(&mut head, RefusalReason::LimitExceeded.problem_type());
-        head.push_str(",\"title\":");
-        push_json_str(&mut head, status.canonical_reason().unwrap_or(""));
-        head.push_str(",\"status\":");
-        head.push_str(status.as_str());
-        head.push_str(",\"detail\":");
-        // The number is digits, escaped as itself: the detail's JSON is its
-        // parts' JSON, quotes aside.
-        let mut detail = String::new();
-        push_json_str(
-            &mut detail,
-            &format!("rate limit {name:?} exceeded; retry in "),
-        );
-        head.push_str(&detail[..detail.len() - 1]);
-        let mut mid = String::new();
-        push_json_str(&mut mid, " s");
-        mid.remove(0);
-        mid.push_str(",\"limit\":");
-        push_json_str(&mut mid, name);
-        mid.push_str(",\"retry_after\":");
-        Self {
-            head: head.into(),
-            mid: mid.into(),
-            kept: Box::new(std::array::from_fn(|_| OnceLock::new())),
-        }
-    }
-
-    /// The `429` body for a wait of `retry` seconds.
-    fn get(&self, retry: u64) -> Bytes {
-        let kept = usize::try_from(retry)
-            .ok()
-            .and_then(|r| self.kept.get(r.wrapping_sub(1)));
-        match kept {
-            Some(cell) => cell.get_or_init(|| self.build(retry)).clone(),
-            None => self.build(retry),
-        }
-    }
-
-    fn build(&self, retry: u64) -> Bytes {
-        let mut digits = [0u8; 20];
-        let n = decimal(retry, &mut digits);
-        let mut body = String::with_capacity(self.head.len() + self.mid.len() + 2 * n.len() + 1);
-        body.push_str(&self.head);
-        body.push_str(n);
-        body.push_str(&self.mid);
-        body.push_str(n);
-        body.push('}');
-        Bytes::from(body)
-    }
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    std::str::from_utf8(&buf[at..]).unwrap_or("0")
 }
 
 /// The `429` body of limit `name` for a wait of `retry` seconds, as
@@ -880,6 +762,7 @@ pub(crate) fn no_client_ip(l: &Limit) -> Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::problem::RefusalBodies;
 
     fn bucket(name: &str, capacity: f64, refill_per_sec: f64) -> Item {
         let rule = Rule::TokenBucket {
