@@ -9,7 +9,10 @@
 //!
 //! Never on the request path: a decision is handed to a bounded queue with
 //! `try_send`; when the queue is full the record is dropped and counted
-//! (one WARN a second). One task drains the queue and writes what it holds
+//! (one WARN a second). One caller holds at most [`SHARE`] of the queued
+//! records (callers are told apart by a keyed hash of their log id, into
+//! [`STRIPES`] counters): a client flooding one recorded limit loses its
+//! own records beyond that, not everyone else's. One task drains the queue and writes what it holds
 //! in one pipeline (`XADD … MAXLEN ~`, then per stream `XTRIM … MINID ~`
 //! and `PEXPIRE`) under the store's deadline; a batch that fails or misses
 //! the deadline is counted as failed and not retried, so a slow Redis costs
@@ -18,7 +21,9 @@
 //! Only with Redis: the in-process store records nothing (see
 //! docs/configuration.md, "Decision records").
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -37,6 +42,12 @@ use crate::store::{RedisStore, StoreError};
 
 /// Records waiting for the writer, per layer. A full queue drops.
 pub(crate) const QUEUE: usize = 4096;
+/// Callers' shares of the queue: a keyed hash of the log id picks one of
+/// these counters. Two callers meet in one with odds of 1 in 256, and
+/// cannot aim for it (the hash's keys are random per process).
+const STRIPES: usize = 256;
+/// Records of one stripe in the queue at most (1/16 of it).
+const SHARE: u16 = (QUEUE / 16) as u16;
 /// Records written in one pipeline at most.
 #[cfg(feature = "redis")]
 const BATCH: usize = 256;
@@ -115,11 +126,42 @@ pub(crate) struct Entry {
     pub(crate) via: Via,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     written: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    /// Records of each stripe in the queue.
+    queued: Box<[AtomicU16]>,
+    /// Keys of the stripes' hash.
+    hasher: RandomState,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            written: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            queued: (0..STRIPES).map(|_| AtomicU16::new(0)).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl Counters {
+    /// The count of the stripe of the caller whose log id is `key`.
+    fn queued(&self, key: &str) -> &AtomicU16 {
+        &self.queued[(self.hasher.hash_one(key) % STRIPES as u64) as usize]
+    }
+
+    /// The writer took `batch` off the queue: its callers have room again.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn taken(&self, batch: &[Entry]) {
+        for e in batch {
+            self.queued(&e.key).fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The request path's end of the queue.
@@ -160,16 +202,31 @@ impl Recorder {
     }
 
     /// Hands `e` to the writer, or drops it (counted) when the queue is
-    /// full. Never waits.
+    /// full or holds its caller's share. Never waits.
     pub(crate) fn record(&self, e: Entry) {
-        if self.tx.try_send(e).is_err() {
+        let queued = self.counters.queued(&e.key);
+        let room = queued
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < SHARE).then_some(n + 1)
+            })
+            .is_ok();
+        let sent = room
+            && self
+                .tx
+                .try_send(e)
+                .map_err(|_| {
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                })
+                .is_ok();
+        if !sent {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = self.dropped_log.event() {
                 tracing::warn!(
                     target: "fleetlimit",
                     suppressed,
                     queue = QUEUE,
-                    "decision record dropped: the queue to Redis is full"
+                    share = SHARE,
+                    "decision record dropped: the queue to Redis, or its caller's share of it, is full"
                 );
             }
         }
@@ -200,6 +257,7 @@ impl Writer {
         let failed_log = Throttle::default();
         let mut batch = Vec::with_capacity(BATCH);
         while rx.recv_many(&mut batch, BATCH).await > 0 {
+            self.counters.taken(&batch);
             let n = batch.len() as u64;
             let sent = tokio::time::timeout(self.deadline, self.send(&batch)).await;
             let (written, error) = match sent {
@@ -350,6 +408,57 @@ mod tests {
                 failed: 0
             }
         );
+    }
+
+    fn entry(key: &str) -> Entry {
+        Entry {
+            limit: "l".into(),
+            record: RecordConfig::default(),
+            key: key.into(),
+            plan: None,
+            allowed: false,
+            remaining: Some(0.0),
+            enough: Some(false),
+            via: Via::Redis,
+        }
+    }
+
+    /// One caller flooding a recorded limit fills its share of the queue,
+    /// not the queue: every other caller's records still get in, and the
+    /// flooder's are accepted again once the writer takes its records.
+    #[tokio::test]
+    async fn one_caller_cannot_fill_the_queue() {
+        let (tx, mut rx) = mpsc::channel(QUEUE);
+        let r = Recorder {
+            tx,
+            counters: Arc::default(),
+            dropped_log: Throttle::default(),
+        };
+        for _ in 0..QUEUE {
+            r.record(entry("flood"));
+        }
+        let share = u64::from(SHARE);
+        assert_eq!(r.stats().dropped, QUEUE as u64 - share);
+        // Others: distinct callers, 14 of each, well under the queue's
+        // room left; a caller sharing the flooder's stripe (1 in 256) would
+        // be the only one dropped.
+        let others: Vec<String> = (0..200).map(|i| format!("caller-{i}")).collect();
+        let same_stripe = |k: &str| std::ptr::eq(r.counters.queued(k), r.counters.queued("flood"));
+        let expected_in: u64 = others.iter().filter(|k| !same_stripe(k)).count() as u64 * 14;
+        for k in &others {
+            for _ in 0..14 {
+                r.record(entry(k));
+            }
+        }
+        assert_eq!(rx.len() as u64, share + expected_in);
+        // The writer takes the flooder's records off: room again.
+        let mut taken = Vec::new();
+        rx.recv_many(&mut taken, QUEUE).await;
+        r.counters.taken(&taken);
+        let dropped = r.stats().dropped;
+        r.record(entry("flood"));
+        assert_eq!(r.stats().dropped, dropped);
+        assert_eq!(rx.len(), 1);
     }
 
     #[test]
