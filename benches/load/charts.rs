@@ -27,7 +27,7 @@ pub struct Line {
 }
 
 fn colour(i: usize) -> RGBColor {
-    const C: [RGBColor; 8] = [
+    const C: [RGBColor; 9] = [
         RGBColor(0x4e, 0x79, 0xa7),
         RGBColor(0xf2, 0x8e, 0x2b),
         RGBColor(0xe1, 0x57, 0x59),
@@ -36,6 +36,7 @@ fn colour(i: usize) -> RGBColor {
         RGBColor(0xed, 0xc9, 0x48),
         RGBColor(0xb0, 0x7a, 0xa1),
         RGBColor(0x9c, 0x75, 0x5f),
+        RGBColor(0x79, 0x70, 0x6e),
     ];
     C[i % C.len()]
 }

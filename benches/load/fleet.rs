@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::contenders::{serve, Contender, BARE, FLEET_REDIS};
 use crate::cpu::ServerThreads;
-use crate::figures::{opt, thousands};
+use crate::figures::{opt, run_line, thousands};
 use crate::generator::{Load, Traffic, CLOSED};
 use crate::knobs::{FLEET_PROCESSES, OPEN_LOOP_PERCENTS, SEED_CHECKS_PER_SEC};
 use crate::openloop::{behind_note, BEHIND};
@@ -191,22 +191,12 @@ pub fn run_fleet(redis: &RedisServer, secs: Duration) -> FleetResult {
 }
 
 fn print_run(what: &str, rate: Option<f64>, load: Load, r: &Run) {
-    let s = &r.stats;
     println!(
-        "  {FLEET_PROCESSES} × {what:<24} offered {:>7} achieved {:>7.0} req/s ({} conn)  p50 {:>5} \
-         p90 {:>5} p99 {:>6} p99.9 {:>6} µs  errors/other {}  CPU µs/req servers {} Redis {}  \
-         busy {}{}",
+        "  {FLEET_PROCESSES} × {what:<24} offered {:>7} achieved {:>7.0} req/s ({} conn)  {}{}",
         rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.0}")),
-        s.rps,
+        r.stats.rps,
         load.connections,
-        s.p50_us,
-        s.p90_us,
-        s.p99_us,
-        s.p999_us,
-        s.errors + s.other,
-        opt(r.cpu.server_us_per_req, 1),
-        opt(r.cpu.redis_us_per_req, 1),
-        r.cpu.busy(),
+        run_line(&r.stats, &r.cpu, "servers"),
         r.script_calls_per_sec
             .map(|c| format!("  script calls {c:.0}/s"))
             .unwrap_or_default()

@@ -91,7 +91,10 @@ use std::time::{Duration, Instant};
 
 use c1::{c1_summary, redis_rtt};
 use charts::{Bar, Line};
-use contenders::{Contender, BARE, FLEET_MEMORY, FLEET_REDIS, GOVERNOR, PEER};
+use contenders::{
+    Contender, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT, FLEET_REDIS_LEASE,
+    FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, PEER,
+};
 use fleet::{fleet_table, run_fleet, FleetResult, SERVE_ENV};
 use goals::{figures, goals_table, record_run, worst_script, Inputs};
 use inprocess::{in_process, in_process_text};
@@ -305,12 +308,23 @@ fn fleet_about() -> String {
     )
 }
 
-/// Colour of a contender in the bar charts (the same in every chart).
+/// Colour of a contender in the bar charts (the same in every chart, and
+/// each variant of fleetlimit on Redis its own).
 fn colour(c: Contender) -> usize {
-    [BARE, FLEET_MEMORY, FLEET_REDIS, PEER, GOVERNOR]
-        .iter()
-        .position(|x| *x == c)
-        .unwrap_or(5)
+    [
+        BARE,
+        FLEET_MEMORY,
+        FLEET_REDIS,
+        PEER,
+        GOVERNOR,
+        FLEET_REDIS_LEASE,
+        FLEET_REDIS_IN_FLIGHT,
+        FROZEN_LOCAL,
+        FROZEN_OPEN,
+    ]
+    .iter()
+    .position(|x| *x == c)
+    .unwrap_or(0)
 }
 
 /// Writes the SVG charts and returns the docs' links to them.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use http::HeaderValue;
 
 use crate::contenders::{Contender, FLEET_REDIS, PEER};
-use crate::figures::{opt, thousands};
+use crate::figures::{opt, run_line, thousands};
 use crate::generator::{connect, exchange, request, Keys, Load, Rng, Tally, Traffic};
 use crate::knobs::{OPEN_LOOP_PERCENTS, REQUEST_TIMEOUT};
 use crate::redis::RedisServer;
@@ -155,23 +155,14 @@ pub fn run_open_loop(
 }
 
 pub fn print_open(c: Contender, label: &str, rate: f64, load: Load, m: &Measured) {
-    let s = &m.stats;
     println!(
-        "  {:<24} at {:<38} offered {:>7.0} achieved {:>7.0} req/s ({} conn)  p50 {:>5} p90 {:>5} \
-         p99 {:>6} p99.9 {:>6} µs  errors/other {}  CPU µs/req server {} Redis {}  busy {}",
+        "  {:<24} at {:<38} offered {:>7.0} achieved {:>7.0} req/s ({} conn)  {}",
         c.name(),
         label,
         rate,
-        s.rps,
+        m.stats.rps,
         load.connections,
-        s.p50_us,
-        s.p90_us,
-        s.p99_us,
-        s.p999_us,
-        s.errors + s.other,
-        opt(m.cpu.server_us_per_req, 1),
-        opt(m.cpu.redis_us_per_req, 1),
-        m.cpu.busy(),
+        run_line(&m.stats, &m.cpu, "server"),
     );
 }
 
