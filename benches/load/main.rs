@@ -240,7 +240,7 @@ fn main() {
                 table,
                 "\nCostliest fleetlimit script per limit decided (limits decided per call: \
                  the checks or limits per call): {name}, {r:.2}× the \
-                 reference token bucket.\n"
+                 reference token bucket (median of the rounds' ratios).\n"
             );
         }
         println!("\n### Redis CPU per script call\n\n{table}");

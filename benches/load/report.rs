@@ -258,7 +258,10 @@ pub fn docs_section(run: &RunInfo, goals: &str, scenarios: &str, scripts: Option
                  checks are in flight together; every `__rand_int__` is drawn on its \
                  own): its µs per decision is per call ÷ n (scenario (a) above shows how \
                  many checks the layer's calls carried: 1 ÷ script calls per request). \
-                 Two rounds in alternating order, the lower figure kept.\n\n{table}"
+                 Three rounds in alternating order; the table keeps each script's \
+                 lowest figure, and the goals compare two scripts round by round (the \
+                 median of the three ratios), so a busy or quiet moment of the machine \
+                 weighs on both.\n\n{table}"
             );
         }
         None => {

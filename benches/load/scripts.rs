@@ -7,7 +7,6 @@ use std::process::{Command, Stdio};
 
 use fleetlimit::store::RedisStore;
 
-use crate::knobs::ROUNDS;
 use crate::redis::{cmdstat, RedisServer, Reply};
 
 /// A script measured with `redis-benchmark`: `EVALSHA <sha> 1 <key> <args..>`,
@@ -235,10 +234,17 @@ pub fn limits_decided(case: &ScriptCase) -> usize {
     case.batch
 }
 
+/// Rounds of the script costs, in alternating order.
+const ROUNDS: usize = 3;
+
 pub struct ScriptRow {
     pub name: &'static str,
     pub batch: usize,
+    /// The lowest of the rounds.
     pub us_per_call: f64,
+    /// Each round's figure, in round order (NaN: not measured): goals
+    /// compare scripts measured in the same round.
+    pub rounds: Vec<f64>,
     pub bench_rps: Option<f64>,
     pub note: String,
 }
@@ -271,6 +277,7 @@ pub fn script_costs(redis: &RedisServer) -> Option<Vec<ScriptRow>> {
     let cases = script_cases();
     let mut rows: Vec<Option<ScriptRow>> = (0..cases.len()).map(|_| None).collect();
     let mut skipped: Vec<Option<String>> = vec![None; cases.len()];
+    let mut per_round: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); cases.len()];
     for round in 0..ROUNDS {
         let mut order: Vec<usize> = (0..cases.len()).collect();
         if round % 2 == 1 {
@@ -283,6 +290,7 @@ pub fn script_costs(redis: &RedisServer) -> Option<Vec<ScriptRow>> {
                 Err(e) => {
                     println!("  round {} {:<58} skipped: {e}", round + 1, case.name);
                     skipped[i] = Some(e);
+                    per_round[i].push(f64::NAN);
                     continue;
                 }
             };
@@ -328,6 +336,7 @@ pub fn script_costs(redis: &RedisServer) -> Option<Vec<ScriptRow>> {
                 let _ = write!(note, "{} of {} calls failed", stats.failed, stats.calls);
             }
             let us_per_call = stats.usec as f64 / stats.calls as f64;
+            per_round[i].push(us_per_call);
             println!(
                 "  round {} {:<58} {:>6.2} µs/call  ({} calls{})",
                 round + 1,
@@ -345,6 +354,7 @@ pub fn script_costs(redis: &RedisServer) -> Option<Vec<ScriptRow>> {
                     name: case.name,
                     batch: case.batch,
                     us_per_call,
+                    rounds: Vec::new(),
                     bench_rps,
                     note,
                 });
@@ -355,14 +365,17 @@ pub fn script_costs(redis: &RedisServer) -> Option<Vec<ScriptRow>> {
         rows.into_iter()
             .zip(skipped)
             .zip(&cases)
-            .map(|((r, skip), case)| {
-                r.unwrap_or_else(|| ScriptRow {
+            .zip(per_round)
+            .map(|(((r, skip), case), rounds)| {
+                let row = r.unwrap_or_else(|| ScriptRow {
                     name: case.name,
                     batch: case.batch,
                     us_per_call: f64::NAN,
+                    rounds: Vec::new(),
                     bench_rps: None,
                     note: format!("not measured: {}", skip.unwrap_or_default()),
-                })
+                });
+                ScriptRow { rounds, ..row }
             })
             .collect(),
     )
