@@ -16,62 +16,49 @@
 --
 -- A key of another type is not fleetlimit's: it is deleted and the key
 -- starts empty. So one key's bad state changes the answer for that key only.
-local concurrency = {}
-
-function concurrency.read(key, max, hold, now)
-  local hold_us = hold * 1000
+--
+-- Scores go to Redis as text: `now_text` (TIME's own digits), and a
+-- deadline printed with %d once (Redis prints a Lua number with %.17g, at
+-- several times the cost). Deadlines are whole µs.
+--
+-- Read: returns whether a slot is free, how many are taken, and the
+-- deadline a slot taken now gets (as text).
+local function concurrency_read(key, max, hold, now, now_text, cost)
   local count = 0
+  local deadline = string.format('%d', now + hold * 1000)
   -- pcall: a key of another type answers an error table, not a failure.
-  local gone = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
-  if type(gone) == 'table' and gone.err then
+  local gone = rpcall('ZREMRANGEBYSCORE', key, '-inf', now_text)
+  if type(gone) == 'table' then
     -- Not a set of slots fleetlimit wrote: the key starts empty.
-    redis.call('DEL', key)
+    call('DEL', key)
   else
-    count = redis.call('ZCARD', key)
+    count = call('ZCARD', key)
     if count > 0 then
-      count = count - redis.call('ZREMRANGEBYSCORE', key, string.format('(%d', now + hold_us), '+inf')
+      count = count - call('ZREMRANGEBYSCORE', key, '(' .. deadline, '+inf')
     end
   end
-  return { key = key, max = max, hold = hold_us, now = now, count = count, avail = max - count, unit = 1 }
+  return cost <= 0 or max - count >= 1, count, deadline
 end
 
--- Takes one slot named `slot` (a refund takes none).
-function concurrency.write(key, s, cost, now, slot)
-  if cost <= 0 then return end
-  local deadline = now + s.hold
-  s.count = s.count + redis.call('ZADD', key, string.format('%d', deadline), slot)
-  s.avail = s.max - s.count
-  redis.call('PEXPIRE', key, math.floor(s.hold / 1000) + 1)
-  s.last = deadline
-end
-
--- A set some older code left without an expiry gets one.
-function concurrency.keep(key, s)
-  if s.count > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, math.floor(s.hold / 1000) + 1)
+-- Write: takes one slot named `slot` when `charge` (a refund takes none).
+-- Answers the slots taken after it (−1 − that when none was free), then,
+-- in µs from now, the latest deadline in the set and, when none was free,
+-- the earliest (0 without slots). The set is read for these only when
+-- they are needed (after a charge the latest is the new slot's).
+local function concurrency_write(key, charge, enough, count, deadline, hold, now, cost, slot)
+  local last, first = 0, 0
+  if charge and cost > 0 then
+    count = count + call('ZADD', key, deadline, slot)
+    call('PEXPIRE', key, string.format('%d', hold + 1))
+    last = hold * 1000
+  elseif count > 0 then
+    -- A set some older code left without an expiry gets one.
+    if call('PTTL', key) == -1 then call('PEXPIRE', key, string.format('%d', hold + 1)) end
+    last = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2] - now
   end
-end
-
--- The earliest (0) or latest (-1) deadline in the set.
-local function deadline_at(key, i)
-  return tonumber(redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2])
-end
-
--- remaining, seconds until a slot is likely free (when none is), seconds
--- until every slot held now has passed its deadline. The set is read for
--- these only when they are needed (after a charge the last deadline is
--- the new slot's, and an admitted request waits for nothing).
-function concurrency.report(s, cost)
-  local wait, reset = 0, 0
-  if s.count > 0 then
-    reset = ((s.last or deadline_at(s.key, -1)) - s.now) / 1000000
-    if not s.enough then
-      -- As long again as the oldest slot has been held, but no later than
-      -- its deadline, and at least a second.
-      local first = deadline_at(s.key, 0)
-      local age = s.now - (first - s.hold)
-      wait = math.max(1000000, math.min(age, first - s.now)) / 1000000
-    end
+  if not enough then
+    if count > 0 then first = call('ZRANGE', key, '0', '0', 'WITHSCORES')[2] - now end
+    return -1 - count, last, first
   end
-  return s.max - s.count, wait, reset
+  return count, last, 0
 end

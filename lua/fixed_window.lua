@@ -1,10 +1,11 @@
 -- Fixed window: at most `limit` per `window` milliseconds.
 --
--- INCRBY, then PEXPIRE ... NX: the window opens with the key's first
--- counted request and closes when its expiry fires (Redis's clock, never a
--- server's, and no fleet-wide reset at the top of the minute). NX means a
--- counter some older code left without an expiry is repaired at its next
--- hit, refused or not, and a live window is never extended.
+-- The window opens with the key's first counted request (SET ... PX: the
+-- count and its expiry at once) and closes when its expiry fires (Redis's
+-- clock, never a server's, and no fleet-wide reset at the top of the
+-- minute); INCRBY keeps the expiry, so a live window is never extended. A
+-- counter some older code left without an expiry gets one at its next hit,
+-- refused or not.
 --
 -- A stored value counts as a count when INCRBY takes it and it stays exact
 -- in a Lua number: "0" or a positive integer of at most 15 digits, without
@@ -13,53 +14,48 @@
 -- kept (the limit was lowered): it refuses until its window ends, as a full
 -- window does. Anything else (another type, text, a negative, fractional,
 -- nan or inf count, an expiry beyond the window) is not fleetlimit's: the
--- key is deleted and the window starts afresh.
-local fixed_window = {}
+-- window starts afresh (the key is overwritten, or deleted when nothing is
+-- counted).
+--
+-- Read: `raw` is the key's value from the driver's MGET (false: no key, or
+-- a key of another type). Returns whether `cost` fits, the count (nil: no
+-- count of fleetlimit's) and the key's PTTL.
+local function fixed_window_read(key, raw, limit, window, now, cost)
+  local count, pttl = nil, -2
+  if raw and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
+    pttl = call('PTTL', key)
+    if pttl ~= -2 and pttl <= window then count = tonumber(raw) end
+  end
+  return cost <= 0 or limit - (count or 0) >= cost, count, pttl
+end
 
-function fixed_window.read(key, limit, window, now)
-  local count, pttl = 0, -2
-  -- pcall: a key of another type answers an error table, not a failure.
-  local raw = redis.pcall('GET', key)
-  if raw then
-    if type(raw) == 'string' and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
-      count = tonumber(raw)
-      pttl = redis.call('PTTL', key)
+-- Write: charges `cost` when `charge` (a refund never takes the count
+-- below zero). Answers the count after it (−1 − count when `cost` did not
+-- fit) and the window's PTTL in ms (−2: no window open).
+-- `cost_text` and `window_text`: the arguments as sent (whole numbers
+-- print as themselves), passed on as they are rather than printed again.
+local function fixed_window_write(key, charge, enough, count, pttl, window, cost, window_text, cost_text)
+  if not count then
+    if charge and cost >= 0 and cost % 1 == 0 then
+      -- A new window: whatever the key held is replaced, with its expiry.
+      call('SET', key, cost == 0 and '0' or cost_text, 'PX', window_text)
+      return cost, window
     end
-    if pttl == -2 or pttl > window then
-      -- Not a count fleetlimit wrote (or another algorithm's state, the
-      -- limit was changed): the window starts afresh.
-      redis.call('DEL', key)
-      count, pttl = 0, -2
+    call('DEL', key)
+    count, pttl = 0, -2
+  end
+  if charge then
+    if cost >= 0 then
+      count = call('INCRBY', key, cost_text)
+    else
+      local back = math.min(-cost, count)
+      if back > 0 then count = call('DECRBY', key, back) end
     end
   end
-  return { limit = limit, window = window, count = count, pttl = pttl, avail = limit - count }
-end
-
-function fixed_window.write(key, s, cost, now)
-  if cost >= 0 then
-    s.count = redis.call('INCRBY', key, cost)
-  else
-    -- A refund never takes the count below zero.
-    local back = math.min(-cost, s.count)
-    if back <= 0 then return end
-    s.count = redis.call('DECRBY', key, back)
+  if pttl == -1 then
+    call('PEXPIRE', key, window_text)
+    pttl = window
   end
-  redis.call('PEXPIRE', key, s.window, 'NX')
-  s.pttl = redis.call('PTTL', key)
-end
-
--- A refusal writes nothing, but still repairs a key without an expiry.
-function fixed_window.keep(key, s)
-  if s.pttl == -1 then
-    redis.call('PEXPIRE', key, s.window, 'NX')
-    s.pttl = s.window
-  end
-end
-
-function fixed_window.report(s, cost)
-  local left = 0
-  if s.pttl > 0 then left = s.pttl / 1000 end
-  local wait = 0
-  if s.count + cost > s.limit then wait = left end
-  return s.limit - s.count, wait, left
+  if enough then return count, pttl end
+  return -1 - count, pttl
 end

@@ -171,6 +171,37 @@ impl Rule {
         }
     }
 
+    /// How many numbers the general script answers for a limit of this rule.
+    pub(crate) fn reply_len(&self) -> usize {
+        match self {
+            Self::TokenBucket { .. } => 1,
+            Self::FixedWindow { .. } => 2,
+            Self::SlidingWindow { .. } | Self::Concurrency { .. } => 3,
+        }
+    }
+
+    /// The limit's state from the general script's numbers for it
+    /// ([`reply_len`](Self::reply_len) of them), for a check of `cost`.
+    pub(crate) fn script_answer(&self, cost: f64, x: &[f64]) -> LimitState {
+        let at = |i: usize| x.get(i).copied().unwrap_or(0.0);
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => token_bucket::script_answer(capacity, refill_per_sec, cost, at(0)),
+            Self::FixedWindow { limit, .. } => {
+                fixed_window::script_answer(limit, cost, at(0), at(1))
+            }
+            Self::SlidingWindow { limit, window } => {
+                sliding_window::script_answer(limit, window, cost, at(0), at(1), at(2))
+            }
+            Self::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => concurrency::script_answer(max_in_flight, max_hold, at(0), at(1), at(2)),
+        }
+    }
+
     /// The lean script's arguments; `None` for anything but a token bucket
     /// (the general script's work).
     pub(crate) fn lean_args(&self, cost: f64) -> Option<LeanArgs> {

@@ -194,6 +194,13 @@ pub(crate) fn script_args(capacity: f64, refill_per_sec: f64) -> (f64, f64) {
     )
 }
 
+/// The state of a bucket from the general script's answer for it, which
+/// is the lean script's (4 × (TAT − now) in quarter µs, −1 − that when the
+/// cost did not fit): the two scripts decide alike.
+pub(crate) fn script_answer(capacity: f64, refill_per_sec: f64, cost: f64, x: f64) -> LimitState {
+    LeanArgs::new(capacity, refill_per_sec, cost).answer(x as i64)
+}
+
 /// The longest a key lives: until the bucket is full again, then to the
 /// end of the next second (the scripts' `PXAT`).
 pub(crate) fn max_ttl(capacity: f64, refill_per_sec: f64) -> Duration {
