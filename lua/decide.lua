@@ -11,14 +11,27 @@
 -- Shadow limits are counted when they have room and never refuse.
 -- The clock is Redis TIME: one clock for the whole fleet.
 --
--- Redis runs this whole text on every call, so it builds no tables of
--- functions or per-limit state: each algorithm is two plain functions
--- (read, then write) dispatched by its code, and the state between them
--- sits in one flat table. The string-valued keys are read with one MGET.
--- Returns { allowed (1 or 0), then per limit its algorithm's answer: a
--- token bucket 1 integer, a fixed window 2, a sliding window or a
--- concurrency limit 3 } (see each algorithm's write step); the client
--- works out remaining, wait and reset (src/store/redis/script.rs).
+-- Redis runs this whole text on every call, and every function or table
+-- it builds costs on every call. So the algorithms are not functions: the
+-- script is this file, then one block per algorithm (lua/token_bucket_
+-- general.lua, fixed_window.lua, sliding_window.lua, concurrency.lua:
+-- `if alg == <code> then ... end`), then lua/decide_end.lua, all inside
+-- the two passes below. For limit i, in the block of its algorithm:
+--   pass 1 (`write` false) reads its key (a string-valued key's value is
+--     `vals[i]`, from one MGET: false for a missing key or one of another
+--     type) and sets out[b] to whether the cost fits, then its state in
+--     out[b + 1 ..] (4 values at most);
+--   pass 2 (`write` true; `enough`: whether the cost fit) reads its state
+--     back, charges the cost when `charge` (admitted, and the cost fit), or
+--     deletes a key that holds nothing of fleetlimit's, then appends its
+--     answer to `out` (after `o`, moving `o` on).
+-- One table holds both, so the call builds one: the answers (3 a limit
+-- at most, after the verdict) never reach a later limit's state (5 a
+-- limit), only the limit's own, which its block reads first.
+-- `p1`, `p2` are the limit's parameters as numbers, `s1`, `s2` as sent.
+-- Returns { allowed (1 or 0), then each limit's answer: integers, which
+-- Redis passes as they are (it truncates any other Lua number) }; the
+-- client works out remaining, wait and reset (Rule::script_answer).
 local keys, argv = KEYS, ARGV
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -26,61 +39,24 @@ local now_text
 local cost = tonumber(argv[1])
 local n = #keys
 local vals
--- Per limit i, from 5i − 4: enough, then up to 3 state values and the
--- limit's second parameter. Sized for one limit.
-local st = { false, false, false, false, false }
+-- The reply, and each limit's state between the passes (5 values from
+-- b = 5i − 4). Sized for one limit.
+local out = { false, false, false, false, false }
+local o = 1
 local allowed = true
 -- Limits of one shape share their argument strings: read each once.
 local s1, s2, p1, p2
 
-for i = 1, n do
-  local a = 4 * i - 1
-  local alg, key = argv[a], keys[i]
-  if argv[a + 1] ~= s1 then s1 = argv[a + 1]; p1 = tonumber(s1) end
-  if argv[a + 2] ~= s2 then s2 = argv[a + 2]; p2 = tonumber(s2) end
-  local enough, x, y, z
-  if alg == 'c' then
-    -- TIME's digits, for the scores: µs padded to 6 digits.
-    if not now_text then now_text = t[1] .. string.sub('00000' .. t[2], -6) end
-    enough, x, y = concurrency_read(key, p1, p2, now, now_text, cost)
-  else
-    -- MGET answers false for a key of another type as for a missing one;
-    -- each algorithm's write step overwrites or deletes such a key.
-    if not vals then vals = call('MGET', unpack(keys)) end
-    if alg == 't' then
-      enough, x, y, z = token_bucket_read(key, vals[i], p1, p2, now, cost)
-    elseif alg == 'f' then
-      enough, x, y = fixed_window_read(key, vals[i], p1, p2, now, cost)
-    elseif alg == 's' then
-      enough, x, y, z = sliding_window_read(key, vals[i], p1, p2, now, cost)
-    else
-      return redis.error_reply('unknown algorithm ' .. tostring(alg))
+for pass = 1, 2 do
+  local write = pass == 2
+  for i = 1, n do
+    local a, b = 4 * i - 1, 5 * i - 4
+    local alg, key = argv[a], keys[i]
+    if argv[a + 1] ~= s1 then s1 = argv[a + 1]; p1 = tonumber(s1) end
+    if argv[a + 2] ~= s2 then s2 = argv[a + 2]; p2 = tonumber(s2) end
+    local enough = out[b]
+    local charge = write and allowed and enough
+    if not write then
+      out[b] = nil
+      if alg ~= 'c' and not vals then vals = call('MGET', unpack(keys)) end
     end
-  end
-  if not enough and argv[a + 3] ~= '1' then allowed = false end
-  local b = 5 * i - 4
-  st[b], st[b + 1], st[b + 2], st[b + 3], st[b + 4] = enough, x, y, z, p2
-end
-
-local out = { allowed and 1 or 0 }
-local o = 1
-for i = 1, n do
-  local key, a, b = keys[i], 4 * i - 1, 5 * i - 4
-  local alg = argv[a]
-  local enough, x, y, z, p = st[b], st[b + 1], st[b + 2], st[b + 3], st[b + 4]
-  local charge = allowed and enough
-  if alg == 't' then
-    out[o + 1] = token_bucket_write(key, charge, enough, x, y, z, now, cost)
-    o = o + 1
-  elseif alg == 'f' then
-    out[o + 1], out[o + 2] = fixed_window_write(key, charge, enough, x, y, p, cost, argv[a + 2], argv[1])
-    o = o + 2
-  elseif alg == 's' then
-    out[o + 1], out[o + 2], out[o + 3] = sliding_window_write(key, charge, enough, x, y, z, p, now, cost)
-    o = o + 3
-  else
-    out[o + 1], out[o + 2], out[o + 3] = concurrency_write(key, charge, enough, x, y, p, now, cost, argv[2])
-    o = o + 3
-  end
-end
-return out

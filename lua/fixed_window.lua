@@ -1,4 +1,5 @@
--- Fixed window: at most `limit` per `window` milliseconds.
+-- Fixed window: at most `p1` per `p2` milliseconds. A block of the general
+-- script (see lua/decide.lua).
 --
 -- The window opens with the key's first counted request (SET ... PX: the
 -- count and its expiry at once) and closes when its expiry fires (Redis's
@@ -17,45 +18,45 @@
 -- window starts afresh (the key is overwritten, or deleted when nothing is
 -- counted).
 --
--- Read: `raw` is the key's value from the driver's MGET (false: no key, or
--- a key of another type). Returns whether `cost` fits, the count (nil: no
--- count of fleetlimit's) and the key's PTTL.
-local function fixed_window_read(key, raw, limit, window, now, cost)
-  local count, pttl = nil, -2
-  if raw and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
-    pttl = call('PTTL', key)
-    if pttl ~= -2 and pttl <= window then count = tonumber(raw) end
-  end
-  return cost <= 0 or limit - (count or 0) >= cost, count, pttl
-end
-
--- Write: charges `cost` when `charge` (a refund never takes the count
--- below zero). Answers the count after it (−1 − count when `cost` did not
--- fit) and the window's PTTL in ms (−2: no window open).
--- `cost_text` and `window_text`: the arguments as sent (whole numbers
--- print as themselves), passed on as they are rather than printed again.
-local function fixed_window_write(key, charge, enough, count, pttl, window, cost, window_text, cost_text)
-  if not count then
-    if charge and cost >= 0 and cost % 1 == 0 then
+-- State: the count (nil: none of fleetlimit's) and the key's PTTL. Answers
+-- the count after the decision (−1 − count when the cost did not fit) and
+-- the window's PTTL in ms (−2: no window open). The cost and the window go
+-- to Redis as the argument strings (whole numbers print as themselves).
+if alg == 'f' then
+  if not write then
+    local raw, count, pttl = vals[i], nil, -2
+    if raw and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
+      pttl = call('PTTL', key)
+      if pttl ~= -2 and pttl <= p2 then count = tonumber(raw) end
+    end
+    out[b], out[b + 1], out[b + 2] = cost <= 0 or p1 - (count or 0) >= cost, count, pttl
+  else
+    local count, pttl = out[b + 1], out[b + 2]
+    if not count and charge and cost >= 0 and cost % 1 == 0 then
       -- A new window: whatever the key held is replaced, with its expiry.
-      call('SET', key, cost == 0 and '0' or cost_text, 'PX', window_text)
-      return cost, window
-    end
-    call('DEL', key)
-    count, pttl = 0, -2
-  end
-  if charge then
-    if cost >= 0 then
-      count = call('INCRBY', key, cost_text)
+      call('SET', key, cost == 0 and '0' or argv[1], 'PX', s2)
+      count, pttl = cost, p2
     else
-      local back = math.min(-cost, count)
-      if back > 0 then count = call('DECRBY', key, back) end
+      if not count then
+        call('DEL', key)
+        count, pttl = 0, -2
+      end
+      if charge then
+        if cost >= 0 then
+          count = call('INCRBY', key, argv[1])
+        else
+          -- A refund never takes the count below zero.
+          local back = math.min(-cost, count)
+          if back > 0 then count = call('DECRBY', key, back) end
+        end
+      end
+      if pttl == -1 then
+        call('PEXPIRE', key, s2)
+        pttl = p2
+      end
     end
+    o = o + 2
+    if enough then out[o - 1] = count else out[o - 1] = -1 - count end
+    out[o] = pttl
   end
-  if pttl == -1 then
-    call('PEXPIRE', key, window_text)
-    pttl = window
-  end
-  if enough then return count, pttl end
-  return -1 - count, pttl
 end

@@ -1,9 +1,9 @@
--- Sliding window counter: at most `limit` per `window` milliseconds,
--- estimated from two fixed windows: count = previous × (overlap of the
--- sliding window with it) + current. It mostly refuses the burst that a
--- fixed window admits at its boundary. The client works out remaining,
--- wait and reset from the state the script answers
--- (src/algorithm/sliding_window.rs).
+-- Sliding window counter: at most `p1` per `p2` milliseconds, estimated
+-- from two fixed windows: count = previous × (overlap of the sliding
+-- window with it) + current. It mostly refuses the burst that a fixed
+-- window admits at its boundary. A block of the general script (see
+-- lua/decide.lua); the client works out remaining, wait and reset from the
+-- state it answers (src/algorithm/sliding_window.rs).
 --
 -- State is one string "<window index> <current> <previous>" written with
 -- SET ... PX until the end of the next window (after which this window
@@ -17,47 +17,43 @@
 -- count, a future window) is not fleetlimit's: both windows start afresh
 -- (the key is overwritten, or deleted when nothing is counted).
 --
--- Read: `raw` is the key's value from the driver's MGET (false: no key, or
--- a key of another type). Returns whether `cost` fits, the two counts and
--- whether the key holds a state of fleetlimit's.
-local function sliding_window_read(key, raw, limit, window, now, cost)
+-- Answers ms into the current window (−1 − that when the cost did not
+-- fit), then its count and the previous window's after the decision, as
+-- integers, or as text when fractional (a fractional cost).
+if alg == 's' then
   local now_ms = math.floor(now / 1000)
-  local idx = math.floor(now_ms / window)
-  local elapsed = now_ms - idx * window
-  local curr, prev, stored = 0, 0, false
-  if raw then
-    local a, b, c = string.match(raw, '^(%S+) (%S+) (%S+)$')
-    local sidx, sc, sp = tonumber(a), tonumber(b), tonumber(c)
-    if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
-        and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
-      stored = true
-      if sidx == idx then
-        curr, prev = sc, sp
-      elseif sidx == idx - 1 then
-        prev = sc
+  local idx = math.floor(now_ms / p2)
+  local elapsed = now_ms - idx * p2
+  if not write then
+    local raw, curr, prev, stored = vals[i], 0, 0, false
+    if raw then
+      local x, y, z = string.match(raw, '^(%S+) (%S+) (%S+)$')
+      local sidx, sc, sp = tonumber(x), tonumber(y), tonumber(z)
+      if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
+          and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
+        stored = true
+        if sidx == idx then
+          curr, prev = sc, sp
+        elseif sidx == idx - 1 then
+          prev = sc
+        end
       end
     end
+    local est = prev * (p2 - elapsed) / p2 + curr
+    out[b], out[b + 1], out[b + 2], out[b + 3] = cost <= 0 or p1 - est >= cost, curr, prev, stored
+  else
+    local curr, prev = out[b + 1], out[b + 2]
+    if charge then
+      -- A refund never below zero.
+      curr = math.max(0, curr + cost)
+      call('SET', key, string.format('%d %.17g %.17g', idx, curr, prev), 'PX', 2 * p2 - elapsed)
+    elseif not out[b + 3] then
+      call('DEL', key)
+    end
+    if curr % 1 ~= 0 then curr = string.format('%.17g', curr) end
+    if prev % 1 ~= 0 then prev = string.format('%.17g', prev) end
+    o = o + 3
+    if enough then out[o - 2] = elapsed else out[o - 2] = -1 - elapsed end
+    out[o - 1], out[o] = curr, prev
   end
-  local est = prev * (window - elapsed) / window + curr
-  return cost <= 0 or limit - est >= cost, curr, prev, stored
-end
-
--- Write: charges `cost` when `charge` (a refund never below zero).
--- Answers ms into the current window (−1 − that when `cost` did not fit),
--- then its count and the previous window's, as integers (Redis truncates
--- a Lua number), or as text when fractional (a fractional cost).
-local function sliding_window_write(key, charge, enough, curr, prev, stored, window, now, cost)
-  local now_ms = math.floor(now / 1000)
-  local idx = math.floor(now_ms / window)
-  local elapsed = now_ms - idx * window
-  if charge then
-    curr = math.max(0, curr + cost)
-    call('SET', key, string.format('%d %.17g %.17g', idx, curr, prev), 'PX', 2 * window - elapsed)
-  elseif not stored then
-    call('DEL', key)
-  end
-  if curr % 1 ~= 0 then curr = string.format('%.17g', curr) end
-  if prev % 1 ~= 0 then prev = string.format('%.17g', prev) end
-  if enough then return elapsed, curr, prev end
-  return -1 - elapsed, curr, prev
 end
