@@ -1,6 +1,7 @@
--- Concurrency: at most `max` requests of a key in flight at once, over the
--- whole fleet. `hold`: the longest one request holds its slot (max_hold,
--- ms), so an instance that dies holding slots leaks none of them.
+-- Concurrency: at most `p1` requests of a key in flight at once, over the
+-- whole fleet. `p2`: the longest one request holds its slot (max_hold,
+-- ms), so an instance that dies holding slots leaks none of them. A block
+-- of the general script (see lua/decide.lua).
 --
 -- State is one sorted set per key: member = the request's slot id (unique
 -- fleet-wide), score = its deadline in µs of Redis TIME (now + hold when it
@@ -16,62 +17,49 @@
 --
 -- A key of another type is not fleetlimit's: it is deleted and the key
 -- starts empty. So one key's bad state changes the answer for that key only.
-local concurrency = {}
-
-function concurrency.read(key, max, hold, now)
-  local hold_us = hold * 1000
-  local count = 0
-  -- pcall: a key of another type answers an error table, not a failure.
-  local gone = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
-  if type(gone) == 'table' and gone.err then
-    -- Not a set of slots fleetlimit wrote: the key starts empty.
-    redis.call('DEL', key)
+--
+-- Scores go to Redis as text: `now_text` (TIME's own digits) and a deadline
+-- printed with %d once (Redis prints a Lua number with %.17g, at several
+-- times the cost). Deadlines are whole µs.
+--
+-- State: the slots taken, and the deadline of a slot taken now. Answers
+-- the slots taken after the decision (−1 − that when none was free), then,
+-- in µs from now, the latest deadline in the set and, when none was free,
+-- the earliest (0 without slots). The set is read for these only when
+-- they are needed (after a charge the latest is the new slot's).
+if alg == 'c' then
+  if not write then
+    if not now_text then now_text = t[1] .. string.sub('00000' .. t[2], -6) end
+    local deadline = string.format('%d', now + p2 * 1000)
+    local count = 0
+    -- pcall: a key of another type answers an error table, not a failure.
+    local gone = rpcall('ZREMRANGEBYSCORE', key, '-inf', now_text)
+    if type(gone) == 'table' then
+      -- Not a set of slots fleetlimit wrote: the key starts empty.
+      call('DEL', key)
+    else
+      count = call('ZCARD', key)
+      if count > 0 then
+        count = count - call('ZREMRANGEBYSCORE', key, '(' .. deadline, '+inf')
+      end
+    end
+    out[b], out[b + 1], out[b + 2] = cost <= 0 or p1 - count >= 1, count, deadline
   else
-    count = redis.call('ZCARD', key)
-    if count > 0 then
-      count = count - redis.call('ZREMRANGEBYSCORE', key, string.format('(%d', now + hold_us), '+inf')
+    local count, last, first = out[b + 1], 0, 0
+    if charge and cost > 0 then
+      count = count + call('ZADD', key, out[b + 2], argv[2])
+      call('PEXPIRE', key, string.format('%d', p2 + 1))
+      last = p2 * 1000
+    elseif count > 0 then
+      -- A set some older code left without an expiry gets one.
+      if call('PTTL', key) == -1 then call('PEXPIRE', key, string.format('%d', p2 + 1)) end
+      last = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2] - now
     end
-  end
-  return { key = key, max = max, hold = hold_us, now = now, count = count, avail = max - count, unit = 1 }
-end
-
--- Takes one slot named `slot` (a refund takes none).
-function concurrency.write(key, s, cost, now, slot)
-  if cost <= 0 then return end
-  local deadline = now + s.hold
-  s.count = s.count + redis.call('ZADD', key, string.format('%d', deadline), slot)
-  s.avail = s.max - s.count
-  redis.call('PEXPIRE', key, math.floor(s.hold / 1000) + 1)
-  s.last = deadline
-end
-
--- A set some older code left without an expiry gets one.
-function concurrency.keep(key, s)
-  if s.count > 0 and redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, math.floor(s.hold / 1000) + 1)
-  end
-end
-
--- The earliest (0) or latest (-1) deadline in the set.
-local function deadline_at(key, i)
-  return tonumber(redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2])
-end
-
--- remaining, seconds until a slot is likely free (when none is), seconds
--- until every slot held now has passed its deadline. The set is read for
--- these only when they are needed (after a charge the last deadline is
--- the new slot's, and an admitted request waits for nothing).
-function concurrency.report(s, cost)
-  local wait, reset = 0, 0
-  if s.count > 0 then
-    reset = ((s.last or deadline_at(s.key, -1)) - s.now) / 1000000
-    if not s.enough then
-      -- As long again as the oldest slot has been held, but no later than
-      -- its deadline, and at least a second.
-      local first = deadline_at(s.key, 0)
-      local age = s.now - (first - s.hold)
-      wait = math.max(1000000, math.min(age, first - s.now)) / 1000000
+    if not enough and count > 0 then
+      first = call('ZRANGE', key, '0', '0', 'WITHSCORES')[2] - now
     end
+    o = o + 3
+    if enough then out[o - 2] = count else out[o - 2] = -1 - count end
+    out[o - 1], out[o] = last, first
   end
-  return s.max - s.count, wait, reset
 end

@@ -9,41 +9,54 @@
 --
 -- All or nothing: when any enforced limit lacks room, none is charged.
 -- Shadow limits are counted when they have room and never refuse.
--- A limit may need `unit` instead of the cost (a concurrency limit: one
--- slot per request).
 -- The clock is Redis TIME: one clock for the whole fleet.
--- Returns { allowed, then per limit: enough, remaining, wait, reset } as
--- strings, since Redis truncates Lua numbers to integers on the way out.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local cost = tonumber(ARGV[1])
-local slot = ARGV[2]
-local algorithms = { t = token_bucket, f = fixed_window, s = sliding_window, c = concurrency }
-local states = {}
+--
+-- Redis runs this whole text on every call, and every function or table
+-- it builds costs on every call. So the algorithms are not functions: the
+-- script is this file, then one block per algorithm (lua/token_bucket_
+-- general.lua, fixed_window.lua, sliding_window.lua, concurrency.lua:
+-- `if alg == <code> then ... end`), then lua/decide_end.lua, all inside
+-- the two passes below. For limit i, in the block of its algorithm:
+--   pass 1 (`write` false) reads its key (a string-valued key's value is
+--     `vals[i]`, from one MGET: false for a missing key or one of another
+--     type) and sets out[b] to whether the cost fits, then its state in
+--     out[b + 1 ..] (4 values at most);
+--   pass 2 (`write` true; `enough`: whether the cost fit) reads its state
+--     back, charges the cost when `charge` (admitted, and the cost fit), or
+--     deletes a key that holds nothing of fleetlimit's, then appends its
+--     answer to `out` (after `o`, moving `o` on).
+-- One table holds both, so the call builds one: the answers (3 a limit
+-- at most, after the verdict) never reach a later limit's state (5 a
+-- limit), only the limit's own, which its block reads first.
+-- `p1`, `p2` are the limit's parameters as numbers, `s1`, `s2` as sent.
+-- Returns { allowed (1 or 0), then each limit's answer: integers, which
+-- Redis passes as they are (it truncates any other Lua number) }; the
+-- client works out remaining, wait and reset (Rule::script_answer).
+local keys, argv = KEYS, ARGV
+local t = call('TIME')
+local now = t[1] * 1000000 + t[2]
+local now_text
+local cost = tonumber(argv[1])
+local n = #keys
+local vals
+-- The reply, and each limit's state between the passes (5 values from
+-- b = 5i − 4). Sized for one limit.
+local out = { false, false, false, false, false }
+local o = 1
 local allowed = true
+-- Limits of one shape share their argument strings: read each once.
+local s1, s2, p1, p2
 
-for i = 1, #KEYS do
-  local a = 4 * i - 1
-  local alg = algorithms[ARGV[a]]
-  local s = alg.read(KEYS[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), now)
-  s.alg = alg
-  s.enough = cost <= 0 or s.avail >= (s.unit or cost)
-  if not s.enough and ARGV[a + 3] ~= '1' then allowed = false end
-  states[i] = s
-end
-
-local out = { allowed and '1' or '0' }
-for i = 1, #KEYS do
-  local s = states[i]
-  if allowed and s.enough then
-    s.alg.write(KEYS[i], s, cost, now, slot)
-  else
-    s.alg.keep(KEYS[i], s)
-  end
-  local remaining, wait, reset = s.alg.report(s, cost)
-  out[#out + 1] = s.enough and '1' or '0'
-  out[#out + 1] = string.format('%.17g', remaining)
-  out[#out + 1] = string.format('%.17g', wait)
-  out[#out + 1] = string.format('%.17g', reset)
-end
-return out
+for pass = 1, 2 do
+  local write = pass == 2
+  for i = 1, n do
+    local a, b = 4 * i - 1, 5 * i - 4
+    local alg, key = argv[a], keys[i]
+    if argv[a + 1] ~= s1 then s1 = argv[a + 1]; p1 = tonumber(s1) end
+    if argv[a + 2] ~= s2 then s2 = argv[a + 2]; p2 = tonumber(s2) end
+    local enough = out[b]
+    local charge = write and allowed and enough
+    if not write then
+      out[b] = nil
+      if alg ~= 'c' and not vals then vals = call('MGET', unpack(keys)) end
+    end

@@ -1,10 +1,12 @@
--- Fixed window: at most `limit` per `window` milliseconds.
+-- Fixed window: at most `p1` per `p2` milliseconds. A block of the general
+-- script (see lua/decide.lua).
 --
--- INCRBY, then PEXPIRE ... NX: the window opens with the key's first
--- counted request and closes when its expiry fires (Redis's clock, never a
--- server's, and no fleet-wide reset at the top of the minute). NX means a
--- counter some older code left without an expiry is repaired at its next
--- hit, refused or not, and a live window is never extended.
+-- The window opens with the key's first counted request (SET ... PX: the
+-- count and its expiry at once) and closes when its expiry fires (Redis's
+-- clock, never a server's, and no fleet-wide reset at the top of the
+-- minute); INCRBY keeps the expiry, so a live window is never extended. A
+-- counter some older code left without an expiry gets one at its next hit,
+-- refused or not.
 --
 -- A stored value counts as a count when INCRBY takes it and it stays exact
 -- in a Lua number: "0" or a positive integer of at most 15 digits, without
@@ -13,53 +15,48 @@
 -- kept (the limit was lowered): it refuses until its window ends, as a full
 -- window does. Anything else (another type, text, a negative, fractional,
 -- nan or inf count, an expiry beyond the window) is not fleetlimit's: the
--- key is deleted and the window starts afresh.
-local fixed_window = {}
-
-function fixed_window.read(key, limit, window, now)
-  local count, pttl = 0, -2
-  -- pcall: a key of another type answers an error table, not a failure.
-  local raw = redis.pcall('GET', key)
-  if raw then
-    if type(raw) == 'string' and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
-      count = tonumber(raw)
-      pttl = redis.call('PTTL', key)
+-- window starts afresh (the key is overwritten, or deleted when nothing is
+-- counted).
+--
+-- State: the count (nil: none of fleetlimit's) and the key's PTTL. Answers
+-- the count after the decision (−1 − count when the cost did not fit) and
+-- the window's PTTL in ms (−2: no window open). The cost and the window go
+-- to Redis as the argument strings (whole numbers print as themselves).
+if alg == 'f' then
+  if not write then
+    local raw, count, pttl = vals[i], nil, -2
+    if raw and (raw == '0' or (#raw <= 15 and string.find(raw, '^[1-9]%d*$'))) then
+      pttl = call('PTTL', key)
+      if pttl ~= -2 and pttl <= p2 then count = tonumber(raw) end
     end
-    if pttl == -2 or pttl > window then
-      -- Not a count fleetlimit wrote (or another algorithm's state, the
-      -- limit was changed): the window starts afresh.
-      redis.call('DEL', key)
-      count, pttl = 0, -2
-    end
-  end
-  return { limit = limit, window = window, count = count, pttl = pttl, avail = limit - count }
-end
-
-function fixed_window.write(key, s, cost, now)
-  if cost >= 0 then
-    s.count = redis.call('INCRBY', key, cost)
+    out[b], out[b + 1], out[b + 2] = cost <= 0 or p1 - (count or 0) >= cost, count, pttl
   else
-    -- A refund never takes the count below zero.
-    local back = math.min(-cost, s.count)
-    if back <= 0 then return end
-    s.count = redis.call('DECRBY', key, back)
+    local count, pttl = out[b + 1], out[b + 2]
+    if not count and charge and cost >= 0 and cost % 1 == 0 then
+      -- A new window: whatever the key held is replaced, with its expiry.
+      call('SET', key, cost == 0 and '0' or argv[1], 'PX', s2)
+      count, pttl = cost, p2
+    else
+      if not count then
+        call('DEL', key)
+        count, pttl = 0, -2
+      end
+      if charge then
+        if cost >= 0 then
+          count = call('INCRBY', key, argv[1])
+        else
+          -- A refund never takes the count below zero.
+          local back = math.min(-cost, count)
+          if back > 0 then count = call('DECRBY', key, back) end
+        end
+      end
+      if pttl == -1 then
+        call('PEXPIRE', key, s2)
+        pttl = p2
+      end
+    end
+    o = o + 2
+    if enough then out[o - 1] = count else out[o - 1] = -1 - count end
+    out[o] = pttl
   end
-  redis.call('PEXPIRE', key, s.window, 'NX')
-  s.pttl = redis.call('PTTL', key)
-end
-
--- A refusal writes nothing, but still repairs a key without an expiry.
-function fixed_window.keep(key, s)
-  if s.pttl == -1 then
-    redis.call('PEXPIRE', key, s.window, 'NX')
-    s.pttl = s.window
-  end
-end
-
-function fixed_window.report(s, cost)
-  local left = 0
-  if s.pttl > 0 then left = s.pttl / 1000 end
-  local wait = 0
-  if s.count + cost > s.limit then wait = left end
-  return s.limit - s.count, wait, left
 end

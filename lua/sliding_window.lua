@@ -1,7 +1,9 @@
--- Sliding window counter: at most `limit` per `window` milliseconds,
--- estimated from two fixed windows: count = previous × (overlap of the
--- sliding window with it) + current. It mostly refuses the burst that a
--- fixed window admits at its boundary.
+-- Sliding window counter: at most `p1` per `p2` milliseconds, estimated
+-- from two fixed windows: count = previous × (overlap of the sliding
+-- window with it) + current. It mostly refuses the burst that a fixed
+-- window admits at its boundary. A block of the general script (see
+-- lua/decide.lua); the client works out remaining, wait and reset from the
+-- state it answers (src/algorithm/sliding_window.rs).
 --
 -- State is one string "<window index> <current> <previous>" written with
 -- SET ... PX until the end of the next window (after which this window
@@ -12,73 +14,46 @@
 -- numbers from 0 to 2^53 (a count above the limit is kept: the limit was
 -- lowered; it fades as usual). An index older than the previous window's
 -- weighs nothing. Anything else (another type, text, nan, inf, a negative
--- count, a future window) is not fleetlimit's: the key is deleted and both
--- windows start afresh.
-local sliding_window = {}
-
-function sliding_window.read(key, limit, window, now)
+-- count, a future window) is not fleetlimit's: both windows start afresh
+-- (the key is overwritten, or deleted when nothing is counted).
+--
+-- Answers ms into the current window (−1 − that when the cost did not
+-- fit), then its count and the previous window's after the decision, as
+-- integers, or as text when fractional (a fractional cost).
+if alg == 's' then
   local now_ms = math.floor(now / 1000)
-  local idx = math.floor(now_ms / window)
-  local elapsed = now_ms - idx * window
-  local curr, prev = 0, 0
-  -- pcall: a key of another type answers an error table, not a failure.
-  local v = redis.pcall('GET', key)
-  if v then
-    local sidx, sc, sp
-    if type(v) == 'string' then
-      local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
-      sidx, sc, sp = tonumber(a), tonumber(b), tonumber(c)
-    end
-    if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
-        and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
-      if sidx == idx then
-        curr, prev = sc, sp
-      elseif sidx == idx - 1 then
-        prev = sc
+  local idx = math.floor(now_ms / p2)
+  local elapsed = now_ms - idx * p2
+  if not write then
+    local raw, curr, prev, stored = vals[i], 0, 0, false
+    if raw then
+      local x, y, z = string.match(raw, '^(%S+) (%S+) (%S+)$')
+      local sidx, sc, sp = tonumber(x), tonumber(y), tonumber(z)
+      if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
+          and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
+        stored = true
+        if sidx == idx then
+          curr, prev = sc, sp
+        elseif sidx == idx - 1 then
+          prev = sc
+        end
       end
-    else
-      -- Not a state fleetlimit wrote: both windows start afresh.
-      redis.call('DEL', key)
     end
-  end
-  local s = { limit = limit, window = window, idx = idx, elapsed = elapsed, curr = curr, prev = prev }
-  s.avail = limit - sliding_window.estimate(s)
-  return s
-end
-
-function sliding_window.estimate(s)
-  return s.prev * (s.window - s.elapsed) / s.window + s.curr
-end
-
-function sliding_window.write(key, s, cost, now)
-  s.curr = math.max(0, s.curr + cost)
-  local ttl = 2 * s.window - s.elapsed
-  redis.call('SET', key, string.format('%d %.17g %.17g', s.idx, s.curr, s.prev), 'PX', ttl)
-end
-
-function sliding_window.keep(key, s)
-end
-
-function sliding_window.report(s, cost)
-  local est = sliding_window.estimate(s)
-  local w = s.window
-  local wait = 0
-  if est + cost > s.limit then
-    if s.curr + cost <= s.limit then
-      -- The previous window's weight has to fade a little more.
-      wait = (w - s.elapsed) - (s.limit - s.curr - cost) * w / s.prev
-    elseif s.curr > 0 then
-      -- Only after this window ends, once its count fades in turn.
-      wait = (w - s.elapsed) + math.max(0, w * (1 - (s.limit - cost) / s.curr))
-    else
-      wait = w - s.elapsed
+    local est = prev * (p2 - elapsed) / p2 + curr
+    out[b], out[b + 1], out[b + 2], out[b + 3] = cost <= 0 or p1 - est >= cost, curr, prev, stored
+  else
+    local curr, prev = out[b + 1], out[b + 2]
+    if charge then
+      -- A refund never below zero.
+      curr = math.max(0, curr + cost)
+      call('SET', key, string.format('%d %.17g %.17g', idx, curr, prev), 'PX', 2 * p2 - elapsed)
+    elseif not out[b + 3] then
+      call('DEL', key)
     end
+    if curr % 1 ~= 0 then curr = string.format('%.17g', curr) end
+    if prev % 1 ~= 0 then prev = string.format('%.17g', prev) end
+    o = o + 3
+    if enough then out[o - 2] = elapsed else out[o - 2] = -1 - elapsed end
+    out[o - 1], out[o] = curr, prev
   end
-  local reset = 0
-  if s.curr > 0 then
-    reset = 2 * w - s.elapsed
-  elseif s.prev > 0 then
-    reset = w - s.elapsed
-  end
-  return s.limit - est, wait / 1000, reset / 1000
 end

@@ -57,7 +57,8 @@ local function tat_write(key, tat, inc, now, kept)
   if kept and second == ceil(kept / 1000000) then
     call('SET', key, new, 'KEEPTTL')
   else
-    call('SET', key, new, 'PXAT', second * 1000 + 1001)
+    -- A whole number: %d prints it for less than Redis's %.17g.
+    call('SET', key, new, 'PXAT', string.format('%d', second * 1000 + 1001))
   end
   return new
 end

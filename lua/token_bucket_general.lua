@@ -1,35 +1,28 @@
--- The token bucket's steps in the general script (lua/decide.lua), on
--- lua/token_bucket.lua's `tat_read` and `tat_write`. Kept out of the lean
--- script, which would build them on every call for nothing.
-local token_bucket = {}
-
-function token_bucket.read(key, cap, rate, now)
-  local per = 1000000 / rate
-  local burst = cap * per
-  -- pcall: a key of another type answers an error table, not a failure.
-  local raw = rpcall('GET', key)
-  local tat, stored = tat_read(key, raw, burst, now)
-  if raw and not stored then
-    -- Not a TAT fleetlimit wrote: a full bucket, and no trace of it stays.
-    call('DEL', key)
+-- The token bucket's block in the general script (see lua/decide.lua), on
+-- lua/token_bucket.lua's `tat_read` and `tat_write`. `p1` is the capacity
+-- with the slack (src/algorithm/token_bucket.rs), `p2` the refill per
+-- second. Decides as the lean script and the Rust side do, and answers as
+-- the lean script does, so the client decodes both alike: 4 × (TAT − now)
+-- in quarter µs when the cost fit (after the charge, if any), or
+-- −1 − 4 × (TAT − now) when not.
+if alg == 't' then
+  local per = 1000000 / p2
+  if not write then
+    local burst = p1 * per
+    local tat, stored = tat_read(key, vals[i], burst, now)
+    out[b], out[b + 1], out[b + 2] = cost <= 0 or tat + cost * per - now <= burst, tat, stored
+  else
+    local tat = out[b + 1]
+    if charge then
+      -- Always sets the expiry: the general script repairs a key whose
+      -- expiry something else removed.
+      tat = tat_write(key, tat, cost * per, now, nil)
+    elseif not out[b + 2] then
+      -- Not a TAT fleetlimit wrote (maybe a key of another type: MGET
+      -- cannot tell it from a missing one, and deleting that is harmless).
+      call('DEL', key)
+    end
+    o = o + 1
+    if enough then out[o] = (tat - now) * 4 else out[o] = -1 - (tat - now) * 4 end
   end
-  return { per = per, burst = burst, tat = tat, now = now, avail = (now + burst - tat) / per }
-end
-
--- Takes `cost` tokens. Always sets the expiry: the general script repairs
--- a key whose expiry something else removed.
-function token_bucket.write(key, s, cost, now)
-  s.tat = tat_write(key, s.tat, cost * s.per, now, nil)
-end
-
--- Nothing to repair: every write carries its expiry.
-function token_bucket.keep(key, s)
-end
-
--- remaining, seconds until `cost` fits (when it does not), seconds to full.
-function token_bucket.report(s, cost)
-  local remaining = (s.now + s.burst - s.tat) / s.per
-  local wait = 0
-  if remaining < cost then wait = (cost - remaining) * s.per / 1000000 end
-  return remaining, wait, (s.tat - s.now) / 1000000
 end

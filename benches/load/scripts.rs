@@ -118,11 +118,12 @@ macro_rules! lua {
 /// fleetlimit's decision script, composed as `src/algorithm/mod.rs` does.
 pub const FLEETLIMIT_DECIDE: &str = concat!(
     lua!("token_bucket.lua"),
+    lua!("decide.lua"),
     lua!("token_bucket_general.lua"),
     lua!("fixed_window.lua"),
     lua!("sliding_window.lua"),
     lua!("concurrency.lua"),
-    lua!("decide.lua"),
+    lua!("decide_end.lua"),
 );
 
 /// fleetlimit's lean script, composed as `src/algorithm/token_bucket.rs`

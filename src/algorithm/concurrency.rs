@@ -117,6 +117,36 @@ pub(crate) fn retry_estimate(age: f64, left: f64) -> f64 {
     age.min(left).max(1.0)
 }
 
+/// The state of a key from the general script's answer for it: the slots
+/// taken after the decision (−1 − that when none was free), then, in µs
+/// from now, the latest deadline and, when none was free, the earliest.
+pub(crate) fn script_answer(
+    max: f64,
+    max_hold: Duration,
+    x: f64,
+    last_us: f64,
+    first_us: f64,
+) -> LimitState {
+    let enough = x >= 0.0;
+    let count = if enough { x } else { -1.0 - x };
+    let (mut wait, mut reset) = (0.0, 0.0);
+    if count > 0.0 {
+        reset = last_us / 1e6;
+        if !enough {
+            // In µs, as the script counts.
+            let hold = max_hold.as_millis() as f64 * 1000.0;
+            wait = retry_estimate((hold - first_us) / 1e6, first_us / 1e6);
+        }
+    }
+    LimitState {
+        enough,
+        remaining: max - count,
+        wait,
+        reset,
+        capacity: max,
+    }
+}
+
 /// The longest a key lives: its last slot's deadline (the script's
 /// `PEXPIRE` of `max_hold` + 1 ms).
 pub(crate) fn max_ttl(max_hold: Duration) -> Duration {

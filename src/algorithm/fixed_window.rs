@@ -75,6 +75,25 @@ impl Level {
     }
 }
 
+/// The state of a window from the general script's answer for it: the
+/// count after the decision (−1 − count when the cost did not fit) and the
+/// window's PTTL in ms (≤ 0: no window open).
+pub(crate) fn script_answer(limit: f64, cost: f64, x: f64, pttl_ms: f64) -> LimitState {
+    let enough = x >= 0.0;
+    Level {
+        limit,
+        window: 0.0,
+        count: if enough { x } else { -1.0 - x },
+        ends: if pttl_ms > 0.0 {
+            pttl_ms / 1000.0
+        } else {
+            f64::NAN
+        },
+        now: 0.0,
+    }
+    .report(cost, enough)
+}
+
 /// The longest a key lives: the window (the script's `PEXPIRE`).
 pub(crate) fn max_ttl(window: Duration) -> Duration {
     window

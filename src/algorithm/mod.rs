@@ -6,8 +6,10 @@
 //!
 //! The in-process store runs the Rust half; Redis runs `lua/`, in the same
 //! steps — `read` (state now, and how much room there is), `write` (charge a
-//! cost, or refund a negative one), `report` (remaining, wait, reset) — on
-//! the same state: a token bucket's GCRA arrival time, a window's count.
+//! cost, or refund a negative one) — on the same state: a token bucket's
+//! GCRA arrival time, a window's count. The scripts answer that state as
+//! integers, and the Rust half's `report` (remaining, wait, reset) reads it
+//! (`Rule::script_answer`), so nothing is formatted in Lua.
 
 mod concurrency;
 mod fixed_window;
@@ -19,14 +21,18 @@ use std::time::Duration;
 pub(crate) use concurrency::Slots;
 pub(crate) use token_bucket::{LeanArgs, LEAN};
 
-/// The general script, run by `EVALSHA`: each algorithm's functions, then
-/// the driver that decides every limit of a request at once.
+/// The general script, run by `EVALSHA`: the token bucket's core, then the
+/// driver that decides every limit of a request at once, its loops holding
+/// one block per algorithm (Redis runs the whole text on every call: blocks
+/// cost nothing when unused, where functions and tables would be built).
 pub(crate) const SCRIPT: &str = concat!(
+    token_bucket::core!(),
+    include_str!("../../lua/decide.lua"),
     token_bucket::lua!(),
     fixed_window::lua!(),
     sliding_window::lua!(),
     concurrency::lua!(),
-    include_str!("../../lua/decide.lua"),
+    include_str!("../../lua/decide_end.lua"),
 );
 
 /// One bucket's state after a decision (see
@@ -168,6 +174,37 @@ impl Rule {
                 max_in_flight,
                 max_hold,
             } => ("c", max_in_flight, max_hold.as_millis() as f64),
+        }
+    }
+
+    /// How many numbers the general script answers for a limit of this rule.
+    pub(crate) fn reply_len(&self) -> usize {
+        match self {
+            Self::TokenBucket { .. } => 1,
+            Self::FixedWindow { .. } => 2,
+            Self::SlidingWindow { .. } | Self::Concurrency { .. } => 3,
+        }
+    }
+
+    /// The limit's state from the general script's numbers for it
+    /// ([`reply_len`](Self::reply_len) of them), for a check of `cost`.
+    pub(crate) fn script_answer(&self, cost: f64, x: &[f64]) -> LimitState {
+        let at = |i: usize| x.get(i).copied().unwrap_or(0.0);
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => token_bucket::script_answer(capacity, refill_per_sec, cost, at(0)),
+            Self::FixedWindow { limit, .. } => {
+                fixed_window::script_answer(limit, cost, at(0), at(1))
+            }
+            Self::SlidingWindow { limit, window } => {
+                sliding_window::script_answer(limit, window, cost, at(0), at(1), at(2))
+            }
+            Self::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => concurrency::script_answer(max_in_flight, max_hold, at(0), at(1), at(2)),
         }
     }
 

@@ -119,6 +119,35 @@ impl Level {
     }
 }
 
+/// The state of a key from the general script's answer for it: ms into
+/// the current window (−1 − that when the cost did not fit), then the
+/// current and the previous window's counts after the decision.
+pub(crate) fn script_answer(
+    limit: f64,
+    window: Duration,
+    cost: f64,
+    x: f64,
+    curr: f64,
+    prev: f64,
+) -> LimitState {
+    let enough = x >= 0.0;
+    // In ms, as the script counts.
+    let w = Windows {
+        limit,
+        w: window.as_millis() as f64,
+        elapsed: if enough { x } else { -1.0 - x },
+        curr,
+        prev,
+    };
+    LimitState {
+        enough,
+        remaining: limit - w.estimate(),
+        wait: w.wait(cost) / 1000.0,
+        reset: w.reset() / 1000.0,
+        capacity: limit,
+    }
+}
+
 /// The longest a key lives: to the end of the next window (the script's
 /// `SET ... PX`).
 pub(crate) fn max_ttl(window: Duration) -> Duration {

@@ -26,14 +26,20 @@ use super::LimitState;
 /// two stores agree (its own clock rounds far less).
 pub(crate) const REDIS_SLACK_US: f64 = 0.5;
 
-/// The general script's part: the core, then the steps `lua/decide.lua`
-/// calls.
+/// The core both scripts start with: the state rule (read, validity,
+/// expiry) and the arithmetic on a stored TAT.
+macro_rules! core {
+    () => {
+        include_str!("../../lua/token_bucket.lua")
+    };
+}
+pub(crate) use core;
+
+/// The general script's block for a token bucket (inside
+/// `lua/decide.lua`'s loops, on the core's functions).
 macro_rules! lua {
     () => {
-        concat!(
-            include_str!("../../lua/token_bucket.lua"),
-            include_str!("../../lua/token_bucket_general.lua"),
-        )
+        include_str!("../../lua/token_bucket_general.lua")
     };
 }
 pub(crate) use lua;
@@ -42,10 +48,7 @@ pub(crate) use lua;
 /// several per call (see `store/batch.rs`). The bucket's state, expiry and
 /// arithmetic come from `lua/token_bucket.lua`; the driver after it only
 /// reads the arguments [`LeanArgs`] prints and answers integers.
-pub(crate) const LEAN: &str = concat!(
-    include_str!("../../lua/token_bucket.lua"),
-    include_str!("../../lua/token_bucket_lean.lua"),
-);
+pub(crate) const LEAN: &str = concat!(core!(), include_str!("../../lua/token_bucket_lean.lua"));
 
 /// A token bucket in µs of its store's clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -192,6 +195,13 @@ pub(crate) fn script_args(capacity: f64, refill_per_sec: f64) -> (f64, f64) {
         capacity + REDIS_SLACK_US * refill_per_sec / 1_000_000.0,
         refill_per_sec,
     )
+}
+
+/// The state of a bucket from the general script's answer for it, which
+/// is the lean script's (4 × (TAT − now) in quarter µs, −1 − that when the
+/// cost did not fit): the two scripts decide alike.
+pub(crate) fn script_answer(capacity: f64, refill_per_sec: f64, cost: f64, x: f64) -> LimitState {
+    LeanArgs::new(capacity, refill_per_sec, cost).answer(x as i64)
 }
 
 /// The longest a key lives: until the bucket is full again, then to the

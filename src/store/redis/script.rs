@@ -161,7 +161,7 @@ impl Inner {
                 ))),
             }
         } else {
-            parse(reply, &check.buckets)
+            parse(reply, &check.buckets, check.cost)
         }
     }
 
@@ -389,36 +389,43 @@ pub(crate) fn command_error(text: &str) -> StoreError {
     }
 }
 
-/// The decision script's reply: the verdict, then four numbers per bucket.
-fn parse(reply: Value, buckets: &[Bucket]) -> Result<Outcome, StoreError> {
+/// The decision script's reply: the verdict, then each limit's numbers
+/// (integers, or text for a fraction), which its algorithm decodes
+/// ([`Rule::script_answer`](crate::algorithm::Rule::script_answer)).
+fn parse(reply: Value, buckets: &[Bucket], cost: f64) -> Result<Outcome, StoreError> {
     let bad = |why: &str| StoreError::Protocol(format!("decision script: {why}"));
     let Value::Array(items) = reply else {
         return Err(bad("not an array"));
     };
-    if items.len() != 1 + 4 * buckets.len() {
+    let len: usize = buckets.iter().map(|b| b.rule.reply_len()).sum();
+    if items.len() != 1 + len {
         return Err(bad("wrong length"));
     }
     let num = |v: &Value| -> Result<f64, StoreError> {
-        v.as_str()
-            .and_then(|s| s.parse::<f64>().ok())
-            .ok_or_else(|| bad("not a number"))
+        match v {
+            Value::Integer(x) => Ok(*x as f64),
+            _ => v
+                .as_str()
+                .and_then(|s| s.parse::<f64>().ok())
+                .ok_or_else(|| bad("not a number")),
+        }
     };
-    let allowed = num(&items[0])? == 1.0;
+    let x: Vec<f64> = items.iter().map(num).collect::<Result<_, _>>()?;
+    let allowed = x[0] == 1.0;
+    let mut at = 1;
     let limits = buckets
         .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let at = 1 + 4 * i;
-            Ok(LimitState {
-                enough: num(&items[at])? == 1.0,
-                // The script's capacity carries the slack: never report it.
-                remaining: num(&items[at + 1])?.min(b.rule.capacity()),
-                wait: num(&items[at + 2])?,
-                reset: num(&items[at + 3])?,
-                capacity: b.rule.capacity(),
-            })
+        .map(|b| {
+            let n = b.rule.reply_len();
+            let state = b.rule.script_answer(cost, &x[at..at + n]);
+            at += n;
+            LimitState {
+                // Within the slack, a bucket may pass its capacity by a hair.
+                remaining: state.remaining.min(b.rule.capacity()),
+                ..state
+            }
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+        .collect();
     Ok(Outcome { allowed, limits })
 }
 
@@ -468,30 +475,61 @@ mod tests {
     use crate::algorithm::Rule;
 
     #[test]
-    fn parses_string_replies() {
-        let bucket = Bucket {
+    fn parses_integer_replies() {
+        let bucket = |rule| Bucket {
             key: "k".into(),
-            rule: Rule::TokenBucket {
-                capacity: 5.0,
-                refill_per_sec: 10.0,
-            },
+            rule,
             shadow: false,
         };
-        let buckets = [bucket];
+        let buckets = [
+            // 5 tokens at 10/s: refused at TAT − now = 460 ms (0.4 token).
+            bucket(Rule::TokenBucket {
+                capacity: 5.0,
+                refill_per_sec: 10.0,
+            }),
+            // 3 counted of 3, 40 s left.
+            bucket(Rule::FixedWindow {
+                limit: 3.0,
+                window: Duration::from_secs(60),
+            }),
+            // 2.5 s into a 10 s window: 10 in the previous one weigh 7.5.
+            bucket(Rule::SlidingWindow {
+                limit: 10.0,
+                window: Duration::from_secs(10),
+            }),
+            // 2 of 2 slots, the oldest held 4 s of 30.
+            bucket(Rule::Concurrency {
+                max_in_flight: 2.0,
+                max_hold: Duration::from_secs(30),
+            }),
+        ];
         let reply = Value::Array(vec![
+            0.into(),
+            (-1 - 4 * 460_000).into(),
+            (-1 - 3).into(),
+            40_000.into(),
+            2_500.into(),
             "0".into(),
-            "0".into(),
-            "0.4".into(),
-            "0.06".into(),
-            "0.46".into(),
+            10.into(),
+            (-1 - 2).into(),
+            29_000_000.into(),
+            26_000_000.into(),
         ]);
-        let o = parse(reply, &buckets).unwrap();
+        let o = parse(reply.clone(), &buckets, 1.0).unwrap();
         assert!(!o.allowed);
-        assert_eq!(o.limits[0].remaining, 0.4);
-        assert_eq!(o.limits[0].wait, 0.06);
-        assert!(!o.limits[0].enough);
-        assert!(parse(Value::Array(vec!["1".into()]), &buckets).is_err());
-        assert!(parse(Value::Null, &buckets).is_err());
+        let [t, f, s, c] = o.limits[..] else {
+            panic!("{o:?}")
+        };
+        assert!(!t.enough && (t.remaining - 0.4).abs() < 1e-9);
+        assert!((t.wait - 0.06).abs() < 1e-9 && (t.reset - 0.46).abs() < 1e-9);
+        assert!(!f.enough);
+        assert_eq!((f.remaining, f.wait, f.reset), (0.0, 40.0, 40.0));
+        assert!(s.enough && (s.remaining - 2.5).abs() < 1e-9);
+        assert_eq!((s.wait, s.reset), (0.0, 7.5));
+        assert!(!c.enough);
+        assert_eq!((c.remaining, c.wait, c.reset), (0.0, 4.0, 29.0));
+        assert!(parse(Value::Array(vec![1.into()]), &buckets, 1.0).is_err());
+        assert!(parse(Value::Null, &buckets, 1.0).is_err());
     }
 
     #[test]
