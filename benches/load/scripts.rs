@@ -134,14 +134,26 @@ const FLEETLIMIT_LEAN: &[&str] = &["lua/token_bucket.lua", "lua/token_bucket_lea
 /// (burst 1000, 1000/s, cost 1). Add a leaner script here and it is
 /// measured and reported with the others.
 pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
+    // The layer never sends this script for a lone token bucket (shadow or
+    // not, a refund included): that goes to the lean script. The cases are
+    // the shapes it is sent for.
     ScriptCase {
-        name: "fleetlimit decision script (lua/*.lua concatenated, one token bucket)",
+        name: "fleetlimit decision script, one fixed window",
         text: Text::Inline(FLEETLIMIT_DECIDE),
         key: "rl:per-key:{key-__rand_int__}",
-        // cost, slot id (unused by a token bucket), then per limit:
-        // algorithm, capacity, refill/s, shadow
+        // cost, slot id (unused), then per limit: algorithm, limit, window
+        // ms, shadow
         head: &["1", "-"],
-        args: &["t", "1000", "1000", "0"],
+        args: &["f", "1000", "1000", "0"],
+        library_sha: Some(RedisStore::script_sha),
+        batch: 1,
+    },
+    ScriptCase {
+        name: "fleetlimit decision script, one sliding window",
+        text: Text::Inline(FLEETLIMIT_DECIDE),
+        key: "rl:per-key:{key-__rand_int__}",
+        head: &["1", "-"],
+        args: &["s", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
     },
@@ -150,6 +162,8 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         text: Text::Inline(FLEETLIMIT_DECIDE),
         // Four keys: redis-benchmark draws each `__rand_int__` on its own.
         key: "rl:per-key:{key-__rand_int__}",
+        // cost, slot id (unused), then per limit: algorithm, capacity,
+        // refill/s, shadow
         head: &["1", "-"],
         args: &["t", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
