@@ -103,3 +103,85 @@ async fn coalesced_decisions_stay_exact_and_take_fewer_calls() {
         "concurrent checks were coalesced: {calls} script calls for 300 checks"
     );
 }
+
+/// Two checks of one key coalesced into one call see each other's charge
+/// (the lean script's repeated-key flag, `d`): with room for one more,
+/// exactly one of the two is admitted; with room for both, the key holds
+/// both charges. Slow refill (1/day) keeps the answers far from timing.
+#[tokio::test(flavor = "current_thread")]
+async fn two_checks_of_one_key_in_one_call_see_each_other() {
+    use std::time::Duration;
+
+    use fleetlimit::store::{Bucket, Check, RedisStore, Rule, Store};
+
+    let server = RedisServer::start();
+    let store = RedisStore::connect(
+        &server.url(),
+        2,
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap()
+    .with_coalescing(true);
+    let day_us = 86_400e6;
+    let check = |key: &str, capacity: f64| Check {
+        cost: 1.0,
+        slot: None,
+        buckets: vec![Bucket {
+            key: key.into(),
+            rule: Rule::TokenBucket {
+                capacity,
+                refill_per_sec: 1.0 / 86_400.0,
+            },
+            shadow: false,
+        }],
+    };
+    // {one} has room for exactly one more; {two} for both.
+    let spent = store.check(&check("rl:pair:{one}", 2.0)).await.unwrap();
+    assert!(spent.allowed, "{spent:?}");
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    for (key, admitted) in [("rl:pair:{one}", 1), ("rl:pair:{two}", 2)] {
+        server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+        server.cli(&["SLOWLOG", "RESET"]).unwrap();
+        // Nothing runs on this runtime until they are joined: the first
+        // check's call goes alone (nothing was in flight), and the two
+        // after it wait in the queue, taken together into one call.
+        let lead = store.check(&check("rl:pair:{lead}", 1_000.0));
+        let a = store.check(&check(key, 2.0));
+        let b = store.check(&check(key, 2.0));
+        let (lead, a, b) = tokio::join!(lead, a, b);
+        assert!(lead.unwrap().allowed);
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(server.calls_of("evalsha"), 2, "{a:?} {b:?}");
+        // The two checks' call named the key twice, and carried the flag.
+        let log = server.cli(&["SLOWLOG", "GET", "100"]).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        // Each entry: id, time, duration, the command's words, the
+        // client's address, its (empty) name.
+        let pair = lines
+            .split(|l| *l == "EVALSHA")
+            .skip(1)
+            .map(|rest| rest.split(|l| l.is_empty()).next().unwrap_or_default())
+            .find(|call| call.iter().filter(|l| **l == key).count() == 2)
+            .unwrap_or_else(|| panic!("no call with {key} twice:\n{log}"));
+        assert!(pair.contains(&"d"), "no repeated-key flag:\n{log}");
+        assert_eq!(
+            usize::from(a.allowed) + usize::from(b.allowed),
+            admitted,
+            "{key}: {a:?} {b:?}"
+        );
+        // Decided in order: the first of the two was admitted.
+        assert!(a.allowed, "{a:?}");
+        assert_eq!(b.limits[0].remaining.floor(), 0.0, "{b:?}");
+        // Two charges stored (for {one}, the earlier one and the first of
+        // the pair), a day each from when the bucket was full.
+        let stored: f64 = server.cli(&["GET", key]).unwrap().trim().parse().unwrap();
+        let time = server.cli(&["TIME"]).unwrap();
+        let mut t = time.lines().map(|l| l.trim().parse::<f64>().unwrap());
+        let now_us = t.next().unwrap() * 1e6 + t.next().unwrap();
+        let owed = (stored - now_us) / day_us;
+        assert!((owed - 2.0).abs() < 1e-3, "{key}: {owed} days owed");
+    }
+    server.assert_every_key_expires("rl:pair");
+}

@@ -13,8 +13,17 @@
 //! before taking the next batch, so calls stay pipelined. Under load this
 //! divides Redis's per-call overhead and the client's per-command work by
 //! the batch size.
+//!
+//! When nothing is queued and no call is in flight (a lone request on an
+//! idle server), the check skips all that: the request's own future makes
+//! the one-check call, as the draining task would have, without the
+//! queue, the gather ticks, a spawned task and a channel back. A call in
+//! flight sends the next checks to the queue, so under load they are
+//! coalesced as before.
 //! Standalone and Sentinel only: on a cluster a script may touch one slot.
 
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fred::clients::Pool;
@@ -24,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::deadline::within;
 use super::script::{map_err, Inner};
 use crate::algorithm::LeanArgs;
-use crate::store::{Bucket, Outcome, StoreError};
+use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
 
 /// Most requests in one call.
 const MAX_BATCH: usize = 64;
@@ -38,26 +47,84 @@ const GATHER_TICKS: usize = 2;
 /// failure policy answers) rather than queueing without bound.
 const MAX_QUEUED: usize = 16_384;
 
-pub(crate) struct Job {
+/// One single-token-bucket check, as the lean script takes it.
+pub(crate) struct Item {
     /// The bucket's key, ready to send (built once, shared by reference).
     key: Value,
     capacity: f64,
     shadow: bool,
     args: LeanArgs,
+}
+
+pub(crate) struct Job {
+    item: Item,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
-#[derive(Clone, Debug)]
+impl Borrow<Item> for Job {
+    fn borrow(&self) -> &Item {
+        &self.item
+    }
+}
+
+#[derive(Clone)]
 pub(crate) struct Batcher {
     tx: mpsc::Sender<Job>,
+    /// Calls under way: direct checks, and batches from when the draining
+    /// task took their first check until their answers are handed out.
+    busy: Arc<AtomicUsize>,
+    pool: Pool,
+    scripts: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("busy", &self.busy.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One call under way in [`Batcher::busy`]; let go when dropped, so a
+/// request that gave up (its future dropped mid-call) leaves no count.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn raise(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(count))
+    }
+
+    /// Raised only from zero: the caller's call is then the only one.
+    fn first(count: &Arc<AtomicUsize>) -> Option<Self> {
+        count
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| Self(Arc::clone(count)))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Batcher {
     /// Starts the draining task; it ends when the last `Batcher` is dropped.
     pub(crate) fn start(pool: Pool, scripts: Arc<Inner>) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
+        let busy = Arc::new(AtomicUsize::new(0));
+        let this = Self {
+            tx,
+            busy: Arc::clone(&busy),
+            pool: pool.clone(),
+            scripts: Arc::clone(&scripts),
+        };
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
+                // Checks that come while this batch gathers are queued.
+                let guard = Busy::raise(&busy);
                 // Let every task that is ready run first: the checks they
                 // queue join this batch. On an idle server nothing is ready
                 // and this returns at once, so a lone request waits for no
@@ -80,29 +147,37 @@ impl Batcher {
                     }
                 }
                 let (pool, scripts) = (pool.clone(), Arc::clone(&scripts));
-                tokio::spawn(async move { run(&pool, &scripts, jobs).await });
+                tokio::spawn(async move {
+                    run(&pool, &scripts, jobs).await;
+                    drop(guard);
+                });
             }
         });
-        Self { tx }
+        this
     }
 
-    /// Queues one single-token-bucket check; the future answers within the
-    /// deadline counted from when its batch is sent (the batch's call
-    /// carries it).
-    pub(crate) fn check(
-        &self,
-        bucket: &Bucket,
-        args: LeanArgs,
-    ) -> impl std::future::Future<Output = Result<Outcome, StoreError>> + Send + 'static {
-        let (reply, answer) = oneshot::channel();
-        let queued = self.tx.try_send(Job {
+    /// One single-token-bucket check: called at once when no other call is
+    /// queued or under way, else queued. The future answers within the
+    /// deadline counted from when its call is handed to fred.
+    pub(crate) fn check(&self, bucket: &Bucket, args: LeanArgs) -> StoreFuture {
+        let item = Item {
             key: Value::from(bucket.key.as_str()),
             capacity: bucket.rule.capacity(),
             shadow: bucket.shadow,
             args,
-            reply,
-        });
-        async move {
+        };
+        let idle = self.tx.capacity() == self.tx.max_capacity();
+        if let Some(busy) = idle.then(|| Busy::first(&self.busy)).flatten() {
+            let (pool, scripts) = (self.pool.clone(), Arc::clone(&self.scripts));
+            return Box::pin(async move {
+                let answer = direct(&pool, &scripts, item).await;
+                drop(busy);
+                answer
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        let queued = self.tx.try_send(Job { item, reply });
+        Box::pin(async move {
             // This process's own overload: not Redis's fault, so not the
             // breaker's business (it would turn a busy moment of this host
             // into an outage of every route).
@@ -110,7 +185,21 @@ impl Batcher {
             answer
                 .await
                 .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
+        })
+    }
+}
+
+/// One check in a call of its own, answered as [`run`] answers a batch of
+/// one.
+async fn direct(pool: &Pool, scripts: &Inner, item: Item) -> Result<Outcome, StoreError> {
+    match call(pool, scripts, std::slice::from_ref(&item)).await? {
+        Value::Array(mut items) if items.len() == 1 => {
+            let reply = items.pop().unwrap_or(Value::Null);
+            item.args.parse(&reply, item.capacity, item.shadow)
         }
+        other => Err(StoreError::Protocol(format!(
+            "batch script: unexpected {other:?}"
+        ))),
     }
 }
 
@@ -130,7 +219,10 @@ async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
         let rest = jobs.split_off(items.len());
         let mut last = None;
         for (job, item) in jobs.into_iter().zip(items) {
-            let answer = job.args.parse(&item, job.capacity, job.shadow);
+            let answer = job
+                .item
+                .args
+                .parse(&item, job.item.capacity, job.item.shadow);
             last = Some(answer.clone());
             // A caller past its deadline has gone: its answer is dropped
             // (Redis may still have charged it — an unknown outcome, as for
@@ -154,17 +246,21 @@ async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
 }
 
 /// One call of the lean script for `jobs`.
-async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, StoreError> {
+async fn call<J: Borrow<Item>>(
+    pool: &Pool,
+    scripts: &Inner,
+    jobs: &[J],
+) -> Result<Value, StoreError> {
     // Built again (rarely) for EVAL, rather than cloned on every call.
     let args = |head: &Value| {
         let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * jobs.len());
         args.push(head.clone());
         args.push(Value::Integer(jobs.len() as i64));
-        args.extend(jobs.iter().map(|j| j.key.clone()));
+        args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
         // Checks of one limit share their numbers: printed once, then the
         // (reference-counted) values are reused.
         let mut last: Option<(LeanArgs, (Value, Value))> = None;
-        for j in jobs {
+        for j in jobs.iter().map(Borrow::borrow) {
             let (inc, burst) = match &last {
                 Some((a, values)) if *a == j.args => values.clone(),
                 _ => {
@@ -208,9 +304,9 @@ async fn call(pool: &Pool, scripts: &Inner, jobs: &[Job]) -> Result<Value, Store
 /// key once (MGET) and, only when told, follows a key's writes within the
 /// call, so a repeated key must be flagged or its later checks would
 /// decide on a stale TAT.
-fn repeats_a_key(jobs: &[Job]) -> bool {
-    fn key(j: &Job) -> &[u8] {
-        j.key.as_bytes().unwrap_or_default()
+fn repeats_a_key<J: Borrow<Item>>(jobs: &[J]) -> bool {
+    fn key<J: Borrow<Item>>(j: &J) -> &[u8] {
+        j.borrow().key.as_bytes().unwrap_or_default()
     }
     if jobs.len() <= 16 {
         jobs.iter()

@@ -276,7 +276,7 @@ impl Store for RedisStore {
             if let Some(args) = bucket.rule.lean_args(check.cost) {
                 // No timer per check: the batch's call carries the deadline,
                 // counted from when it is handed to fred.
-                return Box::pin(batcher.check(bucket, args));
+                return batcher.check(bucket, args);
             }
         }
         let pool = self.pool.clone();
