@@ -21,9 +21,11 @@
 -- fit), then its count and the previous window's after the decision, as
 -- integers, or as text when fractional (a fractional cost).
 if alg == 's' then
-  local now_ms = math.floor(now / 1000)
-  local idx = math.floor(now_ms / p2)
-  local elapsed = now_ms - idx * p2
+  -- Whole numbers below 2^53 (µs, a window in whole ms): % and / are
+  -- exact, and cheaper than math.floor's calls.
+  local now_ms = (now - now % 1000) / 1000
+  local elapsed = now_ms % p2
+  local idx = (now_ms - elapsed) / p2
   if not write then
     -- stored: the stored index's text when it is this window's, true for
     -- an older state, false for none; ptext: the previous count's text.
@@ -39,7 +41,7 @@ if alg == 's' then
         x, y, z = string.match(raw, '^(%S+) (%S+) (%S+)$')
         sidx, sc, sp = tonumber(x), tonumber(y), tonumber(z)
       end
-      if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
+      if sidx and sc and sp and sidx - sidx == 0 and sidx % 1 == 0 and sidx <= idx
           and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
         stored = true
         if sidx == idx then
@@ -56,7 +58,8 @@ if alg == 's' then
     local curr, prev = out[b + 1], out[b + 2]
     if charge then
       -- A refund never below zero.
-      curr = math.max(0, curr + cost)
+      curr = curr + cost
+      if curr <= 0 then curr = 0 end
       -- Lua prints numbers with %.14g: exact for integers below 1e14.
       local itext, ctext = out[b + 3], curr
       if itext == true or not itext then
