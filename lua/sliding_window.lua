@@ -21,32 +21,57 @@
 -- fit), then its count and the previous window's after the decision, as
 -- integers, or as text when fractional (a fractional cost).
 if alg == 's' then
-  local now_ms = math.floor(now / 1000)
-  local idx = math.floor(now_ms / p2)
-  local elapsed = now_ms - idx * p2
+  -- Whole numbers below 2^53 (µs, a window in whole ms): % and / are
+  -- exact, and cheaper than math.floor's calls.
+  local now_ms = (now - now % 1000) / 1000
+  local elapsed = now_ms % p2
+  local idx = (now_ms - elapsed) / p2
   if not write then
-    local raw, curr, prev, stored = vals[i], 0, 0, false
+    -- stored: the stored index's text when it is this window's, true for
+    -- an older state, false for none; ptext: the previous count's text.
+    -- A write reuses both, as Redis's number printing is costly.
+    local raw, curr, prev, stored, ptext = vals[i], 0, 0, false, '0'
     if raw then
-      local x, y, z = string.match(raw, '^(%S+) (%S+) (%S+)$')
-      local sidx, sc, sp = tonumber(x), tonumber(y), tonumber(z)
-      if sidx and sc and sp and sidx - sidx == 0 and sidx == math.floor(sidx) and sidx <= idx
+      -- Digits coerce with one strtod where tonumber takes two.
+      local x, y, z = string.match(raw, '^(%d+) (%d+) (%d+)$')
+      local sidx, sc, sp
+      if x then
+        sidx, sc, sp = x + 0, y + 0, z + 0
+      else
+        x, y, z = string.match(raw, '^(%S+) (%S+) (%S+)$')
+        sidx, sc, sp = tonumber(x), tonumber(y), tonumber(z)
+      end
+      if sidx and sc and sp and sidx - sidx == 0 and sidx % 1 == 0 and sidx <= idx
           and sc >= 0 and sc <= 2 ^ 53 and sp >= 0 and sp <= 2 ^ 53 then
         stored = true
         if sidx == idx then
-          curr, prev = sc, sp
+          curr, prev, stored, ptext = sc, sp, x, z
         elseif sidx == idx - 1 then
-          prev = sc
+          prev, ptext = sc, y
         end
       end
     end
     local est = prev * (p2 - elapsed) / p2 + curr
-    out[b], out[b + 1], out[b + 2], out[b + 3] = cost <= 0 or p1 - est >= cost, curr, prev, stored
+    out[b], out[b + 1], out[b + 2], out[b + 3], out[b + 4] =
+      cost <= 0 or p1 - est >= cost, curr, prev, stored, ptext
   else
     local curr, prev = out[b + 1], out[b + 2]
     if charge then
       -- A refund never below zero.
-      curr = math.max(0, curr + cost)
-      call('SET', key, string.format('%d %.17g %.17g', idx, curr, prev), 'PX', 2 * p2 - elapsed)
+      curr = curr + cost
+      if curr <= 0 then curr = 0 end
+      -- Lua prints numbers with %.14g: exact for integers below 1e14.
+      local itext, ctext = out[b + 3], curr
+      if itext == true or not itext then
+        itext = idx
+        if idx >= 1e14 then itext = string.format('%d', idx) end
+      end
+      if curr == cost and cost > 0 then
+        ctext = argv[1]
+      elseif curr % 1 ~= 0 or curr >= 1e14 then
+        ctext = string.format('%.17g', curr)
+      end
+      call('SET', key, itext .. ' ' .. ctext .. ' ' .. out[b + 4], 'PX', 2 * p2 - elapsed)
     elseif not out[b + 3] then
       call('DEL', key)
     end
