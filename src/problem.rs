@@ -2,8 +2,10 @@
 //! written once per limit, apart from the request path's modules: a route
 //! keeps its limits' bodies, and the response builder reads them.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
@@ -35,6 +37,17 @@ pub(crate) fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Slots of each thread's [`RECENT`] bodies.
+const RECENT_SLOTS: usize = 16;
+
+thread_local! {
+    /// Bodies of waits longer than [`KEPT_BODIES`] s built lately on this
+    /// thread, by limit id and wait: a handful per thread, whatever the
+    /// traffic.
+    static RECENT: RefCell<[Option<(u64, u64, Bytes)>; RECENT_SLOTS]> =
+        const { RefCell::new([const { None }; RECENT_SLOTS]) };
+}
+
 /// How many `Retry-After` values each limit keeps its `429` body for.
 const KEPT_BODIES: usize = 64;
 
@@ -42,8 +55,11 @@ const KEPT_BODIES: usize = 64;
 /// is written once, and the bodies of waits of 1 to [`KEPT_BODIES`] s are
 /// kept once built and shared (a clone is a reference count): a refused
 /// client is told the same few numbers again and again. Longer waits are
-/// one allocation each.
+/// one allocation each, unless the thread built the same one lately.
 pub(crate) struct RefusalBodies {
+    /// Unique in the process: names this limit's bodies in each thread's
+    /// [`RECENT`] (an address could be reused by a later limit).
+    id: u64,
     /// Up to the number in `detail`.
     head: Box<str>,
     /// From after that number to the one of `retry_after`.
@@ -85,7 +101,9 @@ impl RefusalBodies {
         mid.push_str(",\"limit\":");
         push_json_str(&mut mid, name);
         mid.push_str(",\"retry_after\":");
+        static IDS: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             head: head.into(),
             mid: mid.into(),
             kept: Box::new(std::array::from_fn(|_| OnceLock::new())),
@@ -99,8 +117,22 @@ impl RefusalBodies {
             .and_then(|r| self.kept.get(r.wrapping_sub(1)));
         match kept {
             Some(cell) => cell.get_or_init(|| self.build(retry)).clone(),
-            None => self.build(retry),
+            None => self.recent(retry),
         }
+    }
+
+    /// A longer wait's body: the one this thread built last for the same
+    /// limit and wait, if still in its slot (a client hammering a limit is
+    /// told the same wait for a whole second), else a new one.
+    fn recent(&self, retry: u64) -> Bytes {
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            let slot = &mut recent[((self.id ^ retry) % RECENT_SLOTS as u64) as usize];
+            match slot {
+                Some((id, r, body)) if *id == self.id && *r == retry => body.clone(),
+                _ => slot.insert((self.id, retry, self.build(retry))).2.clone(),
+            }
+        })
     }
 
     fn build(&self, retry: u64) -> Bytes {

@@ -292,6 +292,34 @@ pub(crate) struct Policy {
     /// Its decision counters (feature `metrics`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: crate::metrics::PolicyMetrics,
+    /// What its limits ask of every request, known once.
+    pub(crate) traits: Traits,
+}
+
+/// What a route's limits need on the request path, worked out when the
+/// policy is built rather than scanned for on every request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Traits {
+    /// Some limit has plans (the caller's plan is looked up first).
+    pub(crate) plans: bool,
+    /// Some limit delays instead of refusing (`on_exceed = "delay"`).
+    pub(crate) delays: bool,
+    /// Some limit counts failures only.
+    pub(crate) counts_failures: bool,
+    /// Some limit escalates (delays or challenges) instead of refusing.
+    pub(crate) escalates: bool,
+}
+
+impl Traits {
+    pub(crate) fn of(limits: &[Arc<Limit>]) -> Self {
+        let any = |f: fn(&Limit) -> bool| limits.iter().any(|l| f(l));
+        Self {
+            plans: any(|l| !l.plans.is_empty()),
+            delays: any(|l| matches!(l.on_exceed, OnExceed::Delay(_))),
+            counts_failures: any(|l| l.failures.is_some()),
+            escalates: any(Limit::escalates),
+        }
+    }
 }
 
 impl Policy {
@@ -354,6 +382,7 @@ impl RouteTable {
     }
 
     /// The policy for a request, or `None` when it is not limited.
+    #[cfg(test)]
     pub(crate) fn lookup(
         &self,
         matched_path: Option<&str>,
@@ -366,6 +395,7 @@ impl RouteTable {
     /// The priority of a request's route for load shedding: its policy's
     /// even when it has no limits (`limits = []` with a priority), else
     /// `normal`.
+    #[cfg(test)]
     pub(crate) fn priority(&self, matched_path: Option<&str>, method: &Method) -> Priority {
         self.policy_of(matched_path, method)
             .map_or(Priority::Normal, |p| p.priority)
@@ -373,7 +403,11 @@ impl RouteTable {
 
     /// The policy of a request's route entry, else the default one, with or
     /// without limits.
-    fn policy_of(&self, matched_path: Option<&str>, method: &Method) -> Option<&Arc<Policy>> {
+    pub(crate) fn policy_of(
+        &self,
+        matched_path: Option<&str>,
+        method: &Method,
+    ) -> Option<&Arc<Policy>> {
         let hit = matched_path
             .and_then(|p| self.by_path.get(p))
             .and_then(|entries| {
@@ -454,8 +488,10 @@ mod tests {
                 false,
             ))
         };
+        let limits: Vec<Arc<Limit>> = names.iter().map(limit).collect();
         Arc::new(Policy {
-            limits: names.iter().map(limit).collect(),
+            traits: Traits::of(&limits),
+            limits,
             cost: 1,
             on_redis_error: FailurePolicy::Open,
             shadow: false,

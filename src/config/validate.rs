@@ -609,6 +609,7 @@ impl<'s> Validator<'s> {
             picked.push(Arc::clone(l));
         }
         Ok(Arc::new(Policy {
+            traits: crate::route::Traits::of(&picked),
             limits: picked,
             cost,
             on_redis_error,

@@ -64,7 +64,8 @@ where
         let limiter = self.live.load();
         // Shedding (off: `None`, nothing else to do) comes before any limit
         // is charged; an admitted request's ticket rides on its decision.
-        let ticket = match limiter.shed(&req) {
+        let route = limiter.route(&req);
+        let ticket = match limiter.shed(&req, &route) {
             None => None,
             Some(Ok(ticket)) => Some(ticket),
             Some(Err(shed)) => {
@@ -72,7 +73,7 @@ where
                 return ResponseFuture::decided(shed, &mut self.inner, req);
             }
         };
-        match limiter.prepare(&req) {
+        match limiter.prepare_routed(&req, &route) {
             Prepared::Unlimited if ticket.is_none() => {
                 ResponseFuture::serving(self.inner.call(req))
             }
@@ -80,17 +81,21 @@ where
                 let decision = Decision::admit(None).with_ticket(ticket);
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
-            Prepared::Now(decision) => {
-                let mut decision = limiter.shape(decision);
+            Prepared::Now(mut decision) => {
+                if limiter.shapes() {
+                    decision = limiter.shape(decision);
+                }
                 decision.keep_ticket(ticket);
                 ResponseFuture::decided(decision, &mut self.inner, req)
             }
-            Prepared::Ask(pending) => match limiter.decide_traced(pending, &req) {
+            Prepared::Ask(pending) => match limiter.decide_traced(pending, route.matched) {
                 // Decided already (in-process store, remembered refusal):
                 // call the ready service now, keeping the request out of the
                 // future.
-                Decided::Now(decision) => {
-                    let mut decision = limiter.shape(decision);
+                Decided::Now(mut decision) => {
+                    if limiter.shapes() {
+                        decision = limiter.shape(decision);
+                    }
                     decision.keep_ticket(ticket);
                     ResponseFuture::decided(decision, &mut self.inner, req)
                 }

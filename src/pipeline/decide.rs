@@ -32,7 +32,7 @@ use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, R
 use crate::algorithm::{LimitState, Rule};
 use crate::metrics::Outcome;
 use crate::record::{Entry, Via};
-use crate::route::{FailurePolicy, OnExceed, Policy};
+use crate::route::{FailurePolicy, Policy};
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {
@@ -43,11 +43,7 @@ impl Limiter {
     /// those paths.
     pub(crate) fn decide(self: &Arc<Self>, p: Pending) -> Decided {
         // A request over a `delay` limit waits before the handler.
-        let delays = p
-            .policy
-            .limits
-            .iter()
-            .any(|l| matches!(l.on_exceed, OnExceed::Delay(_)));
+        let delays = p.policy.traits.delays;
         let d = self.decide_refund(p);
         if delays {
             escalate::held(d)
@@ -67,7 +63,7 @@ impl Limiter {
     }
 
     fn decide_in_store(self: &Arc<Self>, mut p: Pending) -> Decided {
-        if !p.policy.limits.iter().any(|l| !l.plans.is_empty()) {
+        if !p.policy.traits.plans {
             // Every rule is known now.
             return match self.decide_here(&mut p) {
                 ControlFlow::Break(d) => Decided::Now(d),
@@ -384,11 +380,11 @@ impl Limiter {
                 hold,
                 ..Admitted::default()
             };
-            let counts_failures = p.policy.limits.iter().any(|l| l.failures.is_some());
+            let counts_failures = p.policy.traits.counts_failures;
             if counts_failures {
                 admitted.after = self.settle(p, &buckets, limits, charged, by);
             }
-            if p.policy.limits.iter().any(|l| l.escalates()) {
+            if p.policy.traits.escalates {
                 self.escalate(p, &buckets, limits, by, &mut admitted);
                 admitted.on_refusal.clone_from(&self.on_refusal);
             }

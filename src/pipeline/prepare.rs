@@ -14,11 +14,19 @@ use crate::algorithm::Rule;
 use crate::key::{Extracted, KeyMaterial, LogId};
 use crate::route::OnMissing;
 use crate::route::Policy;
-use crate::shed::{Accepted, Ticket};
+use crate::shed::{Accepted, Priority, Ticket};
 use crate::RequestRef;
 
 /// Computes a request's cost (see [`RateLimitLayerBuilder::cost_fn`](crate::layer::RateLimitLayerBuilder::cost_fn)).
 pub(crate) type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u32 + Send + Sync>;
+
+/// A request's route (see [`Limiter::route`]).
+pub(crate) struct Routed<'r> {
+    /// Its `MatchedPath`.
+    pub(crate) matched: Option<&'r str>,
+    /// Its entry's policy, else the default one (limits or not).
+    policy: Option<&'r Arc<Policy>>,
+}
 
 /// What the synchronous half found.
 pub(crate) enum Prepared {
@@ -57,15 +65,34 @@ pub(super) struct PendingKey {
 }
 
 impl Limiter {
+    /// The request's route: its `MatchedPath` and the policy of its entry
+    /// (or the default one), with or without limits. Looked up once, for
+    /// shedding and for the limits.
+    pub(crate) fn route<'r, B>(&'r self, req: &'r Request<B>) -> Routed<'r> {
+        let matched = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
+        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
+            self.check_unrouted(req.uri().path());
+        }
+        Routed {
+            matched,
+            policy: self.routes.policy_of(matched, req.method()),
+        }
+    }
+
     /// Step 0, with `[shedding]` only: shed the request by its route's
     /// priority, before any key is charged, or count it in flight. `None`
     /// when shedding is off.
-    pub(crate) fn shed<B>(&self, req: &Request<B>) -> Option<Result<Ticket, Decision>> {
+    pub(crate) fn shed<B>(
+        &self,
+        req: &Request<B>,
+        route: &Routed<'_>,
+    ) -> Option<Result<Ticket, Decision>> {
         let shedder = self.core.shed.as_ref()?;
-        let ext = req.extensions();
-        let matched = ext.get::<MatchedPath>().map(MatchedPath::as_str);
-        let priority = self.routes.priority(matched, req.method());
-        let accepted = ext.get::<Accepted>().map(|a| a.0);
+        let priority = route.policy.map_or(Priority::Normal, |p| p.priority);
+        let accepted = req.extensions().get::<Accepted>().map(|a| a.0);
         // Held by `on_exceed = "delay"`: parked on purpose (a login attack
         // can fill every place), not load on the handlers.
         let held = self
@@ -84,15 +111,15 @@ impl Limiter {
     }
 
     /// Route → policy → keys → cost.
+    #[cfg(test)]
     pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared {
-        let matched = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map(MatchedPath::as_str);
-        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
-            self.check_unrouted(req.uri().path());
-        }
-        let Some(policy) = self.routes.lookup(matched, req.method()) else {
+        self.prepare_routed(req, &self.route(req))
+    }
+
+    /// Policy → keys → cost, the route known.
+    pub(crate) fn prepare_routed<B>(&self, req: &Request<B>, route: &Routed<'_>) -> Prepared {
+        let matched = route.matched;
+        let Some(policy) = route.policy.filter(|p| !p.limits.is_empty()) else {
             return Prepared::Unlimited;
         };
         let (headers, ext) = (req.headers(), req.extensions());

@@ -881,6 +881,13 @@ mod tests {
                 assert_eq!(bodies.get(retry), expected, "{name} {retry}, kept");
             }
         }
+        // Two limits refusing the same long wait, in turn: each its own.
+        let (a, b) = (RefusalBodies::new("a"), RefusalBodies::new("b"));
+        for _ in 0..3 {
+            assert_eq!(a.get(3600), refusal_body("a", 3600));
+            assert_eq!(b.get(3600), refusal_body("b", 3600));
+            assert_eq!(a.get(3599), refusal_body("a", 3599));
+        }
         assert_eq!(
             RefusalBodies::new("a").get(3),
             r#"{"type":"urn:fleetlimit:rate-limited","title":"Too Many Requests","status":429,"detail":"rate limit \"a\" exceeded; retry in 3 s","limit":"a","retry_after":3}"#

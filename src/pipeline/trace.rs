@@ -1,25 +1,30 @@
 //! One `DEBUG` span per decision, `fleetlimit.decide`, so a request's trace
 //! shows the limiter's time: the route, its limits, the first key's log id
 //! (a digest for API keys, never the raw value), the outcome and whether
-//! the decision was degraded. Nothing is built when the span is disabled.
+//! the decision was degraded. Nothing is built when no tracing subscriber
+//! takes `DEBUG`.
 
 use std::sync::Arc;
 
-use axum::extract::MatchedPath;
-use http::Request;
 use tracing::field::{display, Empty};
 use tracing::{Instrument, Span};
 
 use super::{Decided, Decision, Limiter, Pending};
 
 impl Limiter {
-    /// [`decide`](Self::decide) inside the decision's span.
-    pub(crate) fn decide_traced<B>(self: &Arc<Self>, p: Pending, req: &Request<B>) -> Decided {
-        let route = req.extensions().get::<MatchedPath>();
+    /// [`decide`](Self::decide) inside the decision's span; `route`: the
+    /// request's `MatchedPath`.
+    pub(crate) fn decide_traced(self: &Arc<Self>, p: Pending, route: Option<&str>) -> Decided {
+        // No subscriber takes DEBUG: one load, no span (under tracing's
+        // `log` feature a disabled span still builds and records its
+        // fields for `log`, which is not where this span is read).
+        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+            return self.decide(p);
+        }
         let span = tracing::debug_span!(
             target: "fleetlimit",
             "fleetlimit.decide",
-            route = route.map_or("-", MatchedPath::as_str),
+            route = route.unwrap_or("-"),
             limit = Empty,
             key = Empty,
             outcome = Empty,

@@ -4,56 +4,99 @@
 //! request waits less. A queue that only bursts drains within an interval
 //! and never trips it; a standing queue does.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The overload state of one instance's queue.
+/// The overload state of one instance's queue, shared by every request
+/// without a lock: each sample is one compare-and-swap on one word, so
+/// requests never wait on each other to be measured.
 #[derive(Debug)]
 pub(crate) struct Codel {
     target: Duration,
-    interval: Duration,
-    /// Since the first sample above target, when the interval it must last
-    /// ends (`None`: the last sample was below target).
-    above_until: Option<Instant>,
-    overloaded: bool,
+    /// Nanoseconds.
+    interval: u64,
+    /// Times below are nanoseconds since this, plus one (0: none).
+    epoch: Instant,
+    /// Bit 0: overloaded. Above it: since the first sample above target,
+    /// when the interval it must last ends (0: the last sample was below
+    /// target). One word, so a sample changes both at once, as under a
+    /// lock.
+    state: AtomicU64,
     /// The last sample: with no request measured (none arrives, or none
     /// carries `Accepted`) there is no delay to go by, so a verdict older
     /// than an interval lapses.
-    last: Option<Instant>,
+    last: AtomicU64,
 }
+
+const OVERLOADED: u64 = 1;
 
 impl Codel {
     pub(crate) fn new(target: Duration, interval: Duration) -> Self {
         Self {
             target,
-            interval,
-            above_until: None,
-            overloaded: false,
-            last: None,
+            interval: nanos(interval),
+            epoch: Instant::now(),
+            state: AtomicU64::new(0),
+            last: AtomicU64::new(0),
         }
     }
 
+    /// `now` as stored: nanoseconds since the epoch, plus one.
+    fn at(&self, now: Instant) -> u64 {
+        nanos(now.saturating_duration_since(self.epoch)).saturating_add(1)
+    }
+
     /// One request waited `delay` in front of the layer (at `now`).
-    pub(crate) fn sample(&mut self, delay: Duration, now: Instant) {
-        self.last = Some(now);
-        if delay < self.target {
-            self.above_until = None;
-            self.overloaded = false;
-            return;
+    pub(crate) fn sample(&self, delay: Duration, now: Instant) {
+        let t = self.at(now);
+        self.last.fetch_max(t, Ordering::Relaxed);
+        let mut cur = self.state.load(Ordering::Relaxed);
+        // Bounded in practice: a retry means another sample landed.
+        loop {
+            let new = if delay < self.target {
+                0
+            } else {
+                match cur >> 1 {
+                    0 => (t.saturating_add(self.interval) << 1) | (cur & OVERLOADED),
+                    end if t >= end => cur | OVERLOADED,
+                    _ => cur,
+                }
+            };
+            if new == cur {
+                return;
+            }
+            match self
+                .state
+                .compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
         }
-        match self.above_until {
-            None => self.above_until = Some(now + self.interval),
-            Some(end) if now >= end => self.overloaded = true,
-            Some(_) => {}
-        }
+    }
+
+    /// Whether the queue may be overloaded, without reading the clock:
+    /// `false` means [`overloaded`](Self::overloaded) is `false` too.
+    pub(crate) fn may_be_overloaded(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & OVERLOADED != 0
     }
 
     /// Whether the queue has stood above target for an interval (and a
     /// request was measured within the last interval).
     pub(crate) fn overloaded(&self, now: Instant) -> bool {
-        self.overloaded && self.last.is_some_and(|t| now < t + self.interval)
+        if !self.may_be_overloaded() {
+            return false;
+        }
+        let last = self.last.load(Ordering::Relaxed);
+        last != 0 && self.at(now) < last.saturating_add(self.interval)
     }
+}
+
+/// Whole nanoseconds, saturated (a 64-bit count lasts centuries).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX >> 2)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ mod codel;
 mod signal;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -150,7 +150,7 @@ pub(crate) struct Shed {
 pub(crate) struct Shedder {
     cfg: SheddingConfig,
     in_flight: Arc<AtomicU32>,
-    codel: Mutex<Codel>,
+    codel: Codel,
     app: Option<Arc<dyn LoadSignal>>,
     fleet: Arc<FleetSignal>,
     retry_after: u64,
@@ -170,7 +170,7 @@ impl std::fmt::Debug for Shedder {
 impl Shedder {
     pub(crate) fn new(cfg: SheddingConfig, app: Option<Arc<dyn LoadSignal>>) -> Self {
         Self {
-            codel: Mutex::new(Codel::new(cfg.queue_delay_target, cfg.queue_delay_interval)),
+            codel: Codel::new(cfg.queue_delay_target, cfg.queue_delay_interval),
             in_flight: Arc::new(AtomicU32::new(0)),
             fleet: Arc::new(FleetSignal::new(cfg.fleet_signal_refresh)),
             retry_after: cfg.retry_after.as_secs_f64().ceil().max(1.0) as u64,
@@ -287,14 +287,17 @@ impl Shedder {
     }
 
     /// Samples `queued` (if any) and says whether CoDel finds a standing
-    /// queue, under one lock.
+    /// queue; no lock, and no clock read when there is neither a sample
+    /// nor an overload to check.
     fn codel_overloaded(&self, queued: Option<Duration>) -> bool {
-        let now = Instant::now();
-        let mut codel = crate::sync::lock(&self.codel);
-        if let Some(delay) = queued {
-            codel.sample(delay, now);
+        if queued.is_none() && !self.codel.may_be_overloaded() {
+            return false;
         }
-        codel.overloaded(now)
+        let now = Instant::now();
+        if let Some(delay) = queued {
+            self.codel.sample(delay, now);
+        }
+        self.codel.overloaded(now)
     }
 
     fn threshold(&self, p: Priority) -> f64 {
