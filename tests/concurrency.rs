@@ -112,18 +112,10 @@ async fn coalesced_decisions_stay_exact_and_take_fewer_calls() {
 async fn two_checks_of_one_key_in_one_call_see_each_other() {
     use std::time::Duration;
 
-    use fleetlimit::store::{Bucket, Check, RedisStore, Rule, Store};
+    use fleetlimit::store::{Bucket, Check, Rule, Store};
 
     let server = RedisServer::start();
-    let store = RedisStore::connect(
-        &server.url(),
-        2,
-        Duration::from_secs(2),
-        Duration::from_secs(2),
-    )
-    .await
-    .unwrap()
-    .with_coalescing(true);
+    let store = server.coalescing_store(Duration::from_secs(2)).await;
     let day_us = 86_400e6;
     let check = |key: &str, capacity: f64| Check {
         cost: 1.0,

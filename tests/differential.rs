@@ -399,15 +399,7 @@ fn the_in_process_store_and_redis_decide_alike() {
         .build()
         .unwrap();
     let (redis, memory) = rt.block_on(async {
-        let redis = RedisStore::connect(
-            &server.url(),
-            2,
-            Duration::from_secs(2),
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap()
-        .with_coalescing(true);
+        let redis = server.coalescing_store(Duration::from_secs(2)).await;
         (redis, MemoryStore::new(100_000))
     });
     let cases = AtomicUsize::new(0);

@@ -465,15 +465,9 @@ async fn a_refused_request_is_charged_nowhere() {
 #[tokio::test]
 async fn a_failing_check_does_not_fail_its_batch() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(
-        &server.url(),
-        2,
-        std::time::Duration::from_secs(2),
-        std::time::Duration::from_secs(5),
-    )
-    .await
-    .unwrap()
-    .with_coalescing(true);
+    let store = server
+        .coalescing_store(std::time::Duration::from_secs(2))
+        .await;
     let bucket = |key: &str, refill_per_sec: f64| Check {
         slot: None,
         cost: 1.0,

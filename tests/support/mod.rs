@@ -528,6 +528,15 @@ pub fn tokens(server: &RedisServer, key: &str, capacity: f64, refill_per_sec: f6
 }
 
 impl RedisServer {
+    /// A store on this server (a pool of 2) that coalesces the checks in
+    /// flight together; `deadline` per call.
+    pub async fn coalescing_store(&self, deadline: Duration) -> fleetlimit::store::RedisStore {
+        fleetlimit::store::RedisStore::connect(&self.url(), 2, deadline, Duration::from_secs(2))
+            .await
+            .unwrap()
+            .with_coalescing(true)
+    }
+
     /// Script calls (`EVALSHA` and `EVAL`) since the last `CONFIG RESETSTAT`.
     pub fn script_calls(&self) -> u64 {
         self.calls_of("evalsha") + self.calls_of("eval")
