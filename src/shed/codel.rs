@@ -31,6 +31,8 @@ pub(crate) struct Codel {
 }
 
 const OVERLOADED: u64 = 1;
+/// Compare-and-swap attempts of one sample.
+const SAMPLE_ATTEMPTS: usize = 8;
 
 impl Codel {
     pub(crate) fn new(target: Duration, interval: Duration) -> Self {
@@ -53,8 +55,9 @@ impl Codel {
         let t = self.at(now);
         self.last.fetch_max(t, Ordering::Relaxed);
         let mut cur = self.state.load(Ordering::Relaxed);
-        // Bounded in practice: a retry means another sample landed.
-        loop {
+        // A retry means another sample landed; past a few, this one is
+        // dropped (the next request's sample stands for it).
+        for _ in 0..SAMPLE_ATTEMPTS {
             let new = if delay < self.target {
                 0
             } else {
@@ -69,7 +72,7 @@ impl Codel {
             }
             match self
                 .state
-                .compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(cur, new, Ordering::Relaxed, Ordering::Relaxed)
             {
                 Ok(_) => return,
                 Err(seen) => cur = seen,
