@@ -530,6 +530,7 @@ pub fn tokens(server: &RedisServer, key: &str, capacity: f64, refill_per_sec: f6
 impl RedisServer {
     /// A store on this server (a pool of 2) that coalesces the checks in
     /// flight together; `deadline` per call.
+    #[cfg(feature = "redis")]
     pub async fn coalescing_store(&self, deadline: Duration) -> fleetlimit::store::RedisStore {
         fleetlimit::store::RedisStore::connect(&self.url(), 2, deadline, Duration::from_secs(2))
             .await
