@@ -308,6 +308,10 @@ pub(crate) struct Traits {
     pub(crate) counts_failures: bool,
     /// Some limit escalates (delays or challenges) instead of refusing.
     pub(crate) escalates: bool,
+    /// One limit that needs nothing beside its bucket: no plans, shadow
+    /// mode, failure counting, escalation, record, nor slots (see
+    /// `pipeline/lone.rs`).
+    pub(crate) lone: bool,
 }
 
 impl Traits {
@@ -318,6 +322,12 @@ impl Traits {
             delays: any(|l| matches!(l.on_exceed, OnExceed::Delay(_))),
             counts_failures: any(|l| l.failures.is_some()),
             escalates: any(Limit::escalates),
+            lone: matches!(limits, [l] if l.plans.is_empty()
+                && !l.shadow
+                && l.failures.is_none()
+                && !l.escalates()
+                && l.record.is_none()
+                && !l.rule.is_concurrency()),
         }
     }
 }

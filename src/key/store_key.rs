@@ -150,6 +150,28 @@ impl<'a> KeyMaterial<'a> {
         with_plan_key: bool,
     ) -> StoreKey {
         let mut key = String::with_capacity(prefix.len() + limit.len() + 8 + MAX_RAW);
+        let (limit, log_id) = self.write_key(&mut key, prefix, limit, secret);
+        StoreKey {
+            key,
+            limit,
+            log_id,
+            plan_key: with_plan_key
+                .then(|| String::from_utf8_lossy(&self.value[self.plan_at..]).into_owned()),
+        }
+    }
+
+    /// [`store_key`](Self::store_key)'s text, written into `key` (cleared
+    /// first: a buffer the caller reuses, so a lone limit on the in-process
+    /// store looks its bucket up without a key of its own). Where the
+    /// limit's name is in `key`, and the key's log id.
+    pub(crate) fn write_key(
+        &self,
+        key: &mut String,
+        prefix: &str,
+        limit: &str,
+        secret: Option<&KeySecret>,
+    ) -> (Range<usize>, LogId) {
+        key.clear();
         key.push_str(prefix);
         key.push(':');
         let limit_at = key.len();
@@ -162,7 +184,7 @@ impl<'a> KeyMaterial<'a> {
         let encoding = match secret {
             Some(secret) if self.kind.keyed() => {
                 key.push('#');
-                secret.push_digest(&mut key, self.kind, v);
+                secret.push_digest(key, self.kind, v);
                 Encoding::Digest
             }
             _ if is_raw(v) => {
@@ -173,19 +195,13 @@ impl<'a> KeyMaterial<'a> {
             }
             _ => {
                 key.push('#');
-                push_hex(&mut key, &Sha256::digest(v)[..DIGEST_HEX / 2]);
+                push_hex(key, &Sha256::digest(v)[..DIGEST_HEX / 2]);
                 Encoding::Digest
             }
         };
         let log_id = LogId::new(self.kind, encoding, value_at..key.len());
         key.push('}');
-        StoreKey {
-            key,
-            limit,
-            log_id,
-            plan_key: with_plan_key
-                .then(|| String::from_utf8_lossy(&self.value[self.plan_at..]).into_owned()),
-        }
+        (limit, log_id)
     }
 }
 

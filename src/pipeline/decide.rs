@@ -164,7 +164,7 @@ impl Limiter {
             }
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
             let mut headers = RateHeaders::new(self.header_style, items, i).aged(elapsed);
-            self.route_policy(p, &mut headers);
+            self.route_policy(&p.policy, &p.rules, &mut headers);
             let retry = retry_after_secs(left(r.until));
             let remaining = r.state.remaining.floor().max(0.0);
             let state = |j: usize| (j == at).then_some((remaining, false));
@@ -467,20 +467,20 @@ impl Limiter {
             .collect();
         let mut h = RateHeaders::new(self.header_style, items, reported);
         h.local = by.degraded();
-        self.route_policy(p, &mut h);
+        self.route_policy(&p.policy, &p.rules, &mut h);
         h
     }
 
     /// `RateLimit-Policy` serialised once per route, not per response,
-    /// for a caller whose plan leaves the route's numbers as they are.
-    fn route_policy(&self, p: &Pending, h: &mut RateHeaders) {
+    /// for a caller whose plan leaves the route's numbers as they are
+    /// (`rules`: each limit's under the caller's plan).
+    pub(super) fn route_policy(&self, policy: &Policy, rules: &[Rule], h: &mut RateHeaders) {
         let own = || {
-            p.rules.len() == p.policy.limits.len()
-                && (p.policy.limits.iter().zip(&p.rules)).all(|(l, rule)| *rule == l.rule)
+            rules.len() == policy.limits.len()
+                && (policy.limits.iter().zip(rules)).all(|(l, rule)| *rule == l.rule)
         };
         if self.header_style.ietf() && own() {
-            let v = p
-                .policy
+            let v = policy
                 .ietf_policy
                 .get_or_init(|| response::policy_value(&h.items).map(Arc::new));
             h.policy.clone_from(v);
@@ -604,7 +604,7 @@ fn with_refund(mut d: Decision) -> Decision {
 /// (the metrics' `outcome`); `enough`: whether the limit had room (`None`:
 /// not known); `soft`: the limit only counts in the store (shadow, or an
 /// escalation instead of a refusal, see escalate.rs).
-fn outcome_of(
+pub(super) fn outcome_of(
     policy: &Policy,
     soft: bool,
     i: usize,

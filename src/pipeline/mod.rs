@@ -27,6 +27,7 @@ mod escalate;
 mod failures;
 mod fallback;
 mod lease;
+mod lone;
 mod prepare;
 mod refund;
 mod refusal;

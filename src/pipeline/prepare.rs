@@ -9,11 +9,11 @@ use axum::extract::MatchedPath;
 use http::Request;
 use smallvec::SmallVec;
 
-use super::{response, Decision, Limiter};
+use super::response::{self, Rejection};
+use super::{Decision, Limiter};
 use crate::algorithm::Rule;
 use crate::key::{Extracted, KeyMaterial, LogId};
-use crate::route::OnMissing;
-use crate::route::Policy;
+use crate::route::{Limit, OnMissing, Policy};
 use crate::shed::{Accepted, Priority, Ticket};
 use crate::RequestRef;
 
@@ -25,14 +25,15 @@ pub(crate) struct Routed<'r> {
     /// Its `MatchedPath`.
     pub(crate) matched: Option<&'r str>,
     /// Its entry's policy, else the default one (limits or not).
-    policy: Option<&'r Arc<Policy>>,
+    pub(super) policy: Option<&'r Arc<Policy>>,
 }
 
 /// What the synchronous half found.
 pub(crate) enum Prepared {
     /// No limit applies to this route.
     Unlimited,
-    /// Answered without the store (missing key, unknown client IP).
+    /// Answered already: without the store (missing key, unknown client
+    /// IP), or by the in-process store for a lone limit (see `lone.rs`).
     Now(Decision),
     /// Decide (see `decide.rs`).
     Ask(Pending),
@@ -122,6 +123,19 @@ impl Limiter {
         let Some(policy) = route.policy.filter(|p| !p.limits.is_empty()) else {
             return Prepared::Unlimited;
         };
+        if let Some(memory) = self.lone(policy) {
+            return Prepared::Now(self.decide_lone(req, policy, memory));
+        }
+        self.prepare_keys(req, matched, policy)
+    }
+
+    /// Keys → cost, the route's policy known and limited.
+    pub(super) fn prepare_keys<B>(
+        &self,
+        req: &Request<B>,
+        matched: Option<&str>,
+        policy: &Arc<Policy>,
+    ) -> Prepared {
         let (headers, ext) = (req.headers(), req.extensions());
         let view = RequestRef::new(req);
         // The client IP is resolved once, and only if some limit needs it.
@@ -132,25 +146,9 @@ impl Limiter {
         let mut keys = SmallVec::with_capacity(policy.limits.len());
         let mut log_ids = SmallVec::with_capacity(policy.limits.len());
         for limit in &policy.limits {
-            let peer = if limit.key.needs_ip() {
-                client_ip()
-            } else {
-                None
-            };
-            let material = match limit.key.extract(&view, peer, &self.custom_keys) {
-                Extracted::Found(m) => m,
-                Extracted::Missing => match limit.on_missing {
-                    OnMissing::Ip => match client_ip() {
-                        Some(ip) => KeyMaterial::ip(ip),
-                        None => return reject(response::no_client_ip(limit)),
-                    },
-                    OnMissing::Reject => {
-                        return reject(response::missing_key(limit, &self.www_authenticate))
-                    }
-                },
-                Extracted::NoClientIp => return reject(response::no_client_ip(limit)),
-                Extracted::Invalid => return reject(response::invalid_key(limit)),
-                Extracted::Failed(why) => return reject(response::key_unavailable(limit, why)),
+            let material = match self.material(limit, &view, &mut client_ip) {
+                Ok(m) => m,
+                Err(r) => return reject(r),
             };
             let plans = !limit.plans.is_empty();
             let k = material.store_key(
@@ -186,6 +184,36 @@ impl Limiter {
             rules: SmallVec::new(),
             plans: SmallVec::new(),
         })
+    }
+
+    /// What `limit` is keyed by in this request, or the answer to a request
+    /// without it. `client_ip`: the request's, resolved at the first call.
+    // The refusal is rare; boxing it would cost every caller.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn material<'v>(
+        &self,
+        limit: &Limit,
+        view: &RequestRef<'v>,
+        client_ip: &mut impl FnMut() -> Option<IpAddr>,
+    ) -> Result<KeyMaterial<'v>, Rejection> {
+        let peer = if limit.key.needs_ip() {
+            client_ip()
+        } else {
+            None
+        };
+        match limit.key.extract(view, peer, &self.custom_keys) {
+            Extracted::Found(m) => Ok(m),
+            Extracted::Missing => match limit.on_missing {
+                OnMissing::Ip => match client_ip() {
+                    Some(ip) => Ok(KeyMaterial::ip(ip)),
+                    None => Err(response::no_client_ip(limit)),
+                },
+                OnMissing::Reject => Err(response::missing_key(limit, &self.www_authenticate)),
+            },
+            Extracted::NoClientIp => Err(response::no_client_ip(limit)),
+            Extracted::Invalid => Err(response::invalid_key(limit)),
+            Extracted::Failed(why) => Err(response::key_unavailable(limit, why)),
+        }
     }
 
     /// A request without `MatchedPath` for a path a configured route names:

@@ -132,7 +132,8 @@ impl MemoryStore {
         let now = self.epoch.elapsed();
         if let [bucket] = check.buckets.as_slice() {
             if !bucket.rule.is_concurrency() {
-                let (allowed, state) = self.check_one_at(bucket, check.cost, now);
+                let (allowed, state) =
+                    self.check_one_at(&bucket.key, bucket.rule, bucket.shadow, check.cost, now);
                 return Outcome {
                     allowed,
                     limits: vec![state],
@@ -202,23 +203,46 @@ impl MemoryStore {
     /// the bucket's state after the charge.
     #[must_use]
     pub fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
-        self.check_one_at(b, cost, self.epoch.elapsed())
+        self.check_key(&b.key, b.rule, b.shadow, cost)
+    }
+
+    /// [`check_one`](Self::check_one) for a bucket named by a borrowed key
+    /// (a new key is copied into the store).
+    pub(crate) fn check_key(
+        &self,
+        key: &str,
+        rule: Rule,
+        shadow: bool,
+        cost: f64,
+    ) -> (bool, LimitState) {
+        self.check_one_at(key, rule, shadow, cost, self.epoch.elapsed())
     }
 
     /// `now`: since the store's epoch.
-    fn check_one_at(&self, b: &Bucket, cost: f64, now: Duration) -> (bool, LimitState) {
-        if b.rule.is_concurrency() {
+    fn check_one_at(
+        &self,
+        key: &str,
+        rule: Rule,
+        shadow: bool,
+        cost: f64,
+        now: Duration,
+    ) -> (bool, LimitState) {
+        if rule.is_concurrency() {
             // Slots: the general path (an anonymous slot, see `Check::slot`).
             let check = Check {
                 cost,
-                buckets: vec![b.clone()],
+                buckets: vec![Bucket {
+                    key: key.to_owned(),
+                    rule,
+                    shadow,
+                }],
                 slot: None,
             };
             let o = self.check_all_at(&check, now);
             return (o.allowed, o.limits[0]);
         }
         let secs = now.as_secs_f64();
-        let mut slot = self.buckets.slot(&b.key);
+        let mut slot = self.buckets.slot(key);
         // One lookup: the entry found is read and written in place.
         let mut entry = slot.get_mut();
         // A refused key is still a busy key (see `check_now`).
@@ -226,7 +250,7 @@ impl MemoryStore {
             e.seen = secs;
             e.state
         });
-        let mut one = [Decided::new(Level::read(b.rule, stored, now), b.shadow)];
+        let mut one = [Decided::new(Level::read(rule, stored, now), shadow)];
         let allowed = decide(&mut one, cost);
         if let Some((state, idle_at)) = one[0].charged {
             if let Some(e) = entry {
