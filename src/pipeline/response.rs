@@ -276,13 +276,25 @@ fn sf_int(n: u64) -> Integer {
 /// Whole units left, rounded down: a hair under a whole token is not a
 /// token, so the header never promises a request that would be refused.
 fn whole_down(x: f64) -> u64 {
-    x.floor().max(0.0) as u64
+    // `as` truncates toward zero and saturates (a negative or NaN x is 0):
+    // for x ≥ 0 that is the floor, without a call into libm.
+    x as u64
 }
 
 /// `X-RateLimit-Reset`: rounded up, so a client waiting that long finds
 /// the bucket full.
 fn whole_secs(secs: f64) -> u64 {
-    secs.ceil().max(0.0) as u64
+    whole_up(secs)
+}
+
+/// `x` rounded up, saturated to `0..=u64::MAX` (NaN: 0), without libm.
+fn whole_up(x: f64) -> u64 {
+    let down = x as u64;
+    if (down as f64) < x {
+        down.saturating_add(1)
+    } else {
+        down
+    }
 }
 
 /// Header values of numbers below [`NUMBERS`] (every `Retry-After` and
@@ -540,7 +552,7 @@ pub(crate) fn reported(
 pub(crate) fn retry_after_secs(wait: f64) -> u64 {
     if wait.is_finite() {
         // Saturating cast: a refill so slow it overflows is "a long time".
-        (wait.ceil() as u64).max(1)
+        whole_up(wait).max(1)
     } else {
         u64::MAX / 2
     }
@@ -781,6 +793,33 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn whole_numbers_round_as_floor_and_ceil_do() {
+        let xs = [
+            -1.5,
+            -0.0,
+            0.0,
+            1e-300,
+            0.4,
+            0.5,
+            1.0,
+            1.0000001,
+            2.9999999999,
+            3.0,
+            4095.5,
+            9_007_199_254_740_993.0,
+            1.8e19,
+            1e300,
+            f64::INFINITY,
+        ];
+        for x in xs {
+            assert_eq!(whole_down(x), x.floor().max(0.0) as u64, "{x}");
+            assert_eq!(whole_up(x), x.ceil().max(0.0) as u64, "{x}");
+        }
+        assert_eq!((whole_down(f64::NAN), whole_up(f64::NAN)), (0, 0));
+        assert_eq!(whole_up(f64::NEG_INFINITY), 0);
     }
 
     #[test]
