@@ -7,7 +7,9 @@
 //! 1. [`prepare`] (synchronous, in the service's `call`): the route's
 //!    policy, each limit's key, the request's cost. A missing key, an
 //!    unknown client address or a custom key its extractor rejects (or
-//!    fails to compute) is answered here.
+//!    fails to compute) is answered here. A route of one limit that
+//!    needs nothing beside its bucket, on the in-process store, is decided
+//!    here too, in place ([`lone`]).
 //! 2. [`decide`]: the callers' plans, then each limit's rule for the cost
 //!    (`413` when it can never fit), then a refusal remembered from Redis,
 //!    then the store — the in-process one at once, Redis through hot-key
