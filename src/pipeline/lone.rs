@@ -64,8 +64,8 @@ impl Limiter {
             return Decision::Reject(response::too_costly(limit, policy.cost, rule.capacity()));
         }
         let decide = |key: &mut String| {
-            let prefix = &self.core.prefix;
-            let (_, id) = material.write_key(key, prefix, &limit.name, None);
+            let (prefix, secret) = (&self.core.prefix, self.core.key_secret.as_ref());
+            let (_, id) = material.write_key(key, prefix, &limit.name, secret);
             let cost = f64::from(policy.cost);
             let (allowed, s) = memory.check_key(key, rule, false, cost);
             let outcome = outcome_of(policy, false, 0, allowed, Some(s.enough), Via::Redis);
