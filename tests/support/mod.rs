@@ -166,8 +166,18 @@ impl RedisServer {
         keys.lines()
             .filter(|k| !k.is_empty())
             .map(|k| {
-                let pttl = self.cli(&["PTTL", k]).unwrap().trim().parse().unwrap();
-                (k.to_owned(), pttl)
+                // A redis-cli that could not run or connect on a loaded
+                // machine is not the key's doing: a few tries, then fail.
+                let pttl = (0..5)
+                    .find_map(|_| {
+                        let out = self.cli(&["PTTL", k]);
+                        if out.is_none() {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        out
+                    })
+                    .unwrap_or_else(|| panic!("redis-cli PTTL {k} failed 5 times"));
+                (k.to_owned(), pttl.trim().parse().unwrap())
             })
             .collect()
     }
