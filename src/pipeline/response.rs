@@ -283,14 +283,10 @@ fn whole_down(x: f64) -> u64 {
 
 /// `X-RateLimit-Reset`: rounded up, so a client waiting that long finds
 /// the bucket full.
+/// Saturated to `0..=u64::MAX` (NaN: 0), without libm.
 fn whole_secs(secs: f64) -> u64 {
-    whole_up(secs)
-}
-
-/// `x` rounded up, saturated to `0..=u64::MAX` (NaN: 0), without libm.
-fn whole_up(x: f64) -> u64 {
-    let down = x as u64;
-    if (down as f64) < x {
+    let down = secs as u64;
+    if (down as f64) < secs {
         down.saturating_add(1)
     } else {
         down
@@ -552,7 +548,7 @@ pub(crate) fn reported(
 pub(crate) fn retry_after_secs(wait: f64) -> u64 {
     if wait.is_finite() {
         // Saturating cast: a refill so slow it overflows is "a long time".
-        whole_up(wait).max(1)
+        whole_secs(wait).max(1)
     } else {
         u64::MAX / 2
     }
@@ -816,10 +812,10 @@ mod tests {
         ];
         for x in xs {
             assert_eq!(whole_down(x), x.floor().max(0.0) as u64, "{x}");
-            assert_eq!(whole_up(x), x.ceil().max(0.0) as u64, "{x}");
+            assert_eq!(whole_secs(x), x.ceil().max(0.0) as u64, "{x}");
         }
-        assert_eq!((whole_down(f64::NAN), whole_up(f64::NAN)), (0, 0));
-        assert_eq!(whole_up(f64::NEG_INFINITY), 0);
+        assert_eq!((whole_down(f64::NAN), whole_secs(f64::NAN)), (0, 0));
+        assert_eq!(whole_secs(f64::NEG_INFINITY), 0);
     }
 
     #[test]
