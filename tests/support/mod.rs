@@ -5,6 +5,7 @@
 #[cfg(feature = "redis")]
 pub mod chaos;
 pub mod example;
+pub mod relay;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

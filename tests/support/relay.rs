@@ -1,0 +1,244 @@
+//! A TCP relay in front of a Redis the test controls: a network between
+//! the limiter and Redis that can be cut, held and healed while Redis
+//! keeps running.
+//!
+//! - [`Relay::cut`]: every connection is reset (RST both ways) and new
+//!   ones are refused until [`Relay::heal`]. Commands the relay holds but
+//!   has not forwarded are lost, as in a real cut. The relay first stops
+//!   forwarding commands and lets the answers already on their way
+//!   through (for [`DRAIN`]), so no command Redis has run loses its
+//!   answer in the cut: what a test counts afterwards is exactly what the
+//!   instances were answered. (An answer lost in a cut is an outcome the
+//!   limiter cannot know; docs/accuracy.md bounds it.)
+//! - [`Relay::hold`]: nothing is forwarded either way, connections stay
+//!   open, and what was sent meanwhile is delivered at
+//!   [`Relay::release`]: a partition that TCP's retransmissions outlive,
+//!   the late delivery a timeout does not cancel.
+//!
+//! The relay runs on a thread of its own, so a busy test runtime does not
+//! slow the network down.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// How long a cut lets answers already under way reach the client before
+/// it resets the connections.
+pub const DRAIN: Duration = Duration::from_millis(30);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Bytes flow both ways.
+    Open,
+    /// Commands (client → Redis) stop; answers still flow.
+    Draining,
+    /// Nothing flows; delivered later.
+    Held,
+    /// Connections are reset; new ones refused.
+    Cut,
+}
+
+pub struct Relay {
+    pub port: u16,
+    mode: watch::Sender<Mode>,
+    /// Connections accepted so far.
+    accepted: Arc<Mutex<u64>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    /// A relay on a free loopback port in front of `127.0.0.1:target`.
+    pub fn start(target: u16) -> Self {
+        let port = super::free_port();
+        let (mode, watch_rx) = watch::channel(Mode::Open);
+        let accepted = Arc::new(Mutex::new(0));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let count = Arc::clone(&accepted);
+        let thread = std::thread::Builder::new()
+            .name(format!("relay-{port}"))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    tokio::select! {
+                        () = serve(port, target, watch_rx, count, ready_tx) => {}
+                        _ = stopped => {}
+                    }
+                });
+            })
+            .unwrap();
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("relay listening");
+        Self {
+            port,
+            mode,
+            accepted,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Resets every connection and refuses new ones, after letting the
+    /// answers under way through (see the module's guide).
+    pub fn cut(&self) {
+        self.mode.send_replace(Mode::Draining);
+        std::thread::sleep(DRAIN);
+        self.mode.send_replace(Mode::Cut);
+    }
+
+    /// Forwards nothing, keeps the connections; [`release`](Self::release)
+    /// delivers what was sent meanwhile.
+    pub fn hold(&self) {
+        self.mode.send_replace(Mode::Held);
+    }
+
+    /// Ends a [`hold`](Self::hold).
+    pub fn release(&self) {
+        self.mode.send_replace(Mode::Open);
+    }
+
+    /// Ends a [`cut`](Self::cut): connections are accepted again.
+    pub fn heal(&self) {
+        self.mode.send_replace(Mode::Open);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        *self.accepted.lock().unwrap()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(
+    port: u16,
+    target: u16,
+    mut mode: watch::Receiver<Mode>,
+    accepted: Arc<Mutex<u64>>,
+    ready: std::sync::mpsc::Sender<()>,
+) {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut ready = Some(ready);
+    // Bounded: the loop ends with the relay (the select in `start`).
+    loop {
+        // While cut, no listener: connections are refused.
+        if *mode.borrow_and_update() == Mode::Cut {
+            let _ = mode.changed().await;
+            continue;
+        }
+        // std sets SO_REUSEADDR on Unix, so the port is ours again at once.
+        let listener = match TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+        };
+        if let Some(r) = ready.take() {
+            let _ = r.send(());
+        }
+        loop {
+            tokio::select! {
+                accepted_conn = listener.accept() => {
+                    let Ok((client, _)) = accepted_conn else { continue };
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        drop(client);
+                        continue;
+                    };
+                    *accepted.lock().unwrap() += 1;
+                    tokio::spawn(pipe(client, server, mode.clone()));
+                }
+                changed = mode.changed() => {
+                    if changed.is_err() || *mode.borrow() == Mode::Cut {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(listener);
+    }
+}
+
+/// One connection both ways, obeying the relay's mode.
+async fn pipe(client: TcpStream, server: TcpStream, mode: watch::Receiver<Mode>) {
+    for s in [&client, &server] {
+        let _ = s.set_nodelay(true);
+        // Closed with RST, not FIN: a cut resets the connection.
+        let _ = s.set_zero_linger();
+    }
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    let up = copy(cr, sw, mode.clone(), true);
+    let down = copy(sr, cw, mode.clone(), false);
+    let _ = tokio::join!(up, down);
+}
+
+/// Copies one direction; `commands`: client → Redis. On a cut it returns,
+/// and the sockets (zero linger) are reset once both directions have.
+async fn copy(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    commands: bool,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let flows = |m: Mode| match m {
+        Mode::Open => true,
+        Mode::Draining => !commands,
+        Mode::Held | Mode::Cut => false,
+    };
+    loop {
+        let m = *mode.borrow_and_update();
+        if m == Mode::Cut {
+            break;
+        }
+        if !flows(m) {
+            if mode.changed().await.is_err() {
+                break;
+            }
+            continue;
+        }
+        tokio::select! {
+            n = from.read(&mut buf) => {
+                let n = match n { Ok(0) | Err(_) => break, Ok(n) => n };
+                // Read before a hold began: delivered when it ends (a cut
+                // drops it).
+                loop {
+                    let m = *mode.borrow_and_update();
+                    if m == Mode::Cut { return }
+                    if flows(m) { break }
+                    if mode.changed().await.is_err() { return }
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            changed = mode.changed() => {
+                if changed.is_err() { break }
+            }
+        }
+    }
+}
