@@ -47,7 +47,7 @@ if alg == 'c' then
   else
     local count, last, first = out[b + 1], 0, 0
     if charge and cost > 0 then
-      count = count + call('ZADD', key, out[b + 2], argv[2])
+      count = count + call('ZADD', key, out[b + 2], argv[3])
       call('PEXPIRE', key, string.format('%d', p2 + 1))
       last = p2 * 1000
     elseif count > 0 then

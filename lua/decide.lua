@@ -1,9 +1,13 @@
 -- fleetlimit: every limit of one request, decided in one atomic call.
 --
 -- KEYS[i]        the key of limit i (all in one hash slot on a cluster)
--- ARGV[1]        cost: units each limit must give (negative: a refund)
--- ARGV[2]        the request's slot id (concurrency limits; "" without one)
--- ARGV[4i-1..4i+2] for limit i: algorithm ("t" token bucket, "f" fixed
+-- ARGV[1]        not after: the latest Redis time (µs) at which this call
+--                may change anything, when its caller stops waiting ("":
+--                no bound); a call run later changes nothing
+--                (src/store/redis/clock.rs)
+-- ARGV[2]        cost: units each limit must give (negative: a refund)
+-- ARGV[3]        the request's slot id (concurrency limits; "" without one)
+-- ARGV[4i..4i+3] for limit i: algorithm ("t" token bucket, "f" fixed
 --                window, "s" sliding window, "c" concurrency), its two
 --                parameters, and "1" when the limit is in shadow mode
 --
@@ -30,13 +34,16 @@
 -- limit), only the limit's own, which its block reads first.
 -- `p1`, `p2` are the limit's parameters as numbers, `s1`, `s2` as sent.
 -- Returns { allowed (1 or 0), then each limit's answer: integers, which
--- Redis passes as they are (it truncates any other Lua number) }; the
--- client works out remaining, wait and reset (Rule::script_answer).
+-- Redis passes as they are (it truncates any other Lua number), then now
+-- (µs) }; the client works out remaining, wait and reset
+-- (Rule::script_answer). Run after its bound: { 'LATE', now }.
 local keys, argv = KEYS, ARGV
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
+local not_after = tonumber(argv[1])
+if not_after and now > not_after then return { 'LATE', now } end
 local now_text
-local cost = tonumber(argv[1])
+local cost = tonumber(argv[2])
 local n = #keys
 local vals
 -- The reply, and each limit's state between the passes (5 values from
@@ -50,7 +57,7 @@ local s1, s2, p1, p2
 for pass = 1, 2 do
   local write = pass == 2
   for i = 1, n do
-    local a, b = 4 * i - 1, 5 * i - 4
+    local a, b = 4 * i, 5 * i - 4
     local alg, key = argv[a], keys[i]
     if argv[a + 1] ~= s1 then s1 = argv[a + 1]; p1 = tonumber(s1) end
     if argv[a + 2] ~= s2 then s2 = argv[a + 2]; p2 = tonumber(s2) end

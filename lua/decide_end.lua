@@ -6,6 +6,8 @@
   end
 end
 out[1] = allowed and 1 or 0
--- The reply ends at the first nil: past it, what is left of the state.
-out[o + 1] = nil
+-- Redis's clock, then the end of the reply (the first nil: past it, what
+-- is left of the state).
+out[o + 1] = now
+out[o + 2] = nil
 return out

@@ -34,7 +34,7 @@ if alg == 'f' then
     local count, pttl = out[b + 1], out[b + 2]
     if not count and charge and cost >= 0 and cost % 1 == 0 then
       -- A new window: whatever the key held is replaced, with its expiry.
-      call('SET', key, cost == 0 and '0' or argv[1], 'PX', s2)
+      call('SET', key, cost == 0 and '0' or argv[2], 'PX', s2)
       count, pttl = cost, p2
     else
       if not count then
@@ -43,7 +43,7 @@ if alg == 'f' then
       end
       if charge then
         if cost >= 0 then
-          count = call('INCRBY', key, argv[1])
+          count = call('INCRBY', key, argv[2])
         else
           -- A refund never takes the count below zero.
           local back = math.min(-cost, count)

@@ -67,7 +67,7 @@ if alg == 's' then
         if idx >= 1e14 then itext = string.format('%d', idx) end
       end
       if curr == cost and cost > 0 then
-        ctext = argv[1]
+        ctext = argv[2]
       elseif curr % 1 ~= 0 or curr >= 1e14 then
         ctext = string.format('%.17g', curr)
       end

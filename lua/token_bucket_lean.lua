@@ -19,27 +19,34 @@
 -- stays, and every key it leaves has an expiry.
 --
 -- KEYS[i]              the bucket of check i
--- ARGV[2i-1], ARGV[2i] its cost × emission interval and capacity × emission
+-- ARGV[1]              not after: the latest Redis time (µs) at which this
+--                      call may change anything, when its caller stops
+--                      waiting ("": no bound); a call run later changes
+--                      nothing (src/store/redis/clock.rs)
+-- ARGV[2i], ARGV[2i+1] its cost × emission interval and capacity × emission
 --                      interval, in µs (a negative cost is a refund); the
 --                      latter plus 0.5 µs of slack, so rounding to a quarter
 --                      µs never refuses an exact fit (REDIS_SLACK_US)
--- ARGV[2n+1]           present when a key is named more than once: the
+-- ARGV[2n+2]           present when a key is named more than once: the
 --                      checks then read each key's latest TAT from this
 --                      call's own writes (a table the call otherwise skips)
 -- Returns one integer per check, in quarter µs: 4 × (TAT − now) after the
 -- charge when admitted (≥ 0), or −1 − 4 × (TAT − now) when refused (nothing
--- written). TAT and now are whole multiples of 0.25 µs (a double's step at
--- this magnitude), so both are exact. When a command fails, the reply is
--- shorter: the answers before the failing check, then its error text.
+-- written), then now (µs). TAT and now are whole multiples of 0.25 µs (a
+-- double's step at this magnitude), so both are exact. When a command
+-- fails, the answers are fewer: those before the failing check, then its
+-- error text, then now. Run after its bound: { 'LATE', now }.
 local keys, argv = KEYS, ARGV
 local n = #keys
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
+local not_after = tonumber(argv[1])
+if not_after and now > not_after then return { 'LATE', now } end
 local out = {}
 local function decide()
   local vals = call('MGET', unpack(keys))
   -- key → its TAT written in this call (false: deleted in this call).
-  local latest = argv[2 * n + 1] and {}
+  local latest = argv[2 * n + 2] and {}
   -- Checks of one limit share their argument strings (one Lua string each).
   local last_inc, last_burst, inc, burst
   for i = 1, n do
@@ -48,7 +55,7 @@ local function decide()
       local w = latest[key]
       if w ~= nil then raw = w end
     end
-    local a, b = argv[2 * i - 1], argv[2 * i]
+    local a, b = argv[2 * i], argv[2 * i + 1]
     if a ~= last_inc then last_inc, inc = a, tonumber(a) end
     if b ~= last_burst then last_burst, burst = b, tonumber(b) end
     local tat, stored = tat_read(key, raw, burst, now)
@@ -76,4 +83,5 @@ local ok, err = pcall(decide)
 if not ok then
   out[#out + 1] = type(err) == 'table' and err.err or tostring(err)
 end
+out[#out + 1] = now
 return out

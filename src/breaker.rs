@@ -206,7 +206,7 @@ impl Breaker {
         self.failures.fetch_add(1, Ordering::Relaxed);
         // A deadline miss may be this host's slow moment; anything else is
         // Redis (or the network) saying no.
-        let definite = !matches!(error, StoreError::Timeout);
+        let definite = !matches!(error, StoreError::Timeout | StoreError::Late);
         let now = Instant::now();
         let ms = now.saturating_duration_since(self.born).as_millis() as u64 + 1;
         let mut word = self.streak.load(Ordering::Relaxed);

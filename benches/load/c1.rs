@@ -45,6 +45,7 @@ pub fn redis_rtt(redis: &RedisServer) -> Option<Rtt> {
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port, "-c", "1", "-n", &n])
         .args(["-r", "10000", "--csv", "EVALSHA", &sha, "1", case.key])
+        .args(case.head)
         .args(case.args)
         .stderr(Stdio::null())
         .output()

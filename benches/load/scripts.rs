@@ -16,8 +16,8 @@ pub struct ScriptCase {
     pub name: &'static str,
     pub text: Text,
     pub key: &'static str,
-    /// Arguments sent once, after the keys (the decision script's cost and
-    /// slot id).
+    /// Arguments sent once, after the keys (the "not after" bound, and the
+    /// decision script's cost and slot id).
     pub head: &'static [&'static str],
     /// Arguments of each decision (each limit of the decision script).
     pub args: &'static [&'static str],
@@ -141,9 +141,9 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit decision script, one fixed window",
         text: Text::Inline(FLEETLIMIT_DECIDE),
         key: "rl:per-key:{key-__rand_int__}",
-        // cost, slot id (unused), then per limit: algorithm, limit, window
-        // ms, shadow
-        head: &["1", "-"],
+        // not after ("": no bound), cost, slot id (unused), then per limit:
+        // algorithm, limit, window ms, shadow
+        head: &["", "1", "-"],
         args: &["f", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
@@ -152,7 +152,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit decision script, one sliding window",
         text: Text::Inline(FLEETLIMIT_DECIDE),
         key: "rl:per-key:{key-__rand_int__}",
-        head: &["1", "-"],
+        head: &["", "1", "-"],
         args: &["s", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
@@ -164,7 +164,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         key: "rl:per-key:{key-__rand_int__}",
         // cost, slot id (unused), then per limit: algorithm, capacity,
         // refill/s, shadow
-        head: &["1", "-"],
+        head: &["", "1", "-"],
         args: &["t", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 4,
@@ -175,7 +175,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         key: "rl:in-flight:{key-__rand_int__}",
         // cost, slot id, then: algorithm, max_in_flight, max_hold ms, shadow
         // (a slot is never released here: each key fills to 1000 at most)
-        head: &["1", "s-__rand_int__"],
+        head: &["", "1", "s-__rand_int__"],
         args: &["c", "1000", "60000", "0"],
         library_sha: Some(RedisStore::script_sha),
         batch: 1,
@@ -184,8 +184,9 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit lean script, 1 decision per call (lua/token_bucket_lean.lua)",
         text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
-        // per decision: cost × µs per token, capacity × µs per token
-        head: &[],
+        // not after ("": no bound), then per decision: cost × µs per
+        // token, capacity × µs per token
+        head: &[""],
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
         batch: 1,
@@ -194,7 +195,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit lean script, 4 decisions per call (coalesced)",
         text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
-        head: &[],
+        head: &[""],
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
         batch: 4,
@@ -203,7 +204,7 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit lean script, 16 decisions per call (coalesced)",
         text: Text::File(FLEETLIMIT_LEAN),
         key: "rl:per-key:{key-__rand_int__}",
-        head: &[],
+        head: &[""],
         args: &["1000", "1000000"],
         library_sha: Some(RedisStore::lean_script_sha),
         batch: 16,

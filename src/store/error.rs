@@ -19,8 +19,13 @@ use std::fmt;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
-    /// No answer within the deadline.
+    /// No answer within the deadline. Redis may have run the check before
+    /// its "not after" bound (see `docs/accuracy.md`), never after it.
     Timeout,
+    /// Redis answered that it ran the check after its caller's deadline had
+    /// passed (a freeze, a stall, a queue in front of Redis): nothing was
+    /// charged.
+    Late,
     /// Not connected, connection refused or broken.
     Unavailable(String),
     /// Redis answered with an error (script error, cluster error, OOM...).
@@ -56,6 +61,7 @@ impl StoreError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
+            Self::Late => "late",
             Self::Unavailable(_) => "unavailable",
             Self::Redis(_) => "redis-error",
             Self::Protocol(_) => "protocol",
@@ -70,6 +76,7 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Timeout => f.write_str("no answer within the deadline"),
+            Self::Late => f.write_str("Redis ran the check after its deadline and charged nothing"),
             Self::Unavailable(e) => write!(f, "store unavailable: {e}"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
             Self::Protocol(e) => write!(f, "unexpected answer: {e}"),

@@ -30,8 +30,10 @@ use fred::clients::Pool;
 use fred::types::{ClusterHash, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::deadline::within;
-use super::script::{map_err, Inner};
+use tokio::time::Instant;
+
+use super::deadline::{deciding, Stamp};
+use super::script::{map_err, not_after, timed, Inner};
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
 
@@ -192,12 +194,9 @@ impl Batcher {
 /// One check in a call of its own, answered as [`run`] answers a batch of
 /// one.
 async fn direct(pool: &Pool, scripts: &Inner, item: Item) -> Result<Outcome, StoreError> {
-    match call(pool, scripts, std::slice::from_ref(&item)).await? {
-        Value::Array(mut items) if items.len() == 1 => {
-            let reply = items.pop().unwrap_or(Value::Null);
-            item.args.parse(&reply, item.capacity, item.shadow)
-        }
-        other => Err(StoreError::Protocol(format!(
+    match <[Value; 1]>::try_from(call(pool, scripts, std::slice::from_ref(&item)).await?) {
+        Ok([reply]) => item.args.parse(&reply, item.capacity, item.shadow),
+        Err(other) => Err(StoreError::Protocol(format!(
             "batch script: unexpected {other:?}"
         ))),
     }
@@ -209,7 +208,7 @@ async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
         let items = match call(pool, scripts, &jobs).await {
             // The script stops at a check whose command failed: the reply
             // holds the answers before it, then its error.
-            Ok(Value::Array(items)) if !items.is_empty() && items.len() <= jobs.len() => items,
+            Ok(items) if !items.is_empty() && items.len() <= jobs.len() => items,
             Ok(other) => {
                 let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
                 return fail(jobs, &e);
@@ -245,54 +244,69 @@ async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
     }
 }
 
-/// One call of the lean script for `jobs`.
+/// One call of the lean script for `jobs`: its answers, Redis's clock
+/// taken off (see `script::timed`).
 async fn call<J: Borrow<Item>>(
     pool: &Pool,
     scripts: &Inner,
     jobs: &[J],
-) -> Result<Value, StoreError> {
+) -> Result<Vec<Value>, StoreError> {
+    let repeats = repeats_a_key(jobs);
     // Built again (rarely) for EVAL, rather than cloned on every call.
-    let args = |head: &Value| {
-        let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * jobs.len());
-        args.push(head.clone());
-        args.push(Value::Integer(jobs.len() as i64));
-        args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
-        // Checks of one limit share their numbers: printed once, then the
-        // (reference-counted) values are reused.
-        let mut last: Option<(LeanArgs, (Value, Value))> = None;
-        for j in jobs.iter().map(Borrow::borrow) {
-            let (inc, burst) = match &last {
-                Some((a, values)) if *a == j.args => values.clone(),
-                _ => {
-                    let values = j.args.values();
-                    last = Some((j.args, values.clone()));
-                    values
-                }
-            };
-            args.push(inc);
-            args.push(burst);
+    let args = |not_after: Value| {
+        move |head: &Value| {
+            let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
+            args.push(head.clone());
+            args.push(Value::Integer(jobs.len() as i64));
+            args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
+            args.push(not_after.clone());
+            // Checks of one limit share their numbers: printed once, then
+            // the (reference-counted) values are reused.
+            let mut last: Option<(LeanArgs, (Value, Value))> = None;
+            for j in jobs.iter().map(Borrow::borrow) {
+                let (inc, burst) = match &last {
+                    Some((a, values)) if *a == j.args => values.clone(),
+                    _ => {
+                        let values = j.args.values();
+                        last = Some((j.args, values.clone()));
+                        values
+                    }
+                };
+                args.push(inc);
+                args.push(burst);
+            }
+            if repeats {
+                // The script then follows each key's own writes in this call.
+                args.push(Value::from("d"));
+            }
+            args
         }
-        if repeats_a_key(jobs) {
-            // The script then follows each key's own writes in this call.
-            args.push(Value::from("d"));
-        }
-        args
     };
     scripts
         .metrics
         .sent(crate::metrics::Script::Lean, jobs.len());
     let timer = scripts.metrics.start();
-    let answer = match within(
-        scripts.eval(pool, &scripts.lean, ClusterHash::FirstKey, args),
+    // A call Redis ran too late (nothing charged) is sent again when the
+    // deadline leaves time (see `deadline::deciding`).
+    let attempt = |stamp: Stamp| {
+        let args = args(not_after(&scripts.clock, stamp.give_up()));
+        async move {
+            let sent = Instant::now();
+            let reply = scripts
+                .eval(pool, &scripts.lean, ClusterHash::FirstKey, args)
+                .await
+                .map_err(map_err)?;
+            timed(reply, sent, &scripts.clock)
+        }
+    };
+    let answer = deciding(
+        attempt,
+        false,
         scripts.deadline(),
         &scripts.io,
         &scripts.stalls,
     )
-    .await
-    {
-        Some(reply) => reply.map_err(map_err),
-        None => Err(StoreError::Timeout),
-    };
+    .await;
     scripts.metrics.answered(
         timer,
         answer.as_ref().map(|_| ()).map_err(StoreError::reason),

@@ -12,7 +12,7 @@
 //! span several slots is split by slot (`slot_groups`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -20,6 +20,7 @@ use fred::error::Error as FredError;
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{Config as FredConfig, ServerConfig};
 
+use super::clock::RedisClock;
 use super::connect::build_pool;
 use crate::store::{Check, StoreError};
 
@@ -36,7 +37,14 @@ pub(crate) struct NodePools {
     deadline: Duration,
     connect_timeout: Duration,
     io: tokio::runtime::Handle,
-    pools: Mutex<HashMap<String, Pool>>,
+    pools: Mutex<HashMap<String, Node>>,
+}
+
+/// A primary's pool, and its clock (each primary's host has its own).
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Arc<RedisClock>,
 }
 
 impl NodePools {
@@ -66,20 +74,20 @@ impl NodePools {
         Some((server.host.to_string(), server.port))
     }
 
-    /// The pool of the primary owning `slot`.
-    pub(crate) fn for_slot(&self, slot: u16) -> Result<Pool, StoreError> {
+    /// The primary owning `slot`.
+    pub(crate) fn for_slot(&self, slot: u16) -> Result<Node, StoreError> {
         let (host, port) = self
             .owner(slot)
             .ok_or_else(|| StoreError::Unavailable("cluster slots not known yet".into()))?;
         self.pool(&host, port)
     }
 
-    /// The pool of the node at `host:port`, made (and connecting) if new.
-    pub(crate) fn pool(&self, host: &str, port: u16) -> Result<Pool, StoreError> {
+    /// The node at `host:port`, its pool made (and connecting) if new.
+    pub(crate) fn pool(&self, host: &str, port: u16) -> Result<Node, StoreError> {
         let name = format!("{host}:{port}");
         let mut pools = crate::sync::lock(&self.pools);
-        if let Some(p) = pools.get(&name) {
-            return Ok(p.clone());
+        if let Some(node) = pools.get(&name) {
+            return Ok(node.clone());
         }
         if pools.len() >= MAX_NODES {
             return Err(StoreError::Unavailable(format!(
@@ -93,8 +101,12 @@ impl NodePools {
             let _on_io = self.io.enter();
             let _connection_tasks = pool.connect_pool();
         }
-        pools.insert(name, pool.clone());
-        Ok(pool)
+        let node = Node {
+            pool,
+            clock: Arc::new(RedisClock::new()),
+        };
+        pools.insert(name, node.clone());
+        Ok(node)
     }
 
     /// Pools for every primary fred knows now, waiting (at most `within`)
@@ -103,15 +115,17 @@ impl NodePools {
         let Some(state) = self.cluster.next().cached_cluster_state() else {
             return;
         };
-        let pools: Vec<Pool> = state
+        let nodes: Vec<Node> = state
             .unique_primary_nodes()
             .iter()
             .filter_map(|server| self.pool(&server.host, server.port).ok())
             .collect();
         // One wait for all: a primary that is down costs `within` once.
         let _ = tokio::time::timeout(within, async {
-            for pool in &pools {
-                let _ = pool.wait_for_connect().await;
+            for node in &nodes {
+                if node.pool.wait_for_connect().await.is_ok() {
+                    super::clock::learn(&node.pool, &node.clock).await;
+                }
             }
         })
         .await;

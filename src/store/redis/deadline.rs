@@ -60,7 +60,83 @@ pub(crate) fn backstop(deadline: Duration) -> Duration {
     hard_bound(deadline) + Duration::from_millis(100)
 }
 
+/// When a call is handed to fred, and how long its caller waits for the
+/// answer at least: the call's "not after" bound is `handed + window` moved
+/// onto Redis's clock (see `clock.rs`), so the caller never stops waiting
+/// before Redis stops being allowed to charge.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp {
+    pub(crate) handed: Instant,
+    /// At least the deadline; a hard bound's worth when this host stalled
+    /// lately (Redis, on the same host, runs late then too).
+    window: Duration,
+    /// The latest the call may end, whatever happens.
+    hard: Instant,
+}
+
+impl Stamp {
+    /// A call handed now.
+    pub(crate) fn new(deadline: Duration, stalls: &Stalls) -> Self {
+        let handed = Instant::now();
+        let window = if stalls.lately(handed, deadline.saturating_mul(20)) {
+            hard_bound(deadline)
+        } else {
+            deadline
+        };
+        Self {
+            handed,
+            window,
+            hard: handed + hard_bound(deadline),
+        }
+    }
+
+    /// When the caller may stop waiting: the call's bound on Redis's clock.
+    pub(crate) fn give_up(&self) -> Instant {
+        self.handed + self.window
+    }
+}
+
+/// `attempt(stamp)` within its deadline ([`within`]); once more when Redis
+/// answered that it ran it too late (`Late`: nothing was charged) and the
+/// first attempt's hard bound leaves a deadline for another, unless
+/// `once` (a call whose earlier parts were charged: see `run_in_order`).
+pub(crate) async fn deciding<T, Fut>(
+    attempt: impl Fn(Stamp) -> Fut,
+    once: bool,
+    deadline: Duration,
+    io: &tokio::runtime::Handle,
+    stalls: &Stalls,
+) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let first = Stamp::new(deadline, stalls);
+    let out = within(attempt(first), deadline, first, io, stalls)
+        .await
+        .unwrap_or(Err(StoreError::Timeout));
+    if once || !matches!(out, Err(StoreError::Late)) {
+        return out;
+    }
+    // Redis ran it after its bound: Redis or this host stalled.
+    let now = Instant::now();
+    stalls.seen(now);
+    let left = first.hard.saturating_duration_since(now);
+    if left < deadline {
+        return out;
+    }
+    let second = Stamp {
+        handed: now,
+        window: left,
+        hard: first.hard,
+    };
+    within(attempt(second), deadline, second, io, stalls)
+        .await
+        .unwrap_or(Err(StoreError::Timeout))
+}
+
 /// `call`'s output if Redis answers within `deadline`; `None` if not.
+/// Never `None` before `stamp`'s give-up moment (the call's bound on
+/// Redis's clock), and always by its hard bound.
 ///
 /// The deadline bounds what Redis costs, not this process's own delays:
 ///
@@ -83,6 +159,7 @@ pub(crate) fn backstop(deadline: Duration) -> Duration {
 pub(crate) async fn within<F: std::future::Future>(
     call: F,
     deadline: Duration,
+    stamp: Stamp,
     io: &tokio::runtime::Handle,
     stalls: &Stalls,
 ) -> Option<F::Output> {
@@ -90,8 +167,8 @@ pub(crate) async fn within<F: std::future::Future>(
     use std::task::Poll;
 
     let mut call = std::pin::pin!(call);
-    let handed = Instant::now();
-    let give_up = handed + hard_bound(deadline);
+    let handed = stamp.handed;
+    let give_up = stamp.hard.max(stamp.give_up());
     let mut hard = std::pin::pin!(tokio::time::sleep_until(give_up));
     // Hands the command to fred (its first poll sends it).
     let first = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
@@ -106,7 +183,7 @@ pub(crate) async fn within<F: std::future::Future>(
     // fred's thread runs a task within tens of microseconds on a host with
     // a free CPU: a tenth of the deadline says the host is contended.
     let contended = (deadline / 10).max(Duration::from_micros(200));
-    let mut until = handed + deadline;
+    let mut until = stamp.give_up();
     loop {
         let mut timer = std::pin::pin!(tokio::time::sleep_until(until.min(give_up)));
         let ready = poll_fn(|cx| {
@@ -206,7 +283,7 @@ impl Stalls {
         }
     }
 
-    fn seen(&self, at: Instant) {
+    pub(crate) fn seen(&self, at: Instant) {
         let us = at.saturating_duration_since(self.born).as_micros() as u64 + 1;
         self.last
             .fetch_max(us, std::sync::atomic::Ordering::Relaxed);

@@ -19,6 +19,7 @@
 //! - `tls.rs`: `rediss://`.
 
 mod batch;
+mod clock;
 mod cluster;
 pub(crate) mod connect;
 mod deadline;
@@ -35,7 +36,7 @@ use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, LuaInterfac
 use self::batch::Batcher;
 use self::cluster::{slot_groups, NodePools};
 use self::connect::{build_pool, fred_config, wait_connected, Startup};
-use self::deadline::{within, IoThread};
+use self::deadline::{deciding, IoThread, Stamp};
 use self::script::{map_err, Inner};
 use super::{Check, Store, StoreError, StoreFuture};
 use crate::algorithm::{LEAN, SCRIPT};
@@ -211,10 +212,12 @@ impl RedisStore {
         Ok(store.with_coalescing(settings.coalesce))
     }
 
-    /// Once connected: a cluster's pool per primary, and the scripts.
+    /// Once connected: a cluster's pool per primary, Redis's clock (each
+    /// primary's), and the scripts.
     async fn prepare(&self, connect_timeout: Duration) {
-        if let Some(nodes) = &self.inner.nodes {
-            nodes.connect_all(connect_timeout).await;
+        match &self.inner.nodes {
+            Some(nodes) => nodes.connect_all(connect_timeout).await,
+            None => clock::learn(&self.pool, &self.inner.clock).await,
         }
         let loaded = tokio::time::timeout(connect_timeout, self.load_script()).await;
         if let Err(e) = loaded.unwrap_or(Err(StoreError::Timeout)) {
@@ -291,17 +294,21 @@ impl Store for RedisStore {
         Box::pin(async move {
             // One call for the whole request, unless a cluster spreads its
             // keys over several slots (see `slot_groups`).
-            let run = async {
+            let (inner, pool, check, groups) = (&inner, &pool, &check, &groups);
+            let run = |stamp: Stamp| async move {
                 if groups.len() <= 1 {
-                    return inner.run(&pool, &check).await;
+                    return inner.run(pool, check, stamp.give_up()).await;
                 }
-                inner.run_in_order(&pool, &check, &groups).await
+                inner
+                    .run_in_order(pool, check, groups, stamp.give_up())
+                    .await
             };
-            // One deadline for the whole check, NOSCRIPT recovery included.
+            // One deadline for the whole check, NOSCRIPT recovery included;
+            // a check Redis ran too late (nothing charged) is asked again
+            // when there is time, unless an earlier slot's group may stand.
             let timer = inner.metrics.start();
-            let answer = within(run, inner.deadline(), &inner.io, &inner.stalls)
-                .await
-                .unwrap_or(Err(StoreError::Timeout));
+            let once = groups.len() > 1;
+            let answer = deciding(run, once, inner.deadline(), &inner.io, &inner.stalls).await;
             inner.metrics.answered(
                 timer,
                 answer.as_ref().map(|_| ()).map_err(StoreError::reason),

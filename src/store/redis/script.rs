@@ -14,8 +14,11 @@ use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
+use tokio::time::Instant;
+
+use super::clock::RedisClock;
 use super::cluster::{moved_to, NodePools};
-use super::deadline::{backstop, within, Stalls};
+use super::deadline::{backstop, deciding, within, Stalls, Stamp};
 use crate::algorithm::LimitState;
 use crate::algorithm::{LeanArgs, LEAN, SCRIPT};
 use crate::store::Outcome;
@@ -44,6 +47,9 @@ pub(crate) struct Inner {
     pub(crate) stalls: Stalls,
     /// On a cluster: a pool per primary, which checks go through.
     pub(crate) nodes: Option<NodePools>,
+    /// Redis's clock (standalone and Sentinel; a cluster's primaries have
+    /// one each, in `nodes`).
+    pub(crate) clock: RedisClock,
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
@@ -64,6 +70,7 @@ impl Inner {
             io,
             stalls: Stalls::new(),
             nodes,
+            clock: RedisClock::new(),
             lean: Script::new(LEAN),
             decide: Script::new(SCRIPT),
             deadline,
@@ -81,8 +88,15 @@ impl Inner {
     }
 
     /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
-    /// A single token bucket (the common case) runs the lean script.
-    pub(crate) async fn run(&self, pool: &Pool, check: &Check) -> Result<Outcome, StoreError> {
+    /// A single token bucket (the common case) runs the lean script. The
+    /// call carries `give_up`, when its caller stops waiting, on Redis's
+    /// clock: run later, it changes nothing and answers `Late`.
+    pub(crate) async fn run(
+        &self,
+        pool: &Pool,
+        check: &Check,
+        give_up: Instant,
+    ) -> Result<Outcome, StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
             [b] => b.rule.lean_args(check.cost),
@@ -93,43 +107,46 @@ impl Inner {
         } else {
             &self.decide
         };
-        let args = |head: &Value| {
-            let mut args: Vec<Value> = Vec::with_capacity(4 + 5 * n);
-            args.push(head.clone());
-            args.push(Value::Integer(n as i64));
-            args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
-            if let Some(lean) = &lean {
-                // EVALSHA sha 1 key cost×per burst×per
-                let (inc, burst) = lean.values();
-                args.push(inc);
-                args.push(burst);
-            } else {
-                args.push(Value::from(check.cost.to_string()));
-                args.push(Value::from(check.slot.as_deref().unwrap_or("")));
-                // EVALSHA sha numkeys key.. cost slot (algorithm p1 p2 shadow)..
-                for b in &check.buckets {
-                    let (code, p1, p2) = b.rule.script_args();
-                    args.push(Value::from(code));
-                    args.push(Value::from(p1.to_string()));
-                    args.push(Value::from(p2.to_string()));
-                    args.push(Value::from(if b.shadow { "1" } else { "0" }));
+        let args = |not_after: Value| {
+            move |head: &Value| {
+                let mut args: Vec<Value> = Vec::with_capacity(5 + 5 * n);
+                args.push(head.clone());
+                args.push(Value::Integer(n as i64));
+                args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
+                args.push(not_after.clone());
+                if let Some(lean) = &lean {
+                    // EVALSHA sha 1 key not_after cost×per burst×per
+                    let (inc, burst) = lean.values();
+                    args.push(inc);
+                    args.push(burst);
+                } else {
+                    args.push(Value::from(check.cost.to_string()));
+                    args.push(Value::from(check.slot.as_deref().unwrap_or("")));
+                    // EVALSHA sha numkeys key.. not_after cost slot (algorithm p1 p2 shadow)..
+                    for b in &check.buckets {
+                        let (code, p1, p2) = b.rule.script_args();
+                        args.push(Value::from(code));
+                        args.push(Value::from(p1.to_string()));
+                        args.push(Value::from(p2.to_string()));
+                        args.push(Value::from(if b.shadow { "1" } else { "0" }));
+                    }
                 }
+                args
             }
-            args
         };
-        // On a cluster, the pool of the primary owning the slot (all the
-        // check's keys share it, see `slot_groups`).
-        let node_pool;
-        let pool = match &self.nodes {
+        // On a cluster, the primary owning the slot (all the check's keys
+        // share it, see `slot_groups`), with its own clock.
+        let node;
+        let (pool, clock) = match &self.nodes {
             Some(nodes) => {
                 let slot = check
                     .buckets
                     .first()
                     .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes()));
-                node_pool = nodes.for_slot(slot)?;
-                &node_pool
+                node = nodes.for_slot(slot)?;
+                (&node.pool, &*node.clock)
             }
-            None => pool,
+            None => (pool, &self.clock),
         };
         let kind = if lean.is_some() {
             crate::metrics::Script::Lean
@@ -137,31 +154,35 @@ impl Inner {
             crate::metrics::Script::Decide
         };
         self.metrics.sent(kind, 1);
-        let reply = match self.eval(pool, script, ClusterHash::FirstKey, &args).await {
+        let sent = Instant::now();
+        let first = args(not_after(clock, give_up));
+        let (reply, moved) = match self.eval(pool, script, ClusterHash::FirstKey, first).await {
             // The slot moved since fred's table was read: follow it once.
             Err(e) => match (&self.nodes, moved_to(&e)) {
                 (Some(nodes), Some((host, port))) => {
-                    let pool = nodes.pool(&host, port)?;
-                    self.eval(&pool, script, ClusterHash::FirstKey, &args).await
+                    let moved = nodes.pool(&host, port)?;
+                    let again = args(not_after(&moved.clock, give_up));
+                    let reply = self.eval(&moved.pool, script, ClusterHash::FirstKey, again);
+                    (reply.await, Some(moved.clock))
                 }
-                _ => Err(e),
+                _ => (Err(e), None),
             },
-            ok => ok,
+            ok => (ok, None),
         };
-        let reply = reply.map_err(map_err)?;
+        let clock = moved.as_deref().unwrap_or(clock);
+        let items = timed(reply.map_err(map_err)?, sent, clock)?;
         if let Some(lean) = &lean {
-            match reply {
-                Value::Array(mut items) if items.len() == 1 => {
+            match <[Value; 1]>::try_from(items) {
+                Ok([reply]) => {
                     let b = &check.buckets[0];
-                    let reply = items.pop().unwrap_or(Value::Null);
                     lean.parse(&reply, b.rule.capacity(), b.shadow)
                 }
-                other => Err(StoreError::Protocol(format!(
+                Err(other) => Err(StoreError::Protocol(format!(
                     "lean script: unexpected {other:?}"
                 ))),
             }
         } else {
-            parse(reply, &check.buckets, check.cost)
+            parse(items, &check.buckets, check.cost)
         }
     }
 
@@ -196,9 +217,11 @@ impl Inner {
     /// [`release`](Self::release) within the deadline; a failure is logged
     /// (a line a second) and the slot counts until its `max_hold`.
     pub(crate) async fn release_bounded(&self, pool: &Pool, key: &str, slot: &str) {
+        let stamp = Stamp::new(self.deadline, &self.stalls);
         let done = within(
             self.release(pool, key, slot),
             self.deadline,
+            stamp,
             &self.io,
             &self.stalls,
         )
@@ -225,11 +248,11 @@ impl Inner {
         key: &str,
         slot: &str,
     ) -> Result<(), StoreError> {
-        let node_pool;
+        let node;
         let pool = match &self.nodes {
             Some(nodes) => {
-                node_pool = nodes.for_slot(fred::util::redis_keyslot(key.as_bytes()))?;
-                &node_pool
+                node = nodes.for_slot(fred::util::redis_keyslot(key.as_bytes()))?;
+                &node.pool
             }
             None => pool,
         };
@@ -248,25 +271,32 @@ impl Inner {
     }
 
     /// A cluster cannot run one script over several slots, so the groups are
-    /// decided in order; when a later group refuses, the earlier ones get
-    /// their cost back. Between the charge and the refund another request
-    /// may see those units spent: the price of limits that share no slot.
+    /// decided in order; when a later group refuses or fails, or the caller
+    /// stops waiting between groups, the earlier ones get their cost back.
+    /// Between the charge and the refund another request may see those
+    /// units spent: the price of limits that share no slot.
     pub(crate) async fn run_in_order(
         self: &Arc<Self>,
         pool: &Pool,
         check: &Check,
         groups: &[Vec<usize>],
+        give_up: Instant,
     ) -> Result<Outcome, StoreError> {
-        let subset = |g: &[usize], cost: f64| Check {
-            slot: check.slot.clone(),
-            cost,
-            buckets: g.iter().map(|&i| check.buckets[i].clone()).collect(),
-        };
         let mut limits: Vec<Option<LimitState>> = vec![None; check.buckets.len()];
-        let mut charged: Vec<usize> = Vec::new();
+        // Dropped before it is kept (a refusal, a failure, a caller that
+        // stopped waiting), it gives back what was charged so far.
+        let mut charged = GiveBack {
+            inner: Arc::clone(self),
+            pool: pool.clone(),
+            check: check.clone(),
+            groups: groups.to_vec(),
+            charged: Vec::new(),
+        };
         let mut allowed = true;
         for g in groups {
-            let o = self.run(pool, &subset(g, check.cost)).await?;
+            let o = self
+                .run(pool, &subset(check, g, check.cost), give_up)
+                .await?;
             for (k, &i) in g.iter().enumerate() {
                 limits[i] = Some(o.limits[k]);
             }
@@ -274,68 +304,16 @@ impl Inner {
                 allowed = false;
                 break;
             }
-            charged.extend(
+            charged.charged.extend(
                 g.iter()
                     .copied()
                     .filter(|&i| limits[i].is_some_and(|l| l.enough)),
             );
         }
-        if !allowed && !charged.is_empty() && check.cost > 0.0 {
-            // Give back what the earlier groups took (one call per slot), in
-            // a task of its own with its own deadline: the refusal is
-            // decided, and a refund that ran past the check's deadline must
-            // not turn it into a timeout the route's policy might answer
-            // with "admit". A failed refund leaves those units spent until
-            // they refill (an over-count, the safe side).
-            // A concurrency slot goes back by id, not by a negative cost.
-            let is_slot = |i: &usize| check.buckets[*i].rule.is_concurrency();
-            let refunds: Vec<Check> = groups
-                .iter()
-                .map(|g| {
-                    let back: Vec<usize> = g
-                        .iter()
-                        .copied()
-                        .filter(|i| charged.contains(i) && !is_slot(i))
-                        .collect();
-                    subset(&back, -check.cost)
-                })
-                .filter(|c| !c.buckets.is_empty())
-                .collect();
-            let slots: Vec<(String, String)> = match &check.slot {
-                Some(slot) => charged
-                    .iter()
-                    .filter(|i| is_slot(i))
-                    .map(|&i| (check.buckets[i].key.clone(), slot.clone()))
-                    .collect(),
-                None => Vec::new(),
-            };
-            let (inner, pool, units) = (Arc::clone(self), pool.clone(), check.cost);
-            tokio::spawn(async move {
-                for (key, slot) in slots {
-                    inner.release_bounded(&pool, &key, &slot).await;
-                }
-                for refund in refunds {
-                    let done = within(
-                        inner.run(&pool, &refund),
-                        inner.deadline,
-                        &inner.io,
-                        &inner.stalls,
-                    )
-                    .await
-                    .unwrap_or(Err(StoreError::Timeout));
-                    if let Err(e) = done {
-                        tracing::warn!(
-                            target: "fleetlimit",
-                            error = %e,
-                            units,
-                            keys = refund.buckets.len(),
-                            "refused, and the refund of the limits charged before the refusal failed: \
-                             they stay charged until they refill"
-                        );
-                    }
-                }
-            });
+        if allowed {
+            charged.charged.clear();
         }
+        drop(charged);
         let limits = limits
             .into_iter()
             .zip(&check.buckets)
@@ -351,6 +329,88 @@ impl Inner {
             })
             .collect();
         Ok(Outcome { allowed, limits })
+    }
+}
+
+/// The buckets `g` of `check`, at `cost`.
+fn subset(check: &Check, g: &[usize], cost: f64) -> Check {
+    Check {
+        slot: check.slot.clone(),
+        cost,
+        buckets: g.iter().map(|&i| check.buckets[i].clone()).collect(),
+    }
+}
+
+/// What the earlier groups of a cross-slot check charged, given back when
+/// dropped: in a task of its own with its own deadline (the refusal is
+/// decided, and a refund that ran past the check's deadline must not turn
+/// it into a timeout the route's policy might answer with "admit"). A
+/// failed refund leaves those units spent until they refill (an
+/// over-count, the safe side). A concurrency slot goes back by id.
+struct GiveBack {
+    inner: Arc<Inner>,
+    pool: Pool,
+    check: Check,
+    groups: Vec<Vec<usize>>,
+    /// Indexes of the buckets charged.
+    charged: Vec<usize>,
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if self.charged.is_empty() || self.check.cost <= 0.0 {
+            return;
+        }
+        let (check, charged) = (&self.check, &self.charged);
+        let is_slot = |i: &usize| check.buckets[*i].rule.is_concurrency();
+        let refunds: Vec<Check> = (self.groups.iter())
+            .map(|g| {
+                let back: Vec<usize> = (g.iter().copied())
+                    .filter(|i| charged.contains(i) && !is_slot(i))
+                    .collect();
+                subset(check, &back, -check.cost)
+            })
+            .filter(|c| !c.buckets.is_empty())
+            .collect();
+        let slots: Vec<(String, String)> = match &check.slot {
+            Some(slot) => (charged.iter())
+                .filter(|i| is_slot(i))
+                .map(|&i| (check.buckets[i].key.clone(), slot.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let (inner, pool, units) = (Arc::clone(&self.inner), self.pool.clone(), check.cost);
+        let give_back = async move {
+            for (key, slot) in slots {
+                inner.release_bounded(&pool, &key, &slot).await;
+            }
+            for refund in refunds {
+                let (inner, pool, refund) = (&inner, &pool, &refund);
+                let done = deciding(
+                    |stamp| inner.run(pool, refund, stamp.give_up()),
+                    false,
+                    inner.deadline,
+                    &inner.io,
+                    &inner.stalls,
+                )
+                .await;
+                if let Err(e) = done {
+                    tracing::warn!(
+                        target: "fleetlimit",
+                        error = %e,
+                        units,
+                        keys = refund.buckets.len(),
+                        "the refund of the limits charged before a refusal or a failure failed: \
+                         they stay charged until they refill"
+                    );
+                }
+            }
+        };
+        // On the caller's runtime when there is one; else on fred's own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(give_back)),
+            Err(_) => drop(self.inner.io.spawn(give_back)),
+        }
     }
 }
 
@@ -389,14 +449,49 @@ pub(crate) fn command_error(text: &str) -> StoreError {
     }
 }
 
+/// The "not after" argument of a call whose caller stops waiting at
+/// `give_up`: Redis's time no later than that moment, or "" (no bound)
+/// while Redis's clock is not known.
+pub(crate) fn not_after(clock: &RedisClock, give_up: Instant) -> Value {
+    match clock.not_after(give_up) {
+        Some(us) => Value::Integer(us),
+        None => Value::from_static_str(""),
+    }
+}
+
+/// A script's reply without its last item, Redis's clock when it ran
+/// (learnt by `clock`, for a call handed at `sent`); `Late` when the script
+/// ran after its bound and changed nothing.
+pub(crate) fn timed(
+    reply: Value,
+    sent: Instant,
+    clock: &RedisClock,
+) -> Result<Vec<Value>, StoreError> {
+    let bad = |why: String| StoreError::Protocol(format!("script: {why}"));
+    let Value::Array(mut items) = reply else {
+        return Err(bad(format!("not an array: {reply:?}")));
+    };
+    match items.pop() {
+        // A time no Redis gives teaches the clock nothing (see clock.rs);
+        // the answer stands.
+        Some(Value::Integer(now)) => {
+            clock.observe(sent, now);
+        }
+        other => return Err(bad(format!("no clock after the answers: {other:?}"))),
+    }
+    if let [Value::String(late)] = items.as_slice() {
+        if &**late == "LATE" {
+            return Err(StoreError::Late);
+        }
+    }
+    Ok(items)
+}
+
 /// The decision script's reply: the verdict, then each limit's numbers
 /// (integers, or text for a fraction), which its algorithm decodes
 /// ([`Rule::script_answer`](crate::algorithm::Rule::script_answer)).
-fn parse(reply: Value, buckets: &[Bucket], cost: f64) -> Result<Outcome, StoreError> {
+fn parse(items: Vec<Value>, buckets: &[Bucket], cost: f64) -> Result<Outcome, StoreError> {
     let bad = |why: &str| StoreError::Protocol(format!("decision script: {why}"));
-    let Value::Array(items) = reply else {
-        return Err(bad("not an array"));
-    };
     let len: usize = buckets.iter().map(|b| b.rule.reply_len()).sum();
     if items.len() != 1 + len {
         return Err(bad("wrong length"));
@@ -503,7 +598,7 @@ mod tests {
                 max_hold: Duration::from_secs(30),
             }),
         ];
-        let reply = Value::Array(vec![
+        let reply: Vec<Value> = vec![
             0.into(),
             (-1 - 4 * 460_000).into(),
             (-1 - 3).into(),
@@ -514,7 +609,7 @@ mod tests {
             (-1 - 2).into(),
             29_000_000.into(),
             26_000_000.into(),
-        ]);
+        ];
         let o = parse(reply.clone(), &buckets, 1.0).unwrap();
         assert!(!o.allowed);
         let [t, f, s, c] = o.limits[..] else {
@@ -528,8 +623,38 @@ mod tests {
         assert_eq!((s.wait, s.reset), (0.0, 7.5));
         assert!(!c.enough);
         assert_eq!((c.remaining, c.wait, c.reset), (0.0, 4.0, 29.0));
-        assert!(parse(Value::Array(vec![1.into()]), &buckets, 1.0).is_err());
-        assert!(parse(Value::Null, &buckets, 1.0).is_err());
+        assert!(parse(vec![1.into()], &buckets, 1.0).is_err());
+        assert!(parse(Vec::new(), &buckets, 1.0).is_err());
+    }
+
+    #[tokio::test]
+    async fn replies_carry_redis_clock_and_late_changes_nothing() {
+        let clock = RedisClock::new();
+        let now = 1_800_000_000_000_000_i64;
+        let sent = Instant::now();
+        // Answers, then the clock: the clock is learnt and taken off.
+        let items = timed(Value::Array(vec![5.into(), now.into()]), sent, &clock).unwrap();
+        assert_eq!(items, vec![Value::Integer(5)]);
+        assert!(clock.not_after(Instant::now()).is_some());
+        // Run after its bound.
+        let late = Value::Array(vec!["LATE".into(), (now + 10).into()]);
+        assert_eq!(timed(late, sent, &clock), Err(StoreError::Late));
+        // No clock, or not an array: an answer no script gives.
+        for bad in [
+            Value::Null,
+            Value::Array(vec![]),
+            Value::Array(vec![5.into(), "x".into()]),
+        ] {
+            assert!(
+                matches!(timed(bad, sent, &clock), Err(StoreError::Protocol(_))),
+                "protocol error"
+            );
+        }
+        // A clock no Redis reads: the answer stands, the clock learns nothing.
+        let before = clock.not_after(sent);
+        let items = timed(Value::Array(vec![7.into(), (-3).into()]), sent, &clock).unwrap();
+        assert_eq!(items, vec![Value::Integer(7)]);
+        assert_eq!(clock.not_after(sent), before);
     }
 
     #[test]
