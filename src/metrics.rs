@@ -24,6 +24,43 @@ pub(crate) enum Script {
     Decide,
 }
 
+/// Precision spent by the Redis store's calls, per check (the `event`
+/// label of `fleetlimit_precision_events_total`; docs/accuracy.md says
+/// what each costs).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Precision {
+    /// Given up on, and its answer never came (or was not awaited): Redis
+    /// may have charged it before its bound.
+    Unknown,
+    /// Redis ran it after its bound and changed nothing.
+    LateDiscarded,
+    /// Its answer came after its caller stopped waiting, charged: given
+    /// back.
+    SettledCharged,
+    /// Its answer came after its caller stopped waiting, not charged.
+    SettledUncharged,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl Precision {
+    const ALL: [Self; 4] = [
+        Self::Unknown,
+        Self::LateDiscarded,
+        Self::SettledCharged,
+        Self::SettledUncharged,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown_outcome",
+            Self::LateDiscarded => "late_discarded",
+            Self::SettledCharged => "settled_charged",
+            Self::SettledUncharged => "settled_uncharged",
+        }
+    }
+}
+
 /// What one limit's part of a decision was (the `outcome` label).
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +112,7 @@ mod on {
 
     use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
 
-    use super::{Outcome, Script};
+    use super::{Outcome, Precision, Script};
 
     pub(crate) const DECISIONS: &str = "fleetlimit_decisions_total";
     pub(crate) const REFUSED_CACHE_HITS: &str = "fleetlimit_refused_cache_hits_total";
@@ -87,6 +124,7 @@ mod on {
     pub(crate) const BREAKER_TRANSITIONS: &str = "fleetlimit_breaker_transitions_total";
     pub(crate) const PLAN_CACHE: &str = "fleetlimit_plan_cache_lookups_total";
     pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
+    pub(crate) const PRECISION: &str = "fleetlimit_precision_events_total";
 
     /// The help texts, given to the recorder with each set of handles
     /// (a recorder keeps the last; they never change).
@@ -136,6 +174,11 @@ mod on {
             PLAN_CACHE,
             Unit::Count,
             "Plan lookups of the plan resolver's cache, by result"
+        );
+        describe_counter!(
+            PRECISION,
+            Unit::Count,
+            "Checks whose precision was spent or settled, by event (docs/accuracy.md)"
         );
         describe_gauge!(
             FLEET_SIZE,
@@ -231,10 +274,12 @@ mod on {
         errors: [OnceLock<Histogram>; REASONS.len()],
         calls: [Counter; 2],
         checks: [Counter; 2],
+        precision: [Counter; Precision::ALL.len()],
     }
 
-    const REASONS: [&str; 7] = [
+    const REASONS: [&str; 8] = [
         "timeout",
+        "late",
         "unavailable",
         "redis-error",
         "protocol",
@@ -258,7 +303,14 @@ mod on {
                     ::metrics::counter!(SCRIPT_CHECKS, &script("lean")),
                     ::metrics::counter!(SCRIPT_CHECKS, &script("decide")),
                 ],
+                precision: Precision::ALL
+                    .map(|p| ::metrics::counter!(PRECISION, "event" => p.as_str())),
             }
+        }
+
+        /// `checks` checks spent or settled precision as `event` says.
+        pub(crate) fn precision(&self, event: Precision, checks: u64) {
+            self.precision[event as usize].increment(checks);
         }
 
         /// A script call carrying `checks` checks is sent.
@@ -384,7 +436,7 @@ mod on {
 mod off {
     use std::sync::Arc;
 
-    use super::{Outcome, Script};
+    use super::{Outcome, Precision, Script};
 
     #[derive(Debug)]
     pub(crate) struct PolicyMetrics;
@@ -427,6 +479,8 @@ mod off {
         }
         #[inline(always)]
         pub(crate) fn answered(&self, _: CallTimer, _: Result<(), &'static str>) {}
+
+        pub(crate) fn precision(&self, _: Precision, _: u64) {}
     }
 
     pub(crate) struct CallTimer;

@@ -173,6 +173,15 @@ impl LeanArgs {
         }
     }
 
+    /// The check giving back what this one charges (`None`: a refund, or
+    /// free, charges nothing).
+    pub(crate) fn refund(&self) -> Option<Self> {
+        (self.inc > 0.0).then_some(Self {
+            inc: -self.inc,
+            ..*self
+        })
+    }
+
     /// The script's two arguments: the charge, and what it compares
     /// TAT − now with (the burst and [`REDIS_SLACK_US`]).
     pub(crate) fn args(&self) -> (f64, f64) {

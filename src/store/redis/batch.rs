@@ -27,13 +27,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fred::clients::Pool;
-use fred::types::{ClusterHash, Value};
+use fred::types::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use tokio::time::Instant;
-
-use super::deadline::{deciding, Stamp};
-use super::script::{map_err, not_after, timed, Inner};
+use super::deadline::{deciding, within, Stamp};
+use super::script::{Inner, Which};
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
 
@@ -50,6 +48,7 @@ const GATHER_TICKS: usize = 2;
 const MAX_QUEUED: usize = 16_384;
 
 /// One single-token-bucket check, as the lean script takes it.
+#[derive(Clone)]
 pub(crate) struct Item {
     /// The bucket's key, ready to send (built once, shared by reference).
     key: Value,
@@ -61,6 +60,17 @@ pub(crate) struct Item {
 pub(crate) struct Job {
     item: Item,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
+}
+
+impl Item {
+    /// The check giving back what this one charged (`None`: it charges
+    /// nothing).
+    fn refund(&self) -> Option<Self> {
+        Some(Self {
+            args: self.args.refund()?,
+            ..self.clone()
+        })
+    }
 }
 
 impl Borrow<Item> for Job {
@@ -193,7 +203,7 @@ impl Batcher {
 
 /// One check in a call of its own, answered as [`run`] answers a batch of
 /// one.
-async fn direct(pool: &Pool, scripts: &Inner, item: Item) -> Result<Outcome, StoreError> {
+async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome, StoreError> {
     match <[Value; 1]>::try_from(call(pool, scripts, std::slice::from_ref(&item)).await?) {
         Ok([reply]) => item.args.parse(&reply, item.capacity, item.shadow),
         Err(other) => Err(StoreError::Protocol(format!(
@@ -202,7 +212,7 @@ async fn direct(pool: &Pool, scripts: &Inner, item: Item) -> Result<Outcome, Sto
     }
 }
 
-async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
+async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
     // Bounded: every round answers at least one job.
     while !jobs.is_empty() {
         let items = match call(pool, scripts, &jobs).await {
@@ -245,73 +255,127 @@ async fn run(pool: &Pool, scripts: &Inner, mut jobs: Vec<Job>) {
 }
 
 /// One call of the lean script for `jobs`: its answers, Redis's clock
-/// taken off (see `script::timed`).
+/// taken off (see `script::timed`). A call Redis ran too late (nothing
+/// charged) is sent again when the deadline leaves time (see
+/// `deadline::deciding`); an answer that comes after the call gave up is
+/// settled: what it charged is given back.
 async fn call<J: Borrow<Item>>(
     pool: &Pool,
-    scripts: &Inner,
+    scripts: &Arc<Inner>,
     jobs: &[J],
 ) -> Result<Vec<Value>, StoreError> {
-    let repeats = repeats_a_key(jobs);
-    // Built again (rarely) for EVAL, rather than cloned on every call.
-    let args = |not_after: Value| {
-        move |head: &Value| {
-            let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
-            args.push(head.clone());
-            args.push(Value::Integer(jobs.len() as i64));
-            args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
-            args.push(not_after.clone());
-            // Checks of one limit share their numbers: printed once, then
-            // the (reference-counted) values are reused.
-            let mut last: Option<(LeanArgs, (Value, Value))> = None;
-            for j in jobs.iter().map(Borrow::borrow) {
-                let (inc, burst) = match &last {
-                    Some((a, values)) if *a == j.args => values.clone(),
-                    _ => {
-                        let values = j.args.values();
-                        last = Some((j.args, values.clone()));
-                        values
-                    }
-                };
-                args.push(inc);
-                args.push(burst);
+    // EVALSHA sha n key.. not_after (cost×per burst×per).. [d]
+    let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
+    args.push(Value::Null);
+    args.push(Value::Integer(jobs.len() as i64));
+    args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
+    let at = args.len();
+    args.push(Value::Null);
+    // Checks of one limit share their numbers: printed once, then the
+    // (reference-counted) values are reused.
+    let mut last: Option<(LeanArgs, (Value, Value))> = None;
+    for j in jobs.iter().map(Borrow::borrow) {
+        let (inc, burst) = match &last {
+            Some((a, values)) if *a == j.args => values.clone(),
+            _ => {
+                let values = j.args.values();
+                last = Some((j.args, values.clone()));
+                values
             }
-            if repeats {
-                // The script then follows each key's own writes in this call.
-                args.push(Value::from("d"));
-            }
-            args
-        }
-    };
+        };
+        args.push(inc);
+        args.push(burst);
+    }
+    if repeats_a_key(jobs) {
+        // The script then follows each key's own writes in this call.
+        args.push(Value::from("d"));
+    }
     scripts
         .metrics
         .sent(crate::metrics::Script::Lean, jobs.len());
     let timer = scripts.metrics.start();
-    // A call Redis ran too late (nothing charged) is sent again when the
-    // deadline leaves time (see `deadline::deciding`).
     let attempt = |stamp: Stamp| {
-        let args = args(not_after(&scripts.clock, stamp.give_up()));
+        let clock = Arc::clone(&scripts.clock);
+        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, stamp.give_up());
         async move {
-            let sent = Instant::now();
-            let reply = scripts
-                .eval(pool, &scripts.lean, ClusterHash::FirstKey, args)
-                .await
-                .map_err(map_err)?;
-            timed(reply, sent, &scripts.clock)
+            let waited = within(
+                &mut sending,
+                scripts.deadline(),
+                stamp,
+                &scripts.io,
+                &scripts.stalls,
+            )
+            .await;
+            match waited {
+                Some(answer) => answer.items(),
+                None => {
+                    let items: Vec<Item> = jobs.iter().map(|j| j.borrow().clone()).collect();
+                    let (inner, pool) = (Arc::clone(scripts), pool.clone());
+                    scripts.settle(sending, move |answer| async move {
+                        settled(&inner, &pool, &items, answer.items()).await;
+                    });
+                    Err(StoreError::Timeout)
+                }
+            }
         }
     };
-    let answer = deciding(
-        attempt,
-        false,
-        scripts.deadline(),
-        &scripts.io,
-        &scripts.stalls,
-    )
-    .await;
+    let answer = deciding(attempt, false, scripts.deadline(), &scripts.stalls).await;
     scripts.metrics.answered(
         timer,
         answer.as_ref().map(|_| ()).map_err(StoreError::reason),
     );
     answer
+}
+
+/// [`call`] boxed: a refund giving back a late answer's charges runs
+/// through `call`, whose late answers are settled the same way.
+fn call_boxed<'a>(
+    pool: &'a Pool,
+    scripts: &'a Arc<Inner>,
+    items: &'a [Item],
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Value>, StoreError>> + Send + 'a>>
+{
+    Box::pin(call(pool, scripts, items))
+}
+
+/// A lean call's answers that came after it gave up: each check they
+/// charged is given back (a refund of its charge, in one call).
+async fn settled(
+    inner: &Arc<Inner>,
+    pool: &Pool,
+    items: &[Item],
+    answers: Result<Vec<Value>, StoreError>,
+) {
+    use crate::metrics::Precision;
+    let n = items.len() as u64;
+    let answers = match answers {
+        Ok(answers) => answers,
+        Err(StoreError::Late) => return inner.metrics.precision(Precision::LateDiscarded, n),
+        Err(_) => return inner.metrics.precision(Precision::Unknown, n),
+    };
+    let refunds: Vec<Item> = (items.iter().zip(&answers))
+        .filter(|(item, answer)| {
+            (item.args.parse(answer, item.capacity, item.shadow)).is_ok_and(|o| o.limits[0].enough)
+        })
+        .filter_map(|(item, _)| item.refund())
+        .collect();
+    let charged = refunds.len() as u64;
+    inner.metrics.precision(Precision::SettledCharged, charged);
+    inner
+        .metrics
+        .precision(Precision::SettledUncharged, n - charged);
+    if refunds.is_empty() {
+        return;
+    }
+    if let Err(e) = call_boxed(pool, inner, &refunds).await {
+        tracing::warn!(
+            target: "fleetlimit",
+            error = %e,
+            checks = refunds.len(),
+            "could not give back what checks charged after their call gave up: \
+             they stay charged until they refill"
+        );
+    }
 }
 
 /// Whether a key is named by more than one job: the script reads every

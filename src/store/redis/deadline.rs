@@ -5,7 +5,12 @@
 //! runs from when fred's thread has taken the command, and a host that
 //! stalls (a busy or throttled machine, which stalls Redis too) gets Redis
 //! another deadline (see [`within`]). Whatever happens a call ends within
-//! [`hard_bound`].
+//! [`hard_bound`], and one deadline more when Redis answered that it ran
+//! the call too late and it was sent again ([`deciding`]).
+//!
+//! The caller never stops waiting before the call's "not after" bound
+//! (`clock.rs`) has passed on Redis's clock: a check Redis runs in time is
+//! answered (and charged), one it runs later changes nothing.
 
 use std::time::Duration;
 
@@ -78,7 +83,7 @@ impl Stamp {
     /// A call handed now.
     pub(crate) fn new(deadline: Duration, stalls: &Stalls) -> Self {
         let handed = Instant::now();
-        let window = if stalls.lately(handed, deadline.saturating_mul(20)) {
+        let window = if stalls.lately(handed, BUSY_LATELY) {
             hard_bound(deadline)
         } else {
             deadline
@@ -96,42 +101,41 @@ impl Stamp {
     }
 }
 
-/// `attempt(stamp)` within its deadline ([`within`]); once more when Redis
-/// answered that it ran it too late (`Late`: nothing was charged) and the
-/// first attempt's hard bound leaves a deadline for another, unless
-/// `once` (a call whose earlier parts were charged: see `run_in_order`).
+/// How long after a stall of this host calls get a hard bound's window
+/// (see [`Stamp::new`]): a busy host stalls again soon, and Redis, on the
+/// same host, runs late then too.
+const BUSY_LATELY: Duration = Duration::from_secs(1);
+
+/// `attempt(stamp)`, which waits within `stamp` ([`within`]); once more
+/// when Redis answered that it ran it too late (`Late`: nothing was
+/// charged), unless `once` (a call whose earlier parts were charged: see
+/// `run_in_order`). The second attempt waits what is left of the first's
+/// hard bound, and at least a deadline: a call ends within
+/// [`hard_bound`] and one deadline more.
 pub(crate) async fn deciding<T, Fut>(
     attempt: impl Fn(Stamp) -> Fut,
     once: bool,
     deadline: Duration,
-    io: &tokio::runtime::Handle,
     stalls: &Stalls,
 ) -> Result<T, StoreError>
 where
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
     let first = Stamp::new(deadline, stalls);
-    let out = within(attempt(first), deadline, first, io, stalls)
-        .await
-        .unwrap_or(Err(StoreError::Timeout));
+    let out = attempt(first).await;
     if once || !matches!(out, Err(StoreError::Late)) {
         return out;
     }
     // Redis ran it after its bound: Redis or this host stalled.
     let now = Instant::now();
     stalls.seen(now);
-    let left = first.hard.saturating_duration_since(now);
-    if left < deadline {
-        return out;
-    }
-    let second = Stamp {
+    let window = first.hard.saturating_duration_since(now).max(deadline);
+    attempt(Stamp {
         handed: now,
-        window: left,
-        hard: first.hard,
-    };
-    within(attempt(second), deadline, second, io, stalls)
-        .await
-        .unwrap_or(Err(StoreError::Timeout))
+        window,
+        hard: now + window,
+    })
+    .await
 }
 
 /// `call`'s output if Redis answers within `deadline`; `None` if not.
@@ -156,8 +160,8 @@ where
 ///
 /// Against a Redis that does not answer this costs microseconds, and
 /// whatever happens a call ends within [`hard_bound`]`(deadline)`.
-pub(crate) async fn within<F: std::future::Future>(
-    call: F,
+pub(crate) async fn within<F: std::future::Future + Unpin>(
+    call: &mut F,
     deadline: Duration,
     stamp: Stamp,
     io: &tokio::runtime::Handle,
@@ -166,7 +170,7 @@ pub(crate) async fn within<F: std::future::Future>(
     use std::future::{poll_fn, Future as _};
     use std::task::Poll;
 
-    let mut call = std::pin::pin!(call);
+    let mut call = std::pin::Pin::new(call);
     let handed = stamp.handed;
     let give_up = stamp.hard.max(stamp.give_up());
     let mut hard = std::pin::pin!(tokio::time::sleep_until(give_up));

@@ -297,18 +297,16 @@ impl Store for RedisStore {
             let (inner, pool, check, groups) = (&inner, &pool, &check, &groups);
             let run = |stamp: Stamp| async move {
                 if groups.len() <= 1 {
-                    return inner.run(pool, check, stamp.give_up()).await;
+                    return inner.run(pool, check, stamp).await;
                 }
-                inner
-                    .run_in_order(pool, check, groups, stamp.give_up())
-                    .await
+                inner.run_in_order(pool, check, groups, stamp).await
             };
             // One deadline for the whole check, NOSCRIPT recovery included;
             // a check Redis ran too late (nothing charged) is asked again
             // when there is time, unless an earlier slot's group may stand.
             let timer = inner.metrics.start();
             let once = groups.len() > 1;
-            let answer = deciding(run, once, inner.deadline(), &inner.io, &inner.stalls).await;
+            let answer = deciding(run, once, inner.deadline(), &inner.stalls).await;
             inner.metrics.answered(
                 timer,
                 answer.as_ref().map(|_| ()).map_err(StoreError::reason),

@@ -5,6 +5,7 @@
 //! fail-fast options. Also how fred's errors and the scripts' replies read
 //! to the layer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +40,58 @@ impl Script {
     }
 }
 
+/// How long fred waits for a script's answer (its own timeout): the caller
+/// waits within its deadline, and an answer it stopped waiting for is
+/// still awaited this long, to be settled ([`Inner::settle`]).
+pub(crate) const SETTLE_FOR: Duration = Duration::from_secs(10);
+
+/// Most answers awaited after their callers stopped waiting, per store.
+const MAX_SETTLING: usize = 1_024;
+
+/// Which script a call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    /// lua/token_bucket_lean.lua (single token buckets, coalesced).
+    Lean,
+    /// lua/decide.lua (every other shape).
+    Decide,
+}
+
+/// A script call's answer: fred's reply, when the call was sent, and the
+/// clock of the node that ran it.
+pub(crate) struct Answer {
+    pub(crate) reply: Result<Value, StoreError>,
+    pub(crate) sent: Instant,
+    pub(crate) clock: Arc<RedisClock>,
+}
+
+impl Answer {
+    /// The reply's answers, Redis's clock taken off and learnt ([`timed`]).
+    pub(crate) fn items(self) -> Result<Vec<Value>, StoreError> {
+        timed(self.reply?, self.sent, &self.clock)
+    }
+}
+
+/// A script call handed to fred: owned, so it can outlive its caller.
+pub(crate) type Sending = std::pin::Pin<Box<dyn std::future::Future<Output = Answer> + Send>>;
+
+/// One answer being settled ([`Inner::settle`]); let go when dropped.
+struct Settling(Arc<AtomicUsize>);
+
+impl Settling {
+    fn enter(count: &Arc<AtomicUsize>) -> Option<Self> {
+        let n = count.fetch_add(1, Ordering::AcqRel);
+        let this = Self(Arc::clone(count));
+        (n < MAX_SETTLING).then_some(this)
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// What every call of a store shares: the scripts, the deadline and the
 /// per-call options, where fred runs, and a cluster's pools per primary.
 pub(crate) struct Inner {
@@ -49,7 +102,9 @@ pub(crate) struct Inner {
     pub(crate) nodes: Option<NodePools>,
     /// Redis's clock (standalone and Sentinel; a cluster's primaries have
     /// one each, in `nodes`).
-    pub(crate) clock: RedisClock,
+    pub(crate) clock: Arc<RedisClock>,
+    /// Answers being settled ([`settle`](Self::settle)).
+    settling: Arc<AtomicUsize>,
     pub(crate) lean: Script,
     decide: Script,
     deadline: Duration,
@@ -70,15 +125,17 @@ impl Inner {
             io,
             stalls: Stalls::new(),
             nodes,
-            clock: RedisClock::new(),
+            clock: Arc::new(RedisClock::new()),
+            settling: Arc::new(AtomicUsize::new(0)),
             lean: Script::new(LEAN),
             decide: Script::new(SCRIPT),
             deadline,
             release_log: crate::log_throttle::Throttle::default(),
             metrics: crate::metrics::StoreMetrics::new(),
             options: Options {
-                // A backstop only: `within` enforces the deadline.
-                timeout: Some(backstop(deadline)),
+                // `within` bounds the caller's wait; this, how long an
+                // answer is awaited to be settled.
+                timeout: Some(SETTLE_FOR.max(backstop(deadline))),
                 fail_fast: true,
                 max_attempts: Some(1),
                 max_redirections: Some(3),
@@ -87,53 +144,167 @@ impl Inner {
         }
     }
 
-    /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
-    /// A single token bucket (the common case) runs the lean script. The
-    /// call carries `give_up`, when its caller stops waiting, on Redis's
-    /// clock: run later, it changes nothing and answers `Late`.
-    pub(crate) async fn run(
+    fn script(&self, which: Which) -> &Script {
+        match which {
+            Which::Lean => &self.lean,
+            Which::Decide => &self.decide,
+        }
+    }
+
+    /// Sends script `which`: `args` come after the script's SHA or text (a
+    /// placeholder at 0), and `args[at]` is the call's "not after" bound,
+    /// `give_up` moved onto the clock of the node that runs it. `EVALSHA`,
+    /// then `EVAL` after a `NOSCRIPT` (which caches the script again), and
+    /// one `MOVED` followed. Owned, so an answer its caller stopped waiting
+    /// for can still be settled (see [`settle`](Self::settle)); fred's own
+    /// timeout ([`SETTLE_FOR`]) bounds it.
+    pub(crate) fn send(
+        self: &Arc<Self>,
+        pool: &Pool,
+        clock: Arc<RedisClock>,
+        which: Which,
+        mut args: Vec<Value>,
+        at: usize,
+        give_up: Instant,
+    ) -> Sending {
+        let (inner, pool) = (Arc::clone(self), pool.clone());
+        Box::pin(async move {
+            args[at] = not_after(&clock, give_up);
+            let sent = Instant::now();
+            let reply = inner.eval(&pool, which, &mut args).await;
+            // The slot moved since fred's table was read: follow it once.
+            let moved = match (&reply, &inner.nodes) {
+                (Err(e), Some(nodes)) => moved_to(e).map(|(host, port)| nodes.pool(&host, port)),
+                _ => None,
+            };
+            match moved {
+                None => Answer {
+                    reply: reply.map_err(map_err),
+                    sent,
+                    clock,
+                },
+                Some(Err(e)) => Answer {
+                    reply: Err(e),
+                    sent,
+                    clock,
+                },
+                Some(Ok(node)) => {
+                    args[at] = not_after(&node.clock, give_up);
+                    let sent = Instant::now();
+                    let reply = inner.eval(&node.pool, which, &mut args).await;
+                    Answer {
+                        reply: reply.map_err(map_err),
+                        sent,
+                        clock: node.clock,
+                    }
+                }
+            }
+        })
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`)
+    /// `EVAL` of the same arguments; `EVAL` also caches the script again.
+    async fn eval(
         &self,
         pool: &Pool,
+        which: Which,
+        args: &mut [Value],
+    ) -> Result<Value, FredError> {
+        let script = self.script(which);
+        args[0] = script.sha.clone();
+        let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
+        match pool
+            .with_options(&self.options)
+            .custom::<Value, Value>(evalsha, args.to_vec())
+            .await
+        {
+            Err(e) if is_noscript(&e) => {
+                args[0] = script.text.clone();
+                let eval = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
+                pool.with_options(&self.options)
+                    .custom::<Value, Value>(eval, args.to_vec())
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// An answer its caller stopped waiting for (`sending`), still awaited
+    /// in a task of its own until fred's timeout ([`SETTLE_FOR`]), then
+    /// handed to `then`: a check it says was charged is given back there,
+    /// so a check given up on changes nothing, also when Redis ran it in
+    /// time but its answer came late (a freeze between the script and its
+    /// reply). At most [`MAX_SETTLING`] at once; beyond, the answer is not
+    /// awaited and its outcome stays unknown (counted).
+    pub(crate) fn settle<F>(
+        self: &Arc<Self>,
+        sending: Sending,
+        then: impl FnOnce(Answer) -> F + Send + 'static,
+    ) where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Some(slot) = Settling::enter(&self.settling) else {
+            self.metrics
+                .precision(crate::metrics::Precision::Unknown, 1);
+            return;
+        };
+        let task = async move {
+            let answer = sending.await;
+            then(answer).await;
+            drop(slot);
+        };
+        // On the caller's runtime when there is one; else on fred's own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(task)),
+            Err(_) => drop(self.io.spawn(task)),
+        }
+    }
+
+    /// EVALSHA of one all-or-nothing check; EVAL when Redis lost the script.
+    /// A single token bucket (the common case) runs the lean script. The
+    /// call carries `stamp`'s give-up moment on Redis's clock: run later,
+    /// it changes nothing and answers `Late`. Waits within the deadline
+    /// ([`within`]); an answer that comes later is settled.
+    pub(crate) async fn run(
+        self: &Arc<Self>,
+        pool: &Pool,
         check: &Check,
-        give_up: Instant,
+        stamp: Stamp,
     ) -> Result<Outcome, StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
             [b] => b.rule.lean_args(check.cost),
             _ => None,
         };
-        let script = if lean.is_some() {
-            &self.lean
+        let which = if lean.is_some() {
+            Which::Lean
         } else {
-            &self.decide
+            Which::Decide
         };
-        let args = |not_after: Value| {
-            move |head: &Value| {
-                let mut args: Vec<Value> = Vec::with_capacity(5 + 5 * n);
-                args.push(head.clone());
-                args.push(Value::Integer(n as i64));
-                args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
-                args.push(not_after.clone());
-                if let Some(lean) = &lean {
-                    // EVALSHA sha 1 key not_after cost×per burst×per
-                    let (inc, burst) = lean.values();
-                    args.push(inc);
-                    args.push(burst);
-                } else {
-                    args.push(Value::from(check.cost.to_string()));
-                    args.push(Value::from(check.slot.as_deref().unwrap_or("")));
-                    // EVALSHA sha numkeys key.. not_after cost slot (algorithm p1 p2 shadow)..
-                    for b in &check.buckets {
-                        let (code, p1, p2) = b.rule.script_args();
-                        args.push(Value::from(code));
-                        args.push(Value::from(p1.to_string()));
-                        args.push(Value::from(p2.to_string()));
-                        args.push(Value::from(if b.shadow { "1" } else { "0" }));
-                    }
-                }
-                args
+        // EVALSHA sha numkeys key.. not_after, then the lean script's
+        // cost×per burst×per, or the general script's cost slot
+        // (algorithm p1 p2 shadow)..
+        let mut args: Vec<Value> = Vec::with_capacity(5 + 5 * n);
+        args.push(Value::Null);
+        args.push(Value::Integer(n as i64));
+        args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
+        let at = args.len();
+        args.push(Value::Null);
+        if let Some(lean) = &lean {
+            let (inc, burst) = lean.values();
+            args.push(inc);
+            args.push(burst);
+        } else {
+            args.push(Value::from(check.cost.to_string()));
+            args.push(Value::from(check.slot.as_deref().unwrap_or("")));
+            for b in &check.buckets {
+                let (code, p1, p2) = b.rule.script_args();
+                args.push(Value::from(code));
+                args.push(Value::from(p1.to_string()));
+                args.push(Value::from(p2.to_string()));
+                args.push(Value::from(if b.shadow { "1" } else { "0" }));
             }
-        };
+        }
         // On a cluster, the primary owning the slot (all the check's keys
         // share it, see `slot_groups`), with its own clock.
         let node;
@@ -144,89 +315,72 @@ impl Inner {
                     .first()
                     .map_or(0, |b| fred::util::redis_keyslot(b.key.as_bytes()));
                 node = nodes.for_slot(slot)?;
-                (&node.pool, &*node.clock)
+                (&node.pool, Arc::clone(&node.clock))
             }
-            None => (pool, &self.clock),
+            None => (pool, Arc::clone(&self.clock)),
         };
-        let kind = if lean.is_some() {
-            crate::metrics::Script::Lean
-        } else {
-            crate::metrics::Script::Decide
-        };
-        self.metrics.sent(kind, 1);
-        let sent = Instant::now();
-        let first = args(not_after(clock, give_up));
-        let (reply, moved) = match self.eval(pool, script, ClusterHash::FirstKey, first).await {
-            // The slot moved since fred's table was read: follow it once.
-            Err(e) => match (&self.nodes, moved_to(&e)) {
-                (Some(nodes), Some((host, port))) => {
-                    let moved = nodes.pool(&host, port)?;
-                    let again = args(not_after(&moved.clock, give_up));
-                    let reply = self.eval(&moved.pool, script, ClusterHash::FirstKey, again);
-                    (reply.await, Some(moved.clock))
-                }
-                _ => (Err(e), None),
+        self.metrics.sent(
+            match which {
+                Which::Lean => crate::metrics::Script::Lean,
+                Which::Decide => crate::metrics::Script::Decide,
             },
-            ok => (ok, None),
+            1,
+        );
+        let mut sending = self.send(pool, clock, which, args, at, stamp.give_up());
+        let waited = within(&mut sending, self.deadline, stamp, &self.io, &self.stalls).await;
+        let Some(answer) = waited else {
+            let (inner, pool, check) = (Arc::clone(self), pool.clone(), check.clone());
+            self.settle(sending, move |answer| async move {
+                let decided = decode(answer, &check, lean);
+                inner.settled(&pool, &check, decided).await;
+            });
+            return Err(StoreError::Timeout);
         };
-        let clock = moved.as_deref().unwrap_or(clock);
-        let items = timed(reply.map_err(map_err)?, sent, clock)?;
-        if let Some(lean) = &lean {
-            match <[Value; 1]>::try_from(items) {
-                Ok([reply]) => {
-                    let b = &check.buckets[0];
-                    lean.parse(&reply, b.rule.capacity(), b.shadow)
-                }
-                Err(other) => Err(StoreError::Protocol(format!(
-                    "lean script: unexpected {other:?}"
-                ))),
-            }
-        } else {
-            parse(items, &check.buckets, check.cost)
-        }
+        decode(answer, check, lean)
     }
 
-    /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`)
-    /// `EVAL` of the same arguments; `EVAL` also caches the script again.
-    /// The caller bounds both by the deadline (see [`within`]). `args`
-    /// builds the arguments after the script's SHA or text, so nothing is
-    /// copied for the rare second call.
-    pub(crate) async fn eval(
-        &self,
+    /// [`run`](Self::run) boxed: a refund giving back a late answer's charge
+    /// runs through `run`, whose late answers are settled the same way.
+    fn run_boxed<'a>(
+        self: &'a Arc<Self>,
+        pool: &'a Pool,
+        check: &'a Check,
+        stamp: Stamp,
+    ) -> BoxedRun<'a> {
+        Box::pin(self.run(pool, check, stamp))
+    }
+
+    /// A check's answer that came after its caller stopped waiting: what it
+    /// charged is given back (a refund, or its concurrency slot by id).
+    async fn settled(
+        self: &Arc<Self>,
         pool: &Pool,
-        script: &Script,
-        slot: ClusterHash,
-        args: impl Fn(&Value) -> Vec<Value>,
-    ) -> Result<Value, FredError> {
-        let evalsha = CustomCommand::new_static("EVALSHA", slot.clone(), false);
-        match pool
-            .with_options(&self.options)
-            .custom::<Value, Value>(evalsha, args(&script.sha))
-            .await
-        {
-            Err(e) if is_noscript(&e) => {
-                let eval = CustomCommand::new_static("EVAL", slot, false);
-                pool.with_options(&self.options)
-                    .custom::<Value, Value>(eval, args(&script.text))
-                    .await
-            }
-            other => other,
+        check: &Check,
+        decided: Result<Outcome, StoreError>,
+    ) {
+        use crate::metrics::Precision;
+        let o = match decided {
+            Ok(o) => o,
+            Err(StoreError::Late) => return self.metrics.precision(Precision::LateDiscarded, 1),
+            Err(_) => return self.metrics.precision(Precision::Unknown, 1),
+        };
+        let charged: Vec<usize> = (0..check.buckets.len())
+            .filter(|&i| o.allowed && o.limits[i].enough)
+            .collect();
+        if charged.is_empty() || check.cost <= 0.0 {
+            return self.metrics.precision(Precision::SettledUncharged, 1);
         }
+        self.metrics.precision(Precision::SettledCharged, 1);
+        give_back(self, pool, check, &charged).await;
     }
-
     /// [`release`](Self::release) within the deadline; a failure is logged
     /// (a line a second) and the slot counts until its `max_hold`.
     pub(crate) async fn release_bounded(&self, pool: &Pool, key: &str, slot: &str) {
         let stamp = Stamp::new(self.deadline, &self.stalls);
-        let done = within(
-            self.release(pool, key, slot),
-            self.deadline,
-            stamp,
-            &self.io,
-            &self.stalls,
-        )
-        .await
-        .unwrap_or(Err(StoreError::Timeout));
+        let mut release = std::pin::pin!(self.release(pool, key, slot));
+        let done = within(&mut release, self.deadline, stamp, &self.io, &self.stalls)
+            .await
+            .unwrap_or(Err(StoreError::Timeout));
         if let Err(e) = done {
             if let Some(suppressed) = self.release_log.event() {
                 tracing::warn!(
@@ -280,7 +434,7 @@ impl Inner {
         pool: &Pool,
         check: &Check,
         groups: &[Vec<usize>],
-        give_up: Instant,
+        stamp: Stamp,
     ) -> Result<Outcome, StoreError> {
         let mut limits: Vec<Option<LimitState>> = vec![None; check.buckets.len()];
         // Dropped before it is kept (a refusal, a failure, a caller that
@@ -289,14 +443,11 @@ impl Inner {
             inner: Arc::clone(self),
             pool: pool.clone(),
             check: check.clone(),
-            groups: groups.to_vec(),
             charged: Vec::new(),
         };
         let mut allowed = true;
         for g in groups {
-            let o = self
-                .run(pool, &subset(check, g, check.cost), give_up)
-                .await?;
+            let o = self.run(pool, &subset(check, g, check.cost), stamp).await?;
             for (k, &i) in g.iter().enumerate() {
                 limits[i] = Some(o.limits[k]);
             }
@@ -351,66 +502,93 @@ struct GiveBack {
     inner: Arc<Inner>,
     pool: Pool,
     check: Check,
-    groups: Vec<Vec<usize>>,
     /// Indexes of the buckets charged.
     charged: Vec<usize>,
 }
 
 impl Drop for GiveBack {
     fn drop(&mut self) {
-        if self.charged.is_empty() || self.check.cost <= 0.0 {
+        if self.charged.is_empty() {
             return;
         }
-        let (check, charged) = (&self.check, &self.charged);
-        let is_slot = |i: &usize| check.buckets[*i].rule.is_concurrency();
-        let refunds: Vec<Check> = (self.groups.iter())
-            .map(|g| {
-                let back: Vec<usize> = (g.iter().copied())
-                    .filter(|i| charged.contains(i) && !is_slot(i))
-                    .collect();
-                subset(check, &back, -check.cost)
-            })
-            .filter(|c| !c.buckets.is_empty())
-            .collect();
-        let slots: Vec<(String, String)> = match &check.slot {
-            Some(slot) => (charged.iter())
-                .filter(|i| is_slot(i))
-                .map(|&i| (check.buckets[i].key.clone(), slot.clone()))
-                .collect(),
-            None => Vec::new(),
-        };
-        let (inner, pool, units) = (Arc::clone(&self.inner), self.pool.clone(), check.cost);
-        let give_back = async move {
-            for (key, slot) in slots {
-                inner.release_bounded(&pool, &key, &slot).await;
-            }
-            for refund in refunds {
-                let (inner, pool, refund) = (&inner, &pool, &refund);
-                let done = deciding(
-                    |stamp| inner.run(pool, refund, stamp.give_up()),
-                    false,
-                    inner.deadline,
-                    &inner.io,
-                    &inner.stalls,
-                )
-                .await;
-                if let Err(e) = done {
-                    tracing::warn!(
-                        target: "fleetlimit",
-                        error = %e,
-                        units,
-                        keys = refund.buckets.len(),
-                        "the refund of the limits charged before a refusal or a failure failed: \
-                         they stay charged until they refill"
-                    );
-                }
-            }
-        };
+        let (inner, pool) = (Arc::clone(&self.inner), self.pool.clone());
+        let (check, charged) = (self.check.clone(), std::mem::take(&mut self.charged));
+        let task = async move { give_back(&inner, &pool, &check, &charged).await };
         // On the caller's runtime when there is one; else on fred's own.
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn(give_back)),
-            Err(_) => drop(self.inner.io.spawn(give_back)),
+            Ok(rt) => drop(rt.spawn(task)),
+            Err(_) => drop(self.inner.io.spawn(task)),
         }
+    }
+}
+
+/// Gives back what `check` charged its buckets `charged` (indexes): a
+/// refund per slot group, a concurrency slot by id. A failed refund leaves
+/// those units spent until they refill (an over-count, the safe side).
+async fn give_back(inner: &Arc<Inner>, pool: &Pool, check: &Check, charged: &[usize]) {
+    if check.cost <= 0.0 {
+        return;
+    }
+    let is_slot = |i: &usize| check.buckets[*i].rule.is_concurrency();
+    if let Some(slot) = &check.slot {
+        for &i in charged.iter().filter(|i| is_slot(i)) {
+            inner
+                .release_bounded(pool, &check.buckets[i].key, slot)
+                .await;
+        }
+    }
+    let back: Vec<usize> = charged.iter().copied().filter(|i| !is_slot(i)).collect();
+    // One refund per slot (a cluster runs a script on one slot).
+    let groups = if inner.nodes.is_some() {
+        super::cluster::slot_groups(&subset(check, &back, 0.0))
+            .into_iter()
+            .map(|g| g.into_iter().map(|k| back[k]).collect())
+            .collect()
+    } else {
+        vec![back]
+    };
+    for g in groups.into_iter().filter(|g: &Vec<usize>| !g.is_empty()) {
+        let refund = subset(check, &g, -check.cost);
+        let (refund, units) = (&refund, check.cost);
+        let done = deciding(
+            |stamp| inner.run_boxed(pool, refund, stamp),
+            false,
+            inner.deadline,
+            &inner.stalls,
+        )
+        .await;
+        if let Err(e) = done {
+            tracing::warn!(
+                target: "fleetlimit",
+                error = %e,
+                units,
+                keys = refund.buckets.len(),
+                "could not give back what a check charged after its caller stopped waiting \
+                 (or before a refusal of another slot): it stays charged until it refills"
+            );
+        }
+    }
+}
+
+/// [`Inner::run`]'s future, boxed where a call's settling calls `run`.
+type BoxedRun<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, StoreError>> + Send + 'a>>;
+
+/// A check's answer, decoded: the lean script's (`lean`) or the general
+/// script's.
+fn decode(answer: Answer, check: &Check, lean: Option<LeanArgs>) -> Result<Outcome, StoreError> {
+    let items = answer.items()?;
+    let Some(lean) = lean else {
+        return parse(items, &check.buckets, check.cost);
+    };
+    match <[Value; 1]>::try_from(items) {
+        Ok([reply]) => {
+            let b = &check.buckets[0];
+            lean.parse(&reply, b.rule.capacity(), b.shadow)
+        }
+        Err(other) => Err(StoreError::Protocol(format!(
+            "lean script: unexpected {other:?}"
+        ))),
     }
 }
 
