@@ -136,6 +136,26 @@ impl<V: Evict> Bounded<V> {
         }
     }
 
+    /// Removes up to `n` entries (any: a shard at a time) and hands them
+    /// over.
+    pub(crate) fn take_some(&self, n: usize) -> Vec<(String, V)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let want = n.saturating_sub(out.len());
+            if want == 0 {
+                break;
+            }
+            let mut table = lock(shard);
+            let mut taken = 0;
+            out.extend(table.extract_if(|_| {
+                taken += 1;
+                taken <= want
+            }));
+            self.len.fetch_sub(taken.min(want), Ordering::Relaxed);
+        }
+        out
+    }
+
     pub(crate) fn clear(&self) {
         for shard in self.shards.iter() {
             let mut table = lock(shard);

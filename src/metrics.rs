@@ -125,6 +125,7 @@ mod on {
     pub(crate) const PLAN_CACHE: &str = "fleetlimit_plan_cache_lookups_total";
     pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
     pub(crate) const PRECISION: &str = "fleetlimit_precision_events_total";
+    pub(crate) const WRITE_BACK: &str = "fleetlimit_writeback_units_total";
 
     /// The help texts, given to the recorder with each set of handles
     /// (a recorder keeps the last; they never change).
@@ -179,6 +180,11 @@ mod on {
             PRECISION,
             Unit::Count,
             "Checks whose precision was spent or settled, by event (docs/accuracy.md)"
+        );
+        describe_counter!(
+            WRITE_BACK,
+            Unit::Count,
+            "Units the local policy admitted, by what the write-back did with them"
         );
         describe_gauge!(
             FLEET_SIZE,
@@ -346,6 +352,53 @@ mod on {
     /// When a store call was sent.
     pub(crate) struct CallTimer(Instant);
 
+    /// The `local` write-back's units (whole or fractional), by result.
+    #[derive(Debug)]
+    pub(crate) struct WriteBackUnits {
+        charged: Counter,
+        clamped: Counter,
+        lost: Counter,
+        expired: Counter,
+    }
+
+    impl WriteBackUnits {
+        pub(crate) fn new() -> Self {
+            describe();
+            let c = |r: &'static str| ::metrics::counter!(WRITE_BACK, "result" => r);
+            Self {
+                charged: c("charged"),
+                clamped: c("clamped"),
+                lost: c("lost"),
+                expired: c("expired"),
+            }
+        }
+
+        /// Charged to the primary store.
+        pub(crate) fn charged(&self, units: f64) {
+            self.charged.increment(whole(units));
+        }
+
+        /// Not charged: the key held less.
+        pub(crate) fn clamped(&self, units: f64) {
+            self.clamped.increment(whole(units));
+        }
+
+        /// Forgotten before they were written back (bounded ledger, reload).
+        pub(crate) fn lost(&self, units: f64) {
+            self.lost.increment(whole(units));
+        }
+
+        /// No longer weighing on the key when their turn came.
+        pub(crate) fn expired(&self, units: f64) {
+            self.expired.increment(whole(units));
+        }
+    }
+
+    /// Units as a count: rounded up (a fraction spent is spent).
+    fn whole(units: f64) -> u64 {
+        units.max(0.0).ceil() as u64
+    }
+
     /// One circuit breaker's state gauges and transition counters (the
     /// `node` label: `store`, or a cluster primary's `host:port`).
     #[derive(Debug)]
@@ -484,6 +537,19 @@ mod off {
     }
 
     pub(crate) struct CallTimer;
+
+    #[derive(Debug)]
+    pub(crate) struct WriteBackUnits;
+
+    impl WriteBackUnits {
+        pub(crate) fn new() -> Self {
+            Self
+        }
+        pub(crate) fn charged(&self, _: f64) {}
+        pub(crate) fn clamped(&self, _: f64) {}
+        pub(crate) fn lost(&self, _: f64) {}
+        pub(crate) fn expired(&self, _: f64) {}
+    }
 
     #[derive(Debug)]
     pub(crate) struct BreakerMetrics;

@@ -127,6 +127,23 @@ impl Rule {
         matches!(self, Self::Concurrency { .. })
     }
 
+    /// How long a charge of this rule still weighs on its key: a token
+    /// bucket's full refill, a fixed window, two sliding windows; `None`
+    /// for a concurrency limit (nothing is consumed).
+    pub(crate) fn horizon(&self) -> Option<Duration> {
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => Some(Duration::from_secs_f64(
+                (capacity / refill_per_sec).min(86_400.0 * 366.0 * 10.0),
+            )),
+            Self::FixedWindow { window, .. } => Some(window),
+            Self::SlidingWindow { window, .. } => Some(window * 2),
+            Self::Concurrency { .. } => None,
+        }
+    }
+
     /// This rule's share for one of `n` instances (the `local` fallback).
     #[must_use]
     pub(crate) fn share(&self, n: u32) -> Self {

@@ -173,10 +173,15 @@ impl LeanArgs {
         }
     }
 
+    /// Whether this check takes tokens (not a refund, not free).
+    pub(crate) fn charges(&self) -> bool {
+        self.inc > 0.0
+    }
+
     /// The check giving back what this one charges (`None`: a refund, or
     /// free, charges nothing).
     pub(crate) fn refund(&self) -> Option<Self> {
-        (self.inc > 0.0).then_some(Self {
+        self.charges().then_some(Self {
             inc: -self.inc,
             ..*self
         })

@@ -233,6 +233,8 @@ impl Limiter {
             Answer::Admit => Decision::admit(None),
             Answer::Reject(r) => Decision::Reject(r),
             Answer::Local(check, o) => {
+                // What it admitted goes to Redis once Redis answers.
+                super::writeback::ensure(&self.core);
                 let buckets = Buckets::from_vec(check.buckets);
                 // `local` may charge less than the cost (see fallback.rs).
                 let answered =

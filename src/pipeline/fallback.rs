@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::response::{self, Rejection};
+use super::writeback::WriteBack;
 use crate::config::Config;
 use crate::key::LogId;
 use crate::route::FailurePolicy;
@@ -33,6 +34,9 @@ pub(super) struct Local {
     /// N for the `local` policy: configured, or kept up to date by the
     /// heartbeat (and kept at its last value while Redis is down).
     fleet: Arc<AtomicU32>,
+    /// What these buckets admitted, to be charged to the primary store once
+    /// it answers again (see `writeback.rs`).
+    write_back: Arc<WriteBack>,
 }
 
 impl Local {
@@ -40,7 +44,12 @@ impl Local {
         Self {
             buckets: Arc::new(MemoryStore::new(cfg.memory_max_keys)),
             fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
+            write_back: Arc::new(WriteBack::new(cfg.memory_max_keys)),
         }
+    }
+
+    pub(super) fn write_back(&self) -> &WriteBack {
+        &self.write_back
     }
 
     pub(super) fn fleet_size(&self) -> u32 {
@@ -115,6 +124,10 @@ impl Fallback {
                 // than a share is charged the whole share instead, so it can
                 // pass when the local bucket is full rather than never.
                 let mut local = check;
+                // The full rules, for the write-back of what is admitted.
+                let full: smallvec::SmallVec<[crate::store::Rule; 2]> =
+                    local.buckets.iter().map(|b| b.rule).collect();
+                let cost = local.cost;
                 for b in &mut local.buckets {
                     b.rule = b.rule.share(self.fleet_size());
                 }
@@ -127,6 +140,19 @@ impl Fallback {
                     .fold(f64::INFINITY, f64::min);
                 local.cost = local.cost.min(smallest);
                 let outcome = self.local.buckets.check_now(&local);
+                if outcome.allowed {
+                    // Charged to Redis once it answers again, at the
+                    // request's cost, under each limit's full rule.
+                    for ((b, rule), s) in local.buckets.iter().zip(&full).zip(&outcome.limits) {
+                        if s.enough {
+                            let full = crate::store::Bucket {
+                                rule: *rule,
+                                ..b.clone()
+                            };
+                            self.local.write_back.admitted(&full, cost);
+                        }
+                    }
+                }
                 let s = response::reported(outcome.allowed, &outcome.limits, |i| {
                     local.buckets[i].shadow
                 })
@@ -152,8 +178,12 @@ impl Fallback {
         self.local.buckets.release(key, slot);
     }
 
-    /// Gives units back to the `local` policy's buckets (a negative cost).
+    /// Gives units back to the `local` policy's buckets (a negative cost),
+    /// and takes them off what is to be written back.
     pub(super) async fn refund(&self, check: &Check) -> Result<(), StoreError> {
+        for b in &check.buckets {
+            self.local.write_back.refunded(&b.key, -check.cost);
+        }
         self.local.buckets.check(check).await.map(|_| ())
     }
 }

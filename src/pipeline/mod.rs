@@ -36,6 +36,7 @@ mod refusal;
 mod refused;
 mod slot;
 mod trace;
+mod writeback;
 // Its header names are public as `fleetlimit::headers`.
 pub(crate) mod response;
 
@@ -428,13 +429,19 @@ impl Limiter {
 
     /// The primary store, behind the circuit breaker.
     async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
+        self.core.ask(check).await
+    }
+}
+
+impl Core {
+    /// The primary store, behind the circuit breaker.
+    async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
         // Per cluster node: the nodes this check goes to.
-        let core = &self.core;
-        let guard = match &core.breaker {
-            Some(b) => Some(b.enter(&core.store.nodes(check))?),
+        let guard = match &self.breaker {
+            Some(b) => Some(b.enter(&self.store.nodes(check))?),
             None => None,
         };
-        let answer = core.store.check(check).await;
+        let answer = self.store.check(check).await;
         if let Some(g) = guard {
             // A script error on one key's data is an answer from a serving
             // Redis, not a failure of the store.
@@ -442,9 +449,12 @@ impl Limiter {
         }
         answer
     }
-}
 
-impl Core {
+    /// What the `local` policy admitted, to be written back.
+    fn write_back(&self) -> &writeback::WriteBack {
+        self.local.write_back()
+    }
+
     /// What the decision recorder has done (`None`: nothing is recorded).
     pub(crate) fn record_stats(&self) -> Option<RecordStats> {
         self.recorder.get().map(Recorder::stats)
@@ -455,11 +465,13 @@ impl Core {
         self.recorder.get().is_some()
     }
 
-    /// Keeps the token leases of limits `keep` accepts (by name), dropping
-    /// the others' (a reload changed their numbers).
+    /// Keeps the token leases and the units to write back of limits `keep`
+    /// accepts (by name), dropping the others' (a reload changed their
+    /// numbers or removed them).
     pub(crate) fn keep_leases(&self, keep: impl Fn(&str) -> bool) {
         // The prefix cannot change by a reload.
-        self.leases.retain_limits(&self.prefix, keep);
+        self.leases.retain_limits(&self.prefix, &keep);
+        self.write_back().retain_limits(&self.prefix, &keep);
     }
 
     /// Sets the decision recorder started after the layer was built (a

@@ -6,10 +6,11 @@
 //!   ones are refused until [`Relay::heal`]. Commands the relay holds but
 //!   has not forwarded are lost, as in a real cut. The relay first stops
 //!   forwarding commands and lets the answers already on their way
-//!   through (for [`DRAIN`]), so no command Redis has run loses its
-//!   answer in the cut: what a test counts afterwards is exactly what the
-//!   instances were answered. (An answer lost in a cut is an outcome the
-//!   limiter cannot know; docs/accuracy.md bounds it.)
+//!   through (until none has come for [`QUIET`], at most [`DRAIN`]), so
+//!   no command Redis has run loses its answer in the cut: what a test
+//!   counts afterwards is exactly what the instances were answered. (An
+//!   answer lost in a cut is an outcome the limiter cannot know;
+//!   docs/accuracy.md bounds it.)
 //! - [`Relay::hold`]: nothing is forwarded either way, connections stay
 //!   open, and what was sent meanwhile is delivered at
 //!   [`Relay::release`]: a partition that TCP's retransmissions outlive,
@@ -27,9 +28,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// How long a cut lets answers already under way reach the client before
-/// it resets the connections.
-pub const DRAIN: Duration = Duration::from_millis(30);
+/// The longest a cut lets answers already under way reach the client
+/// before it resets the connections.
+pub const DRAIN: Duration = Duration::from_secs(2);
+/// A cut resets the connections once no answer has come for this long.
+pub const QUIET: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -48,6 +51,8 @@ pub struct Relay {
     mode: watch::Sender<Mode>,
     /// Connections accepted so far.
     accepted: Arc<Mutex<u64>>,
+    /// When an answer was last forwarded.
+    answered: Arc<Mutex<std::time::Instant>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -58,9 +63,11 @@ impl Relay {
         let port = super::free_port();
         let (mode, watch_rx) = watch::channel(Mode::Open);
         let accepted = Arc::new(Mutex::new(0));
+        let answered = Arc::new(Mutex::new(std::time::Instant::now()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let count = Arc::clone(&accepted);
+        let last = Arc::clone(&answered);
         let thread = std::thread::Builder::new()
             .name(format!("relay-{port}"))
             .spawn(move || {
@@ -70,7 +77,7 @@ impl Relay {
                     .unwrap();
                 rt.block_on(async move {
                     tokio::select! {
-                        () = serve(port, target, watch_rx, count, ready_tx) => {}
+                        () = serve(port, target, watch_rx, count, last, ready_tx) => {}
                         _ = stopped => {}
                     }
                 });
@@ -83,6 +90,7 @@ impl Relay {
             port,
             mode,
             accepted,
+            answered,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -96,7 +104,12 @@ impl Relay {
     /// answers under way through (see the module's guide).
     pub fn cut(&self) {
         self.mode.send_replace(Mode::Draining);
-        std::thread::sleep(DRAIN);
+        let began = std::time::Instant::now();
+        *self.answered.lock().unwrap() = began;
+        // Bounded by DRAIN.
+        while began.elapsed() < DRAIN && self.answered.lock().unwrap().elapsed() < QUIET {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         self.mode.send_replace(Mode::Cut);
     }
 
@@ -138,6 +151,7 @@ async fn serve(
     target: u16,
     mut mode: watch::Receiver<Mode>,
     accepted: Arc<Mutex<u64>>,
+    answered: Arc<Mutex<std::time::Instant>>,
     ready: std::sync::mpsc::Sender<()>,
 ) {
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -169,7 +183,7 @@ async fn serve(
                         continue;
                     };
                     *accepted.lock().unwrap() += 1;
-                    tokio::spawn(pipe(client, server, mode.clone()));
+                    tokio::spawn(pipe(client, server, mode.clone(), Arc::clone(&answered)));
                 }
                 changed = mode.changed() => {
                     if changed.is_err() || *mode.borrow() == Mode::Cut {
@@ -183,7 +197,12 @@ async fn serve(
 }
 
 /// One connection both ways, obeying the relay's mode.
-async fn pipe(client: TcpStream, server: TcpStream, mode: watch::Receiver<Mode>) {
+async fn pipe(
+    client: TcpStream,
+    server: TcpStream,
+    mode: watch::Receiver<Mode>,
+    answered: Arc<Mutex<std::time::Instant>>,
+) {
     for s in [&client, &server] {
         let _ = s.set_nodelay(true);
         // Closed with RST, not FIN: a cut resets the connection.
@@ -191,19 +210,22 @@ async fn pipe(client: TcpStream, server: TcpStream, mode: watch::Receiver<Mode>)
     }
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = copy(cr, sw, mode.clone(), true);
-    let down = copy(sr, cw, mode.clone(), false);
+    let up = copy(cr, sw, mode.clone(), None);
+    let down = copy(sr, cw, mode.clone(), Some(answered));
     let _ = tokio::join!(up, down);
 }
 
-/// Copies one direction; `commands`: client → Redis. On a cut it returns,
-/// and the sockets (zero linger) are reset once both directions have.
+/// Copies one direction: answers (Redis → client) when `answered` is
+/// given, which it sets at each forward; else commands. On a cut it
+/// returns, and the sockets (zero linger) are reset once both directions
+/// have.
 async fn copy(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
-    commands: bool,
+    answered: Option<Arc<Mutex<std::time::Instant>>>,
 ) {
+    let commands = answered.is_none();
     let mut buf = vec![0u8; 16 * 1024];
     let flows = |m: Mode| match m {
         Mode::Open => true,
@@ -234,6 +256,9 @@ async fn copy(
                 }
                 if to.write_all(&buf[..n]).await.is_err() {
                     break;
+                }
+                if let Some(at) = &answered {
+                    *at.lock().unwrap() = std::time::Instant::now();
                 }
             }
             changed = mode.changed() => {

@@ -294,9 +294,15 @@ async fn call<J: Borrow<Item>>(
         .metrics
         .sent(crate::metrics::Script::Lean, jobs.len());
     let timer = scripts.metrics.start();
+    // Only a call that charges is bounded: refunds alone (a late answer's
+    // give-back) still give back when they run late. A refund coalesced
+    // with charges shares their bound (refused late: it fails, logged,
+    // and its units stay spent until they refill).
+    let charges = jobs.iter().any(|j| j.borrow().args.charges());
     let attempt = |stamp: Stamp| {
         let clock = Arc::clone(&scripts.clock);
-        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, stamp.give_up());
+        let bound = charges.then(|| stamp.give_up());
+        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, bound);
         async move {
             let waited = within(
                 &mut sending,

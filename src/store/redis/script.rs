@@ -153,7 +153,9 @@ impl Inner {
 
     /// Sends script `which`: `args` come after the script's SHA or text (a
     /// placeholder at 0), and `args[at]` is the call's "not after" bound,
-    /// `give_up` moved onto the clock of the node that runs it. `EVALSHA`,
+    /// `give_up` moved onto the clock of the node that runs it (`None`: no
+    /// bound, for a call that only gives back: run late, it still gives
+    /// back what was meant to be). `EVALSHA`,
     /// then `EVAL` after a `NOSCRIPT` (which caches the script again), and
     /// one `MOVED` followed. Owned, so an answer its caller stopped waiting
     /// for can still be settled (see [`settle`](Self::settle)); fred's own
@@ -165,7 +167,7 @@ impl Inner {
         which: Which,
         mut args: Vec<Value>,
         at: usize,
-        give_up: Instant,
+        give_up: Option<Instant>,
     ) -> Sending {
         let (inner, pool) = (Arc::clone(self), pool.clone());
         Box::pin(async move {
@@ -326,7 +328,9 @@ impl Inner {
             },
             1,
         );
-        let mut sending = self.send(pool, clock, which, args, at, stamp.give_up());
+        // Only a charge is bounded: a refund that runs late still gives back.
+        let bound = (check.cost > 0.0).then(|| stamp.give_up());
+        let mut sending = self.send(pool, clock, which, args, at, bound);
         let waited = within(&mut sending, self.deadline, stamp, &self.io, &self.stalls).await;
         let Some(answer) = waited else {
             let (inner, pool, check) = (Arc::clone(self), pool.clone(), check.clone());
@@ -629,9 +633,9 @@ pub(crate) fn command_error(text: &str) -> StoreError {
 
 /// The "not after" argument of a call whose caller stops waiting at
 /// `give_up`: Redis's time no later than that moment, or "" (no bound)
-/// while Redis's clock is not known.
-pub(crate) fn not_after(clock: &RedisClock, give_up: Instant) -> Value {
-    match clock.not_after(give_up) {
+/// while Redis's clock is not known, or for a call without one.
+pub(crate) fn not_after(clock: &RedisClock, give_up: Option<Instant>) -> Value {
+    match give_up.and_then(|at| clock.not_after(at)) {
         Some(us) => Value::Integer(us),
         None => Value::from_static_str(""),
     }
