@@ -2,11 +2,13 @@
 //! the limiter and Redis that can be cut, held and healed while Redis
 //! keeps running.
 //!
-//! - [`Relay::cut`]: every connection is reset (RST both ways) and new
-//!   ones are refused until [`Relay::heal`]. Commands the relay holds but
+//! - [`Relay::cut`]: every connection is closed (RST to Redis, FIN to the
+//!   client once it has its answers) and new ones are refused until
+//!   [`Relay::heal`]. Commands the relay holds but
 //!   has not forwarded are lost, as in a real cut. The relay first stops
 //!   forwarding commands and lets the answers already on their way
-//!   through (until none has come for [`QUIET`], at most [`DRAIN`]), so
+//!   through (Redis has answered a PING of its own, and then no answer
+//!   has come for [`QUIET`]; at most [`DRAIN`]), so
 //!   no command Redis has run loses its answer in the cut: what a test
 //!   counts afterwards is exactly what the instances were answered. (An
 //!   answer lost in a cut is an outcome the limiter cannot know;
@@ -32,7 +34,7 @@ use tokio::sync::watch;
 /// before it resets the connections.
 pub const DRAIN: Duration = Duration::from_secs(2);
 /// A cut resets the connections once no answer has come for this long.
-pub const QUIET: Duration = Duration::from_millis(50);
+pub const QUIET: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -48,6 +50,8 @@ enum Mode {
 
 pub struct Relay {
     pub port: u16,
+    /// Redis's port.
+    target: u16,
     mode: watch::Sender<Mode>,
     /// Connections accepted so far.
     accepted: Arc<Mutex<u64>>,
@@ -88,6 +92,7 @@ impl Relay {
             .expect("relay listening");
         Self {
             port,
+            target,
             mode,
             accepted,
             answered,
@@ -105,12 +110,31 @@ impl Relay {
     pub fn cut(&self) {
         self.mode.send_replace(Mode::Draining);
         let began = std::time::Instant::now();
-        *self.answered.lock().unwrap() = began;
+        // A write to Redis under way when forwarding stopped ends first.
+        std::thread::sleep(Duration::from_millis(5));
+        // Redis answers a PING of its own connection once it has run what
+        // it read before: its answers to the relay are written by then.
+        self.ping_target();
+        *self.answered.lock().unwrap() = std::time::Instant::now();
         // Bounded by DRAIN.
         while began.elapsed() < DRAIN && self.answered.lock().unwrap().elapsed() < QUIET {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.mode.send_replace(Mode::Cut);
+    }
+
+    /// A PING to Redis itself (not through the relay), answered or not
+    /// within [`DRAIN`].
+    fn ping_target(&self) {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.target)) else {
+            return;
+        };
+        let _ = s.set_read_timeout(Some(DRAIN));
+        let mut pong = [0u8; 7];
+        if s.write_all(b"PING\r\n").is_ok() {
+            let _ = s.read_exact(&mut pong);
+        }
     }
 
     /// Forwards nothing, keeps the connections; [`release`](Self::release)
@@ -203,11 +227,13 @@ async fn pipe(
     mode: watch::Receiver<Mode>,
     answered: Arc<Mutex<std::time::Instant>>,
 ) {
-    for s in [&client, &server] {
-        let _ = s.set_nodelay(true);
-        // Closed with RST, not FIN: a cut resets the connection.
-        let _ = s.set_zero_linger();
-    }
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    // Redis's side is closed with RST: what it had not answered is gone.
+    // The client's with FIN: an RST would also throw away answers it
+    // received but had not read yet (the kernel discards them), which a
+    // cut after the drain must not lose.
+    let _ = server.set_zero_linger();
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
     let up = copy(cr, sw, mode.clone(), None);

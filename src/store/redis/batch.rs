@@ -30,7 +30,7 @@ use fred::clients::Pool;
 use fred::types::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::deadline::{deciding, within, Stamp};
+use super::deadline::{deciding, giving_back, within, Stamp};
 use super::script::{Inner, Which};
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
@@ -204,7 +204,7 @@ impl Batcher {
 /// One check in a call of its own, answered as [`run`] answers a batch of
 /// one.
 async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome, StoreError> {
-    match <[Value; 1]>::try_from(call(pool, scripts, std::slice::from_ref(&item)).await?) {
+    match <[Value; 1]>::try_from(call(pool, scripts, std::slice::from_ref(&item), false).await?) {
         Ok([reply]) => item.args.parse(&reply, item.capacity, item.shadow),
         Err(other) => Err(StoreError::Protocol(format!(
             "batch script: unexpected {other:?}"
@@ -215,7 +215,7 @@ async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome
 async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
     // Bounded: every round answers at least one job.
     while !jobs.is_empty() {
-        let items = match call(pool, scripts, &jobs).await {
+        let items = match call(pool, scripts, &jobs, false).await {
             // The script stops at a check whose command failed: the reply
             // holds the answers before it, then its error.
             Ok(items) if !items.is_empty() && items.len() <= jobs.len() => items,
@@ -258,11 +258,13 @@ async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
 /// taken off (see `script::timed`). A call Redis ran too late (nothing
 /// charged) is sent again when the deadline leaves time (see
 /// `deadline::deciding`); an answer that comes after the call gave up is
-/// settled: what it charged is given back.
+/// settled: what it charged is given back (`give_back`: such a call,
+/// sent as `deadline::giving_back` says).
 async fn call<J: Borrow<Item>>(
     pool: &Pool,
     scripts: &Arc<Inner>,
     jobs: &[J],
+    give_back: bool,
 ) -> Result<Vec<Value>, StoreError> {
     // EVALSHA sha n key.. not_after (cost×per burst×per).. [d]
     let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
@@ -294,15 +296,9 @@ async fn call<J: Borrow<Item>>(
         .metrics
         .sent(crate::metrics::Script::Lean, jobs.len());
     let timer = scripts.metrics.start();
-    // Only a call that charges is bounded: refunds alone (a late answer's
-    // give-back) still give back when they run late. A refund coalesced
-    // with charges shares their bound (refused late: it fails, logged,
-    // and its units stay spent until they refill).
-    let charges = jobs.iter().any(|j| j.borrow().args.charges());
     let attempt = |stamp: Stamp| {
         let clock = Arc::clone(&scripts.clock);
-        let bound = charges.then(|| stamp.give_up());
-        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, bound);
+        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, stamp.give_up());
         async move {
             let waited = within(
                 &mut sending,
@@ -312,6 +308,9 @@ async fn call<J: Borrow<Item>>(
                 &scripts.stalls,
             )
             .await;
+            scripts
+                .health
+                .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
             match waited {
                 Some(answer) => answer.items(),
                 None => {
@@ -325,7 +324,11 @@ async fn call<J: Borrow<Item>>(
             }
         }
     };
-    let answer = deciding(attempt, false, scripts.deadline(), &scripts.stalls).await;
+    let answer = if give_back {
+        giving_back(attempt, &scripts.health).await
+    } else {
+        deciding(attempt, false, scripts.deadline(), &scripts.stalls).await
+    };
     scripts.metrics.answered(
         timer,
         answer.as_ref().map(|_| ()).map_err(StoreError::reason),
@@ -341,7 +344,7 @@ fn call_boxed<'a>(
     items: &'a [Item],
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Value>, StoreError>> + Send + 'a>>
 {
-    Box::pin(call(pool, scripts, items))
+    Box::pin(call(pool, scripts, items, true))
 }
 
 /// A lean call's answers that came after it gave up: each check they

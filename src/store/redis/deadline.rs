@@ -138,6 +138,95 @@ where
     .await
 }
 
+/// How long a give-back (a refund no caller waits for) waits for its answer.
+pub(crate) const GIVE_BACK_WAIT: Duration = Duration::from_secs(5);
+/// Attempts of a give-back, and the longest pause between two.
+const GIVE_BACK_TRIES: u32 = 10;
+const GIVE_BACK_PAUSE: Duration = Duration::from_secs(2);
+
+/// A give-back: what a check charged after its caller stopped waiting, or
+/// before a refusal of another slot, handed back. No caller waits for it,
+/// so it is not sent into a store whose calls fail now (its answer would
+/// be lost as likely as not), each attempt waits up to [`GIVE_BACK_WAIT`]
+/// for its answer (its bound on Redis's clock is as far: one that runs
+/// later changes nothing), and one that surely did not run (`Late`, or
+/// not sent: no connection, the breaker, this process's queue) is tried
+/// again, after a pause doubling from 100 ms to [`GIVE_BACK_PAUSE`], at
+/// most [`GIVE_BACK_TRIES`] times. Any other answer ends it (a timeout: it
+/// may have run).
+pub(crate) async fn giving_back<T, Fut>(
+    attempt: impl Fn(Stamp) -> Fut,
+    health: &Health,
+) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut pause = Duration::from_millis(100);
+    let mut out = Err(StoreError::Unavailable("the store kept failing".into()));
+    for _ in 0..GIVE_BACK_TRIES {
+        if !health.failing() {
+            let handed = Instant::now();
+            out = attempt(Stamp {
+                handed,
+                window: GIVE_BACK_WAIT,
+                hard: handed + GIVE_BACK_WAIT,
+            })
+            .await;
+            let not_run = matches!(
+                out,
+                Err(StoreError::Late
+                    | StoreError::Unavailable(_)
+                    | StoreError::CircuitOpen
+                    | StoreError::Overloaded)
+            );
+            if !not_run {
+                return out;
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(GIVE_BACK_PAUSE);
+    }
+    out
+}
+
+/// Whether a store's calls answer now: when a caller last got an answer,
+/// and when one last did not.
+pub(crate) struct Health {
+    born: Instant,
+    /// µs since `born`, plus one; 0: never.
+    ok: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+impl Health {
+    pub(crate) fn new() -> Self {
+        Self {
+            born: Instant::now(),
+            ok: std::sync::atomic::AtomicU64::new(0),
+            failed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.born)
+            .as_micros() as u64
+            + 1
+    }
+
+    /// A caller got an answer (`true`), or gave up or failed (`false`).
+    pub(crate) fn saw(&self, answered: bool) {
+        let at = if answered { &self.ok } else { &self.failed };
+        at.fetch_max(self.now(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The last call failed.
+    fn failing(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.failed.load(Relaxed) > self.ok.load(Relaxed)
+    }
+}
+
 /// `call`'s output if Redis answers within `deadline`; `None` if not.
 /// Never `None` before `stamp`'s give-up moment (the call's bound on
 /// Redis's clock), and always by its hard bound.

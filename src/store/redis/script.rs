@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::clock::RedisClock;
 use super::cluster::{moved_to, NodePools};
-use super::deadline::{backstop, deciding, within, Stalls, Stamp};
+use super::deadline::{backstop, giving_back, within, Health, Stalls, Stamp};
 use crate::algorithm::LimitState;
 use crate::algorithm::{LeanArgs, LEAN, SCRIPT};
 use crate::store::Outcome;
@@ -98,6 +98,8 @@ pub(crate) struct Inner {
     /// fred's runtime (see [`IoThread`](super::deadline::IoThread)).
     pub(crate) io: tokio::runtime::Handle,
     pub(crate) stalls: Stalls,
+    /// Whether calls answer now (give-backs wait while they do not).
+    pub(crate) health: Health,
     /// On a cluster: a pool per primary, which checks go through.
     pub(crate) nodes: Option<NodePools>,
     /// Redis's clock (standalone and Sentinel; a cluster's primaries have
@@ -124,6 +126,7 @@ impl Inner {
         Self {
             io,
             stalls: Stalls::new(),
+            health: Health::new(),
             nodes,
             clock: Arc::new(RedisClock::new()),
             settling: Arc::new(AtomicUsize::new(0)),
@@ -153,9 +156,7 @@ impl Inner {
 
     /// Sends script `which`: `args` come after the script's SHA or text (a
     /// placeholder at 0), and `args[at]` is the call's "not after" bound,
-    /// `give_up` moved onto the clock of the node that runs it (`None`: no
-    /// bound, for a call that only gives back: run late, it still gives
-    /// back what was meant to be). `EVALSHA`,
+    /// `give_up` moved onto the clock of the node that runs it. `EVALSHA`,
     /// then `EVAL` after a `NOSCRIPT` (which caches the script again), and
     /// one `MOVED` followed. Owned, so an answer its caller stopped waiting
     /// for can still be settled (see [`settle`](Self::settle)); fred's own
@@ -167,7 +168,7 @@ impl Inner {
         which: Which,
         mut args: Vec<Value>,
         at: usize,
-        give_up: Option<Instant>,
+        give_up: Instant,
     ) -> Sending {
         let (inner, pool) = (Arc::clone(self), pool.clone());
         Box::pin(async move {
@@ -328,10 +329,10 @@ impl Inner {
             },
             1,
         );
-        // Only a charge is bounded: a refund that runs late still gives back.
-        let bound = (check.cost > 0.0).then(|| stamp.give_up());
-        let mut sending = self.send(pool, clock, which, args, at, bound);
+        let mut sending = self.send(pool, clock, which, args, at, stamp.give_up());
         let waited = within(&mut sending, self.deadline, stamp, &self.io, &self.stalls).await;
+        self.health
+            .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
         let Some(answer) = waited else {
             let (inner, pool, check) = (Arc::clone(self), pool.clone(), check.clone());
             self.settle(sending, move |answer| async move {
@@ -554,13 +555,7 @@ async fn give_back(inner: &Arc<Inner>, pool: &Pool, check: &Check, charged: &[us
     for g in groups.into_iter().filter(|g: &Vec<usize>| !g.is_empty()) {
         let refund = subset(check, &g, -check.cost);
         let (refund, units) = (&refund, check.cost);
-        let done = deciding(
-            |stamp| inner.run_boxed(pool, refund, stamp),
-            false,
-            inner.deadline,
-            &inner.stalls,
-        )
-        .await;
+        let done = giving_back(|stamp| inner.run_boxed(pool, refund, stamp), &inner.health).await;
         if let Err(e) = done {
             tracing::warn!(
                 target: "fleetlimit",
@@ -633,9 +628,9 @@ pub(crate) fn command_error(text: &str) -> StoreError {
 
 /// The "not after" argument of a call whose caller stops waiting at
 /// `give_up`: Redis's time no later than that moment, or "" (no bound)
-/// while Redis's clock is not known, or for a call without one.
-pub(crate) fn not_after(clock: &RedisClock, give_up: Option<Instant>) -> Value {
-    match give_up.and_then(|at| clock.not_after(at)) {
+/// while Redis's clock is not known.
+pub(crate) fn not_after(clock: &RedisClock, give_up: Instant) -> Value {
+    match clock.not_after(give_up) {
         Some(us) => Value::Integer(us),
         None => Value::from_static_str(""),
     }
