@@ -450,11 +450,6 @@ impl Core {
         answer
     }
 
-    /// What the `local` policy admitted, to be written back.
-    fn write_back(&self) -> &writeback::WriteBack {
-        self.local.write_back()
-    }
-
     /// What the decision recorder has done (`None`: nothing is recorded).
     pub(crate) fn record_stats(&self) -> Option<RecordStats> {
         self.recorder.get().map(Recorder::stats)
@@ -471,7 +466,7 @@ impl Core {
     pub(crate) fn keep_leases(&self, keep: impl Fn(&str) -> bool) {
         // The prefix cannot change by a reload.
         self.leases.retain_limits(&self.prefix, &keep);
-        self.write_back().retain_limits(&self.prefix, &keep);
+        writeback::Primary::write_back(self).retain_limits(&self.prefix, &keep);
     }
 
     /// Sets the decision recorder started after the layer was built (a
@@ -518,6 +513,20 @@ impl Core {
     /// layer's tasks).
     pub(crate) fn stop_signal(&self) -> tokio::sync::watch::Receiver<()> {
         self.stop.subscribe()
+    }
+}
+
+impl writeback::Primary for Core {
+    /// What the `local` policy admitted, to be written back.
+    fn write_back(&self) -> &writeback::WriteBack {
+        self.local.write_back()
+    }
+
+    fn ask<'a>(
+        &'a self,
+        check: &'a Check,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> + Send + 'a>> {
+        Box::pin(Core::ask(self, check))
     }
 }
 

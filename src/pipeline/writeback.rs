@@ -35,10 +35,20 @@ use std::sync::{Arc, Weak};
 
 use tokio::time::{Duration, Instant};
 
-use super::Core;
 use crate::bounded::{Bounded, Evict};
 use crate::metrics::WriteBackUnits;
-use crate::store::{Bucket, Check};
+use crate::store::{Bucket, Check, Outcome, StoreError};
+
+/// What the write-back needs of the layer: its ledger, and the primary
+/// store behind the breaker (the layer's core; a trait, so this file does
+/// not import the pipeline it belongs to).
+pub(crate) trait Primary: Send + Sync + 'static {
+    fn write_back(&self) -> &WriteBack;
+    fn ask<'a>(
+        &'a self,
+        check: &'a Check,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, StoreError>> + Send + 'a>>;
+}
 
 /// The longest a recovering instance waits before its first write-back.
 pub(crate) const SPREAD: Duration = Duration::from_secs(1);
@@ -211,7 +221,7 @@ impl WriteBack {
 
 /// Starts the drain task of `core`'s write-back (see the module guide)
 /// unless it runs or there is nothing to write back.
-pub(super) fn ensure(core: &Arc<Core>) {
+pub(crate) fn ensure<P: Primary>(core: &Arc<P>) {
     let wb = core.write_back();
     if wb.ledger.is_empty() || wb.running.swap(true, Ordering::AcqRel) {
         return;
@@ -225,7 +235,7 @@ fn spread() -> Duration {
     SPREAD.mul_f64((h % 1_000) as f64 / 1_000.0)
 }
 
-async fn drain(core: Weak<Core>, first: Duration) {
+async fn drain<P: Primary>(core: Weak<P>, first: Duration) {
     tokio::time::sleep(first).await;
     let mut backoff = PACE;
     // Ends when the ledger is empty (entries expire, or are written back)
@@ -248,7 +258,7 @@ async fn drain(core: Weak<Core>, first: Duration) {
                 wb.put_back(bucket, units);
                 continue;
             }
-            match charge(&c, &bucket, units).await {
+            match charge(&*c, &bucket, units).await {
                 Ok(()) => {}
                 Err(()) => {
                     failed = true;
@@ -268,7 +278,7 @@ async fn drain(core: Weak<Core>, first: Duration) {
 
 /// Charges `units` of `bucket`; when it holds less, what it holds. `Err`:
 /// the store failed (nothing known charged: try again later).
-async fn charge(core: &Core, bucket: &Bucket, units: f64) -> Result<(), ()> {
+async fn charge<P: Primary>(core: &P, bucket: &Bucket, units: f64) -> Result<(), ()> {
     let wb = core.write_back();
     let check = |cost: f64| Check {
         cost,
