@@ -131,8 +131,8 @@ mod sync;
 // store's vocabulary in `store`, the operator's tools in `admin`.
 pub use breaker::{BreakerState, BreakerStats};
 pub use config::{
-    parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError, FailurePolicy,
-    LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
+    format_duration, parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError,
+    FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
 };
 pub use key::{Account, ForwardedHeader, KeyAnswer, KeyExtractor, KeySource};
 pub use layer::{

@@ -548,9 +548,17 @@ impl Changes {
     }
 }
 
-/// Everything a limit is configured with, comparable.
+/// Everything a limit is configured with, comparable: its words, and its
+/// numbers exactly (the words round a rate to how a person writes it).
 fn signature(l: &Limit) -> String {
-    format!("{}; lease {:?}", l.describe(), l.lease)
+    let mut plans: Vec<_> = l.plans.iter().collect();
+    plans.sort_by(|a, b| a.0.cmp(b.0));
+    format!(
+        "{}; lease {:?}; {:?}; {plans:?}",
+        l.describe(),
+        l.lease,
+        l.rule
+    )
 }
 
 /// Each route entry's policy by `<methods> <path>`, and the default one.

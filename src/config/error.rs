@@ -15,7 +15,11 @@ use std::path::{Path, PathBuf};
 /// assert_eq!(err.line(), Some(3));
 /// eprintln!("{err}"); // 3:12: ...
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` is its `Display`, so that `main` returning
+/// `Result<(), Box<dyn Error>>` through `?` prints
+/// `Error: fleetlimit.toml:3:1: unknown field …`, not the struct's fields.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     file: Option<PathBuf>,
     position: Option<(usize, usize)>,
@@ -116,6 +120,12 @@ impl fmt::Display for ConfigError {
             (None, None) => {}
         }
         f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

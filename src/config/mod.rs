@@ -34,7 +34,7 @@ pub use error::ConfigError;
 pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
 pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
-pub use units::{parse_duration, ParseUnitError, Rate};
+pub use units::{format_duration, parse_duration, ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::{FailurePolicy, OnMissing};
 
