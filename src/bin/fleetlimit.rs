@@ -37,6 +37,14 @@
 //! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
 //! routes, `0.9` sheddable ones only, `0` clears it. It always expires.
 //!
+//! `check-config` warns (on stderr, exit status 0) about a valid
+//! configuration that limits nothing: no route entry and no `[default]`
+//! names a limit, as an empty or truncated file.
+//!
+//! `inspect`, `reset`, `explain`, `sweep` and `top` take `--json`: one JSON
+//! object (a line per frame for `top`), every key name and record field in
+//! it escaped and bounded as in the text (`fleetlimit::admin::printable`).
+//!
 //! `KEY` is the caller's key value: an API key (raw, as clients send it: the
 //! command computes the keyed digest Redis holds), an account, an IP,
 //! `ip|account`, or what a custom key's extractor answers (a tenant; a
@@ -258,7 +266,17 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
     match command {
         Command::CheckConfig { file } => {
             let cfg = Config::from_toml_file(&file).map_err(|e| usage(e.to_string()))?;
-            println!("{}: ok", file.display());
+            if cfg.limits_nothing() {
+                // Valid, but what an empty or truncated file looks like.
+                println!("{}: ok, but it limits nothing", file.display());
+                eprintln!(
+                    "fleetlimit: warning: {}: no [[routes]] entry and no [default] names a \
+                     limit, so no request is limited (an empty or truncated file?)",
+                    file.display()
+                );
+            } else {
+                println!("{}: ok", file.display());
+            }
             print!("{}", cfg.describe());
             Ok(())
         }

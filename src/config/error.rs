@@ -83,6 +83,55 @@ impl ConfigError {
     }
 }
 
+/// A number as a person reads it: `1e300`, not its 301 digits.
+pub(crate) fn short_number(v: f64) -> String {
+    let plain = v.to_string();
+    if plain.len() > 20 {
+        format!("{v:e}")
+    } else {
+        plain
+    }
+}
+
+/// The TOML parser's message in the words of the file: its Rust type names
+/// (`expected u32`) as the bounds they stand for, a long float as `1e300`.
+pub(crate) fn toml_message(message: &str) -> String {
+    let mut m = message.to_owned();
+    for (rust, words) in [
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        ("expected u64", "expected a whole number from 0 to 2^64 - 1"),
+        (
+            "expected usize",
+            "expected a whole number from 0 to 2^64 - 1",
+        ),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+    ] {
+        m = m.replace(rust, words);
+    }
+    if m.trim() == "number too large to fit in target type" {
+        m = "a number too large for TOML (whole numbers are at most 2^63 - 1; counts at most 2^53)"
+            .into();
+    }
+    // `floating point `1000…0.0``: its digits, shortened.
+    if let Some(start) = m
+        .find("floating point `")
+        .map(|i| i + "floating point `".len())
+    {
+        if let Some(len) = m[start..].find('`') {
+            if let Ok(v) = m[start..start + len].parse::<f64>() {
+                m.replace_range(start..start + len, &short_number(v));
+            }
+        }
+    }
+    m
+}
+
 /// The 1-based `(line, column)` of `span` in `source`, kept for an error
 /// found after the source is gone (a layer built without a custom key's
 /// extractor).
