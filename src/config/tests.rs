@@ -333,7 +333,10 @@ fn the_builders_new_options_are_checked_as_in_toml() {
         "{m}"
     );
     let m = msg(Config::builder().closed_retry_after(Duration::from_millis(1)));
-    assert!(m.contains("at least 1s (it is sent as Retry-After), not 1ms"), "{m}");
+    assert!(
+        m.contains("at least 1s (it is sent as Retry-After), not 1ms"),
+        "{m}"
+    );
     let m = msg(Config::builder().connect_timeout(zero));
     assert!(
         m.contains("connect_timeout must be longer than zero"),
