@@ -93,6 +93,20 @@ impl Example {
         }
     }
 
+    /// The next line it prints that contains `part`, waiting up to
+    /// `timeout`; panics when none comes.
+    pub fn line_containing(&self, part: &str, timeout: Duration) -> String {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(part) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no line containing {part:?} within {timeout:?}: {e}"),
+            }
+        }
+    }
+
     /// One HTTP/1.1 request; returns (status, lower-cased raw response).
     pub fn http(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
