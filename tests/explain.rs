@@ -528,7 +528,7 @@ record = true
     let (code, out, err) = run_cli(&["check-config", config], &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("decisions recorded (max_len 10000, max_age 3600s)"),
+        out.contains("decisions recorded (max_len 10000, max_age 1h)"),
         "{out}"
     );
 }
