@@ -183,15 +183,22 @@ pub(crate) fn start_recorder(cfg: &Config, redis: Option<&OwnRedis>) -> Option<R
 /// Buckets are kept: the stores (Redis, or the in-process store) and the
 /// `local` fallback's buckets are the layer's, not the configuration's, and
 /// a bucket's key is its prefix, limit name and caller. So a limit whose
-/// name and `key` stay the same keeps its callers' counts: under new numbers
-/// of the same algorithm, what was spent stays spent (a count above a
-/// lowered limit refuses until it drains); a limit whose algorithm changed
+/// name and `key` stay the same keeps its callers' state: under new numbers
+/// of the same algorithm it is read under the new numbers (a window's count
+/// stays, and above a lowered limit refuses until the window ends; a token
+/// bucket stays full again at the same moment, so what it holds now follows
+/// the new capacity and refill); a limit whose algorithm changed
 /// starts every caller afresh, since a state of another algorithm reads as
 /// a full bucket; a renamed limit or a new `key` counts in new buckets.
 /// Remembered refusals, cached plans and the token leases of limits that
 /// changed are dropped (the others' leased tokens, already taken from
 /// Redis, go on being spent), so
 /// nothing answers under the old numbers.
+///
+/// A reload that would leave nothing limited, or remove more of the limits
+/// and routes than [`ReloadOptions::max_removed_share`] allows, is refused
+/// ([`ReloadError::Drastic`]) unless forced; a file is read off the
+/// runtime's workers under a timeout ([`reload_file`](Self::reload_file)).
 ///
 /// What the layer's stores and tasks were built from cannot change without
 /// a restart: `[redis]` (except `closed_retry_after` and
