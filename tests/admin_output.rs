@@ -15,11 +15,7 @@ use fred::prelude::*;
 use support::*;
 
 fn config_file(name: &str, body: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fleetlimit-output-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path
+    temp_file("output", name, body)
 }
 
 /// Two limits per caller (a token bucket of 10 at 1/min, a fixed window of
@@ -153,27 +149,18 @@ async fn explain_prints_record_fields_escaped() {
         ("1", "0", "redis", "i-1"),
         ("0", "0", "redis\x1b[2J", forged),
     ] {
-        server
-            .cli(&[
-                "XADD",
-                &stream,
-                "*",
-                "key",
-                &id,
-                "plan",
-                "",
-                "allowed",
-                allowed,
-                "remaining",
-                remaining,
-                "degraded",
-                "0",
-                "via",
-                via,
-                "instance",
-                instance,
-            ])
-            .unwrap();
+        let fields = [
+            ("key", id.as_str()),
+            ("plan", ""),
+            ("allowed", allowed),
+            ("remaining", remaining),
+            ("degraded", "0"),
+            ("via", via),
+            ("instance", instance),
+        ];
+        let mut args = vec!["XADD", stream.as_str(), "*"];
+        args.extend(fields.iter().flat_map(|(k, v)| [*k, *v]));
+        server.cli(&args).unwrap();
     }
     server.cli(&["PEXPIRE", &stream, "600000"]).unwrap();
 

@@ -28,6 +28,7 @@
 
 use std::time::Duration;
 
+use crate::config::redis_url::scrub;
 use crate::config::Config;
 use crate::route::Limit;
 use crate::store::{RedisStore, StoreError};
@@ -106,6 +107,14 @@ pub(crate) mod shown {
     pub(crate) fn all<S: Serializer>(v: &[String], ser: S) -> Result<S::Ok, S::Error> {
         ser.collect_seq(v.iter().map(|s| super::printable(s)))
     }
+
+    /// A duration as whole milliseconds.
+    pub(crate) fn millis<S: Serializer>(
+        d: &std::time::Duration,
+        ser: S,
+    ) -> Result<S::Ok, S::Error> {
+        ser.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 /// A connection to the configuration's Redis for the admin tasks (the
@@ -135,9 +144,19 @@ impl Admin {
                 "the configuration has no [redis] section and no --redis URL".into(),
             )
         })?;
-        // A refused password is reported as such, not as a timeout.
-        let (store, started) = RedisStore::open(r, 1, Duration::from_secs(2)).await?;
-        started?;
+        // A refused password is reported as such, not as a timeout; no
+        // text of fred's is shown with a secret of the URL in it.
+        let scrub = |e: StoreError| match e {
+            StoreError::Unavailable(m) => StoreError::Unavailable(scrub(&m, &r.url)),
+            StoreError::Redis(m) => StoreError::Redis(scrub(&m, &r.url)),
+            StoreError::Protocol(m) => StoreError::Protocol(scrub(&m, &r.url)),
+            StoreError::Script(m) => StoreError::Script(scrub(&m, &r.url)),
+            other => other,
+        };
+        let (store, started) = RedisStore::open(r, 1, Duration::from_secs(2))
+            .await
+            .map_err(scrub)?;
+        started.map_err(|s| scrub(StoreError::from(s)))?;
         Ok(Self {
             store,
             config: config.clone(),

@@ -107,6 +107,7 @@ pub struct TopFrame {
     limits: Vec<LimitView>,
     scanned: usize,
     pass_done: bool,
+    #[serde(rename = "window_ms", serialize_with = "super::shown::millis")]
     window: Duration,
 }
 
@@ -118,6 +119,7 @@ enum Fleet {
     Live {
         #[serde(serialize_with = "super::shown::one")]
         key: String,
+        #[serde(rename = "dead_after_ms", serialize_with = "super::shown::millis")]
         dead_after: Duration,
         count: u64,
         /// Each live instance and ms since its last beat, the latest first.
