@@ -68,6 +68,9 @@ async fn sweep_prints_every_name_escaped_and_bounded() {
     // A bucket of ours without expiry, so there is a real line to count.
     let ours = format!("{prefix}:acct:{{a:bob}}");
     let _: () = client.set(&ours, "1", None, None, false).await.unwrap();
+    // And one whose value the limiter ignores: said so.
+    let bad = format!("{prefix}:daily:{{a:bob}}");
+    let _: () = client.set(&bad, "inf", None, None, false).await.unwrap();
 
     let (code, out, err) = run_cli(&["sweep", "--config", cfg, "--dry-run"], &[]);
     assert_eq!(code, 0, "{err}");
@@ -78,7 +81,13 @@ async fn sweep_prints_every_name_escaped_and_bounded() {
     let starting = |p: &str| out.lines().filter(|l| l.starts_with(p)).count();
     assert_eq!(starting("without expiry after:"), 1, "{out}");
     assert_eq!(starting("repaired:"), 0, "a dry run repairs nothing: {out}");
-    assert!(out.contains("without expiry after: 1\n"), "{out}");
+    assert!(out.contains("without expiry after: 2\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "  {bad}  (invalid state (taken as absent by the limiter))\n"
+        )),
+        "{out}"
+    );
     assert!(
         out.contains("{a:x}\\x0awithout expiry after: 0\\x0arepaired: 999"),
         "{out}"
@@ -95,10 +104,11 @@ async fn sweep_prints_every_name_escaped_and_bounded() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
     let v = json(&out);
-    assert_eq!(v["before"], 1);
-    assert_eq!(v["after"], 1);
+    assert_eq!(v["before"], 2);
+    assert_eq!(v["after"], 2);
     assert_eq!(v["dry_run"], true);
-    assert_eq!(v["keys"][0], ours.as_str());
+    assert_eq!(v["keys"], serde_json::json!([ours, bad]));
+    assert_eq!(v["invalid"], serde_json::json!([bad]));
     let skipped: Vec<&str> = v["skipped"]
         .as_array()
         .unwrap()

@@ -91,7 +91,8 @@ pub struct SweepOptions {
     pub dry_run: bool,
     /// The TTL of keys whose limit the configuration does not define (with
     /// `include_unknown_limits`), and of the heartbeat when fleet discovery
-    /// is off. Must be longer than zero.
+    /// is off. At least a second (a shorter expiry deletes rather than
+    /// repairs).
     pub default_ttl: Duration,
     /// Also repair keys of fleetlimit's shape and type whose limit name the
     /// configuration does not define (a limit renamed or removed). Off: they
@@ -228,9 +229,10 @@ impl Admin {
     /// fleetlimit's by name and type are left alone and reported as skipped.
     pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport, StoreError> {
         let (pool, config) = (self.store.pool(), &self.config);
-        if options.default_ttl.is_zero() {
+        if options.default_ttl < Duration::from_secs(1) {
+            // Shorter, the "repair" deletes the keys it gives an expiry.
             return Err(StoreError::Protocol(
-                "the default TTL must be longer than zero".into(),
+                "the default TTL must be at least 1s".into(),
             ));
         }
         let mut report = SweepReport::default();
