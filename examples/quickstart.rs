@@ -10,26 +10,32 @@
 //! path is the first argument, else `FLEETLIMIT_CONFIG`, else the bundled
 //! `examples/quickstart.toml`. Edit the file and `kill -HUP <pid>`: the new
 //! limits apply from the next request, without a restart (a file with an
-//! error is reported and the running limits kept).
+//! error is reported and the running limits kept). The file is read off
+//! the runtime's workers under a timeout, once it has stopped changing; a
+//! file that would limit nothing or remove more than half of the limits
+//! and routes (an empty or half-written one) is refused: `kill -USR1
+//! <pid>` applies it anyway.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 
 use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::{Config, RateLimitLayer};
+use fleetlimit::{Config, RateLimitLayer, ReloadOptions};
 
-/// The configuration at `path`, on Redis when `REDIS_URL` is set.
-fn load(path: &str) -> Result<Config, fleetlimit::ConfigError> {
-    let cfg = Config::from_toml_file(path)?;
-    Ok(match std::env::var("REDIS_URL") {
+/// The configuration on Redis when `REDIS_URL` is set.
+fn on_env_redis(cfg: Config) -> Config {
+    match std::env::var("REDIS_URL") {
         Ok(url) => cfg.with_redis_url(url),
         Err(_) => cfg,
-    })
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
+        // Colour for a terminal only: not escape codes in a file or a pipe.
+        .with_ansi(std::io::stdout().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "fleetlimit=info".into()),
@@ -42,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| {
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.toml").to_owned()
         });
-    let cfg = load(&path)?;
+    let cfg = on_env_redis(Config::from_toml_file(&path)?);
     let store = match cfg.redis_url() {
         Some(url) => format!("Redis at {}", fleetlimit::redact_url(url)),
         None => "the in-process store (set REDIS_URL to use Redis)".to_owned(),
@@ -55,14 +61,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hangups = signal(SignalKind::hangup())?;
+        let mut forced = signal(SignalKind::user_defined1())?;
         let (reload, path) = (layer.reload_handle(), path.clone());
         tokio::spawn(async move {
-            while hangups.recv().await.is_some() {
-                let reloaded = load(&path)
-                    .map_err(|e| e.to_string())
-                    .and_then(|cfg| reload.reload(cfg).map_err(|e| e.to_string()));
-                match reloaded {
+            let options = ReloadOptions::default().map(on_env_redis);
+            loop {
+                let force = tokio::select! {
+                    Some(()) = hangups.recv() => false,
+                    Some(()) = forced.recv() => true,
+                    else => break,
+                };
+                let options = options.clone().force(force);
+                // Read on a thread of its own, under a timeout: a path that
+                // blocks never stops the service answering.
+                match reload.reload_file(&path, &options).await {
                     Ok(changes) => println!("reloaded {path}: {changes}"),
+                    Err(e @ fleetlimit::ReloadError::Drastic { .. }) => println!(
+                        "reload failed, the running limits are kept: {e} \
+                         (`kill -USR1 {}` applies it)",
+                        std::process::id()
+                    ),
                     Err(e) => println!("reload failed, the running limits are kept: {e}"),
                 }
             }

@@ -131,8 +131,8 @@ mod sync;
 // store's vocabulary in `store`, the operator's tools in `admin`.
 pub use breaker::{BreakerState, BreakerStats};
 pub use config::{
-    parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError, FailurePolicy,
-    LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
+    format_duration, parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError,
+    FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
 };
 pub use key::{Account, ForwardedHeader, KeyAnswer, KeyExtractor, KeySource};
 pub use layer::{
@@ -146,7 +146,7 @@ pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};
 #[cfg(feature = "postgres")]
 pub use plan_postgres::{PostgresPlans, PostgresPlansError};
 pub use record::RecordStats;
-pub use reload::{Changes, ReloadError, ReloadHandle};
+pub use reload::{Changes, ReloadError, ReloadHandle, ReloadOptions};
 pub use request::RequestRef;
 pub use route::{OnExceed, RecordConfig};
 pub use shed::{Accepted, AcceptedLayer, LoadSignal, Priority, SheddingConfig, StampAccepted};

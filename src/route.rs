@@ -64,6 +64,27 @@ pub enum OnMissing {
     Ip,
 }
 
+/// As the TOML file writes it: `reject`, `ip`.
+impl std::fmt::Display for OnMissing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Reject => "reject",
+            Self::Ip => "ip",
+        })
+    }
+}
+
+/// As the TOML file writes it: `open`, `closed`, `local`.
+impl std::fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local => "local",
+        })
+    }
+}
+
 /// What exceeding a limit does (`on_exceed` in TOML): refuse, as every
 /// limit does by default, or escalate while still serving the request.
 ///
@@ -240,7 +261,7 @@ impl Limit {
 
     pub(crate) fn describe(&self) -> String {
         let mut s = format!(
-            "{}: key {} (missing: {:?}), {}{}",
+            "{}: key {} (on_missing {}), {}{}",
             self.name,
             self.key,
             self.on_missing,
@@ -248,18 +269,23 @@ impl Limit {
             if self.shadow { ", shadow" } else { "" }
         );
         if let Some(f) = &self.failures {
-            s.push_str(&format!(", counts failures {f:?}"));
+            let statuses: Vec<String> = f.iter().map(u16::to_string).collect();
+            s.push_str(&format!(", counts failures [{}]", statuses.join(", ")));
         }
         if let Some(r) = self.record {
             s.push_str(&format!(
-                ", decisions recorded (max_len {}, max_age {:?})",
-                r.max_len, r.max_age
+                ", decisions recorded (max_len {}, max_age {})",
+                r.max_len,
+                crate::algorithm::duration_text(r.max_age)
             ));
         }
         match self.on_exceed {
             OnExceed::Refuse => {}
-            OnExceed::Delay(d) => s.push_str(&format!(", on exceed: delay {d:?}")),
-            OnExceed::Challenge => s.push_str(", on exceed: challenge"),
+            OnExceed::Delay(d) => s.push_str(&format!(
+                ", on_exceed delay {}",
+                crate::algorithm::duration_text(d)
+            )),
+            OnExceed::Challenge => s.push_str(", on_exceed challenge"),
         }
         let mut plans: Vec<_> = self.plans.iter().collect();
         plans.sort_by(|a, b| a.0.cmp(b.0));
@@ -342,7 +368,7 @@ impl Policy {
         }
         let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
         format!(
-            "limits [{}], cost {}, on_redis_error {:?}{}{}",
+            "limits [{}], cost {}, on_redis_error {}{}{}",
             names.join(", "),
             self.cost,
             self.on_redis_error,

@@ -480,3 +480,86 @@ fn the_builder_bounds_durations_like_the_toml() {
         .to_string();
     assert_eq!(e, "deadline is too long: at most 1000000000 s");
 }
+
+/// The README's `main` returns `Result<(), Box<dyn Error>>` and uses `?`:
+/// what it prints (`Error: {:?}`) is the `file:line:col: message` that
+/// `Display` and `check-config` show, not the struct's fields.
+#[test]
+fn debug_prints_what_display_prints() {
+    let path = file_with("typo.toml", &GOOD.replace("capacity = 5", "capacty = 5"));
+    let err = Config::from_toml_file(&path).unwrap_err();
+    let boxed: Box<dyn std::error::Error> = Box::new(err.clone());
+    assert_eq!(format!("{boxed:?}"), err.to_string());
+    assert!(
+        format!("{err:?}").starts_with(&format!("{}:6:1: unknown field `capacty`", path.display())),
+        "{err:?}"
+    );
+    assert!(!format!("{err:?}").contains("ConfigError {"), "{err:?}");
+}
+
+/// Bounds in words, and the number as written rather than its 300 digits.
+#[test]
+fn counts_say_their_bounds_in_words() {
+    for (value, shown) in [("1e300", "1e300"), ("-3", "-3"), ("2.5", "2.5")] {
+        let e = error_for("count.toml", "capacity = 5", &format!("capacity = {value}"));
+        assert_eq!(
+            e,
+            format!(
+                "count.toml:6:12: {shown} is not a whole number from 1 to 2^53 (9007199254740992)"
+            )
+        );
+    }
+    let e = error_for(
+        "cost.toml",
+        "on_redis_error = \"open\"",
+        "on_redis_error = \"open\"\ncost = 1e300",
+    );
+    assert!(
+        e.starts_with("cost.toml:13:8: invalid type: floating point `1e300`"),
+        "{e}"
+    );
+    assert!(
+        e.contains("expected a whole number from 0 to 4294967295"),
+        "{e}"
+    );
+    assert!(!e.contains("u32"), "{e}");
+}
+
+/// Both Retry-After settings follow one rule: whole seconds, at least 1s.
+#[test]
+fn every_retry_after_is_whole_seconds() {
+    let e = error_for(
+        "closed.toml",
+        "url = \"redis://127.0.0.1:6379\"",
+        "url = \"redis://127.0.0.1:6379\"\nclosed_retry_after = \"1ms\"",
+    );
+    assert_eq!(
+        e,
+        "closed.toml:3:22: [redis] closed_retry_after must be whole seconds, at least 1s (it is sent as Retry-After), not 1ms"
+    );
+    let shed = format!("{GOOD}\n[shedding]\nmax_in_flight = 10\nretry_after = \"1ms\"\n");
+    let path = file_with("shed.toml", &shed);
+    let e = Config::from_toml_file(&path).unwrap_err().to_string();
+    assert!(
+        e.ends_with("[shedding] retry_after must be whole seconds, at least 1s (it is sent as Retry-After), not 1ms"),
+        "{e}"
+    );
+    let ok = GOOD.replace(
+        "url = \"redis://127.0.0.1:6379\"",
+        "url = \"redis://127.0.0.1:6379\"\nclosed_retry_after = \"2s\"",
+    );
+    assert!(Config::from_toml_str(&ok).is_ok());
+}
+
+/// A standalone URL without a port is Redis's default port, as every
+/// client takes it (docs/configuration.md says so).
+#[test]
+fn a_standalone_url_without_a_port_is_6379() {
+    let cfg = Config::from_toml_str(&GOOD.replace("127.0.0.1:6379", "127.0.0.1")).unwrap();
+    assert_eq!(cfg.redis_url(), Some("redis://127.0.0.1"));
+    assert!(Config::builder()
+        .build()
+        .unwrap()
+        .try_with_redis_url("redis://cache.internal")
+        .is_ok());
+}

@@ -17,11 +17,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 const PRO_KEY: &str = "sk_live_pro_customer_7f3a";
 
 fn write_config(name: &str, body: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fleetlimit-explain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path
+    temp_file("explain", name, body)
 }
 
 fn redis_section(server: &RedisServer, prefix: &str, deadline: &str) -> String {
@@ -528,7 +524,7 @@ record = true
     let (code, out, err) = run_cli(&["check-config", config], &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("decisions recorded (max_len 10000, max_age 3600s)"),
+        out.contains("decisions recorded (max_len 10000, max_age 1h)"),
         "{out}"
     );
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::{keys_of, Admin};
-use crate::algorithm::Rule;
+use super::{keys_of, printable, Admin};
+use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::key::StoreKey;
 use crate::record::stream_key;
 use crate::store::redis::script::map_err;
@@ -47,14 +47,17 @@ impl TimeRange {
 }
 
 /// What `explain` found ([`Admin::explain`]); `Display` writes the report.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 #[non_exhaustive]
 pub struct Explanation {
     /// The limit.
+    #[serde(serialize_with = "super::shown::one")]
     pub limit: String,
     /// The caller as logs and records show it (a digest for API keys).
+    #[serde(serialize_with = "super::shown::one")]
     pub key_id: String,
     /// The caller's plan: the last recorded one, else its assignment.
+    #[serde(serialize_with = "super::shown::opt")]
     pub plan: Option<String>,
     /// The contract under that plan, in words.
     pub contract: String,
@@ -71,7 +74,7 @@ pub struct Explanation {
 }
 
 /// One recorded decision.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct RecordedDecision {
     /// When it was written (Redis's clock), ms since the epoch.
@@ -86,10 +89,13 @@ pub struct RecordedDecision {
     /// Decided without Redis (`local`, `open`, `closed`).
     pub degraded: bool,
     /// How: `redis`, `remembered`, `lease`, `local`, `open`, `closed`.
+    #[serde(serialize_with = "super::shown::one")]
     pub via: String,
     /// The caller's plan then.
+    #[serde(serialize_with = "super::shown::opt")]
     pub plan: Option<String>,
     /// The instance that decided.
+    #[serde(serialize_with = "super::shown::one")]
     pub instance: String,
 }
 
@@ -131,16 +137,23 @@ impl Admin {
             .find_map(|d| d.plan.clone())
             .or_else(|| config.plan_assignments.0.get(value).map(|p| p.to_string()));
         let rule = l.rule_for(plan.as_deref());
-        let raw: Option<String> = if rule.is_concurrency() {
-            None
+        let (raw, pttl): (Option<String>, i64) = if rule.is_concurrency() {
+            (None, -2)
         } else {
-            pool.get(&key).await.map_err(map_err)?
+            let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
+            // A key of another type: GET fails where the scripts' MGET
+            // reads nothing; either way the limiter sees no state.
+            match pool.get::<Option<String>, _>(&key).await {
+                Ok(raw) => (raw, pttl),
+                Err(e) if e.details().starts_with("WRONGTYPE") => (None, pttl),
+                Err(e) => return Err(map_err(e)),
+            }
         };
         Ok(Explanation {
             limit: l.name.to_string(),
             key_id,
             contract: contract(&rule),
-            state: state(&rule, raw.as_deref(), now_us),
+            state: state(&rule, raw.as_deref(), pttl, now_us),
             plan,
             recording: l.record.is_some(),
             from_ms,
@@ -326,35 +339,20 @@ fn contract(rule: &Rule) -> String {
     }
 }
 
-/// The stored value now, in words.
-fn state(rule: &Rule, raw: Option<&str>, now_us: f64) -> String {
-    match (*rule, raw) {
-        (Rule::Concurrency { .. }, _) => "see `fleetlimit inspect` for the slots".into(),
-        (_, None) => "no key: a full bucket".into(),
-        (
-            Rule::TokenBucket {
-                capacity,
-                refill_per_sec,
-            },
-            Some(raw),
-        ) => match raw.trim().parse::<f64>() {
-            Ok(tat) => {
-                let ahead = ((tat - now_us) / 1e6).max(0.0);
-                let tokens = (capacity - ahead * refill_per_sec).max(0.0);
-                if ahead == 0.0 {
-                    format!("{} of {} tokens: full", num(tokens), num(capacity))
-                } else {
-                    format!(
-                        "{} of {} tokens; full in {} s",
-                        num(tokens),
-                        num(capacity),
-                        num(ahead)
-                    )
-                }
-            }
-            Err(_) => format!("unreadable token bucket: {raw:?}"),
-        },
-        (rule, raw) => rule.describe_stored(raw, now_us),
+/// The stored value now, in words, by the limiter's own rules (`pttl`:
+/// the key's `PTTL`; -2 no key; a key that exists without a string value
+/// is of another type).
+fn state(rule: &Rule, raw: Option<&str>, pttl: i64, now_us: f64) -> String {
+    if rule.is_concurrency() {
+        return "see `fleetlimit inspect` for the slots".into();
+    }
+    match (rule.read_stored(raw, pttl, now_us), raw) {
+        (Stored::Valid { text, .. }, _) => text,
+        (Stored::Absent, _) if pttl == -2 => "no key: a full bucket".into(),
+        (Stored::Absent, _) => format!("a key of another type: {INVALID_STATE}"),
+        (Stored::Invalid, raw) => {
+            format!("{INVALID_STATE}: {}", printable(raw.unwrap_or("")))
+        }
     }
 }
 
@@ -366,8 +364,10 @@ impl fmt::Display for Explanation {
             .unwrap_or("(none: the limit's own numbers)");
         writeln!(
             f,
-            "limit {}, caller {}, plan {plan}",
-            self.limit, self.key_id
+            "limit {}, caller {}, plan {}",
+            printable(&self.limit),
+            printable(&self.key_id),
+            printable(plan)
         )?;
         writeln!(f, "contract: {}", self.contract)?;
         writeln!(f, "now: {}", self.state)?;
@@ -380,7 +380,7 @@ impl fmt::Display for Explanation {
             return writeln!(
                 f,
                 "decisions: limit {} does not record them (set `record = true` on it)",
-                self.limit
+                printable(&self.limit)
             );
         }
         let refused = self.decisions.iter().filter(|d| !d.allowed).count();
@@ -423,10 +423,14 @@ impl fmt::Display for Explanation {
                 "  {}  {what:<11}  remaining {}  via {}",
                 format_time(d.at_ms),
                 show_remaining(d.remaining),
-                d.via
+                printable(&d.via)
             )?;
             if d.degraded {
-                write!(f, "  DEGRADED (Redis failed: decided by `{}`)", d.via)?;
+                write!(
+                    f,
+                    "  DEGRADED (Redis failed: decided by `{}`)",
+                    printable(&d.via)
+                )?;
             }
             if by_another {
                 write!(f, "  (by another limit of the route; this one had room)")?;
@@ -440,7 +444,7 @@ impl fmt::Display for Explanation {
                     )?;
                 }
             }
-            writeln!(f, "  instance {}", d.instance)?;
+            writeln!(f, "  instance {}", printable(&d.instance))?;
             previous = Some(d);
         }
         if let Some(r) = run.take() {

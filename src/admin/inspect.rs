@@ -5,35 +5,50 @@ use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 use fred::types::{CustomCommand, Value};
 
 use super::{keys_of, Admin};
+use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::config::Config;
 use crate::store::redis::script::map_err;
 use crate::store::StoreError;
 
 /// One bucket as stored in Redis, as [`Admin::inspect`] reads it.
 ///
+/// Its strings come from Redis: print them through
+/// [`printable`](super::printable).
+///
 /// ```no_run
 /// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
-/// use fleetlimit::admin::Admin;
+/// use fleetlimit::admin::{printable, Admin};
 ///
 /// let admin = Admin::connect(&cfg).await?;
 /// for b in admin.inspect("sk_live_42", None).await? {
-///     // e.g. `per-key rl:per-key:{h:…} 3.2 of 10 tokens, full in 68 s`
-///     println!("{} {} {} (pttl {} ms)", b.limit, b.key, b.state, b.pttl);
+///     // e.g. `per-key rl:per-key:{h:…} 3.20 of 10 tokens, full in 68 s`
+///     println!("{} {} {} (pttl {} ms)", b.limit, printable(&b.key), b.state, b.pttl);
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct BucketInfo {
     /// The limit.
+    #[serde(serialize_with = "super::shown::one")]
     pub limit: String,
     /// The Redis key.
+    #[serde(serialize_with = "super::shown::one")]
     pub key: String,
     /// The raw value (`None`: no such key, i.e. a full bucket).
+    #[serde(serialize_with = "super::shown::opt")]
     pub value: Option<String>,
     /// Milliseconds to expiry (-1: none, -2: no key).
     pub pttl: i64,
-    /// The value read for humans.
+    /// The value read for humans, by the limiter's own rules (a value it
+    /// does not accept says "invalid state (taken as absent by the
+    /// limiter)"); Redis's text in it is already escaped.
     pub state: String,
+    /// Whether the limiter takes the key as absent although it exists: a
+    /// value or a type that is not a state fleetlimit writes.
+    pub invalid: bool,
+    /// What the key leaves, as the limiter decides (tokens, requests or
+    /// slots; the capacity for a missing or invalid key).
+    pub remaining: f64,
 }
 
 impl Admin {
@@ -64,19 +79,22 @@ impl Admin {
             }
         };
         for (l, key) in keys_of(config, value, limit) {
-            let raw = if l.rule.is_concurrency() {
-                read_slots(pool, &key).await?
-            } else {
-                pool.get(&key).await.map_err(map_err)?
-            };
-            let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
-            let state = l.rule.describe_stored(raw.as_deref(), now_us);
+            // One key's type or value never fails the others' report.
+            let b = read_bucket(pool, &l.rule, &key, now_us)
+                .await
+                .unwrap_or_else(|e| {
+                    let state = format!("could not be read: {}", super::printable(&e.to_string()));
+                    (None, -2, state, false, l.rule.capacity())
+                });
+            let (raw, pttl, state, invalid, remaining) = b;
             out.push(BucketInfo {
                 limit: l.name.to_string(),
                 key,
                 value: raw,
                 pttl,
                 state,
+                invalid,
+                remaining,
             });
         }
         if out.is_empty() {
@@ -110,16 +128,60 @@ impl Admin {
     }
 }
 
-/// A concurrency limit's set of slots as `id deadline_µs` pairs (`None`: no
-/// key); a key of another type is read as a string, for people to see.
-async fn read_slots(pool: &Pool, key: &str) -> Result<Option<String>, StoreError> {
-    let zrange = CustomCommand::new_static("ZRANGE", fred::types::ClusterHash::FirstKey, false);
-    let args = vec![Value::from(key), 0.into(), (-1).into(), "WITHSCORES".into()];
-    match pool.custom::<Vec<String>, Value>(zrange, args).await {
-        Ok(pairs) if pairs.is_empty() => Ok(None),
-        Ok(pairs) => Ok(Some(pairs.join(" "))),
-        Err(_) => pool.get(key).await.map_err(map_err),
+/// One bucket: its raw value, PTTL, state in words, whether the limiter
+/// takes it as absent, and what it leaves.
+type Read = (Option<String>, i64, String, bool, f64);
+
+/// Reads `key` by its type: a string for every algorithm but concurrency,
+/// whose slots are a sorted set (`id deadline_µs` pairs); a key of another
+/// type is named as such.
+async fn read_bucket(pool: &Pool, rule: &Rule, key: &str, now_us: f64) -> Result<Read, StoreError> {
+    let found: String = pool
+        .custom(
+            CustomCommand::new_static("TYPE", fred::types::ClusterHash::FirstKey, false),
+            vec![key],
+        )
+        .await
+        .map_err(map_err)?;
+    let want = if rule.is_concurrency() {
+        "zset"
+    } else {
+        "string"
+    };
+    let capacity = rule.capacity();
+    if found == "none" {
+        return Ok((None, -2, "no key: a full bucket".into(), false, capacity));
     }
+    let pttl: i64 = pool.pttl(key).await.map_err(map_err)?;
+    if found != want {
+        let state = format!(
+            "a {}, where fleetlimit writes a {want}: {INVALID_STATE}",
+            super::printable(&found)
+        );
+        return Ok((None, pttl, state, true, capacity));
+    }
+    let (raw, stored) = if rule.is_concurrency() {
+        let zrange = CustomCommand::new_static("ZRANGE", fred::types::ClusterHash::FirstKey, false);
+        let args = vec![Value::from(key), 0.into(), (-1).into(), "WITHSCORES".into()];
+        let pairs: Vec<String> = pool.custom(zrange, args).await.map_err(map_err)?;
+        let scores: Vec<String> = pairs.iter().skip(1).step_by(2).cloned().collect();
+        let stored = rule.read_slots((!pairs.is_empty()).then_some(&scores[..]), now_us);
+        ((!pairs.is_empty()).then(|| pairs.join(" ")), stored)
+    } else {
+        let raw: Option<String> = pool.get(key).await.map_err(map_err)?;
+        let stored = rule.read_stored(raw.as_deref(), pttl, now_us);
+        (raw, stored)
+    };
+    let remaining = stored.remaining(capacity);
+    Ok(match stored {
+        Stored::Absent => (raw, pttl, "no key: a full bucket".into(), false, remaining),
+        Stored::Valid { text, .. } => (raw, pttl, text, false, remaining),
+        Stored::Invalid => {
+            let shown = super::printable(raw.as_deref().unwrap_or(""));
+            let state = format!("{INVALID_STATE}: {shown}");
+            (raw, pttl, state, true, remaining)
+        }
+    })
 }
 
 /// Publishes `keys` on the prefix's reset channel (plain `PUBLISH`: a

@@ -28,6 +28,7 @@
 
 use std::time::Duration;
 
+use crate::config::redis_url::scrub;
 use crate::config::Config;
 use crate::route::Limit;
 use crate::store::{RedisStore, StoreError};
@@ -42,6 +43,79 @@ pub use explain::{Explanation, RecordedDecision, TimeRange};
 pub use inspect::BucketInfo;
 pub use sweep::{Skipped, SweepOptions, SweepReport};
 pub use top::{Top, TopFrame, TopOptions};
+
+/// Most bytes of one key name or record field the admin tools print; a
+/// longer one is cut there and its length given.
+pub const SHOWN_BYTES: usize = 200;
+
+/// `text` as the admin tools print a key name, a member or a record's
+/// field, which anyone who can write under the prefix chooses: control
+/// characters as `\xNN` (C0 and DEL) or `\u{NNNN}` (C1 controls, and the
+/// marks that reorder a line: bidi overrides and isolates), a backslash
+/// doubled, so that no name can move the cursor, clear the screen or pass
+/// for a line of the report; past [`SHOWN_BYTES`] bytes of output, cut and
+/// followed by `…(N bytes)`, N the whole text's length.
+///
+/// ```
+/// use fleetlimit::admin::printable;
+///
+/// assert_eq!(printable("rl:acct:{a:x}\nrepaired: 999"), "rl:acct:{a:x}\\x0arepaired: 999");
+/// assert_eq!(printable("\x1b[2J"), "\\x1b[2J");
+/// let long = "k".repeat(100_000);
+/// assert_eq!(printable(&long), format!("{}…(100000 bytes)", "k".repeat(200)));
+/// ```
+#[must_use]
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(SHOWN_BYTES + 24));
+    for c in text.chars() {
+        let escaped = match c {
+            '\\' => "\\\\".to_owned(),
+            c if c.is_ascii_control() => format!("\\x{:02x}", c as u32),
+            '\u{80}'..='\u{9f}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}' => format!("\\u{{{:04x}}}", c as u32),
+            c => c.to_string(),
+        };
+        if out.len() + escaped.len() > SHOWN_BYTES {
+            out.push_str(&format!("…({} bytes)", text.len()));
+            return out;
+        }
+        out.push_str(&escaped);
+    }
+    out
+}
+
+/// Serializers of the admin types' strings through [`printable`]: their
+/// JSON (`fleetlimit … --json`) carries the same escaped, bounded text as
+/// their words.
+pub(crate) mod shown {
+    use serde::Serializer;
+
+    pub(crate) fn one<S: Serializer>(s: &str, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(&super::printable(s))
+    }
+
+    pub(crate) fn opt<S: Serializer>(s: &Option<String>, ser: S) -> Result<S::Ok, S::Error> {
+        match s {
+            Some(s) => ser.serialize_some(&super::printable(s)),
+            None => ser.serialize_none(),
+        }
+    }
+
+    pub(crate) fn all<S: Serializer>(v: &[String], ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_seq(v.iter().map(|s| super::printable(s)))
+    }
+
+    /// A duration as whole milliseconds.
+    pub(crate) fn millis<S: Serializer>(
+        d: &std::time::Duration,
+        ser: S,
+    ) -> Result<S::Ok, S::Error> {
+        ser.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
 
 /// A connection to the configuration's Redis for the admin tasks (the
 /// `fleetlimit` command): [`inspect`](Self::inspect),
@@ -70,9 +144,19 @@ impl Admin {
                 "the configuration has no [redis] section and no --redis URL".into(),
             )
         })?;
-        // A refused password is reported as such, not as a timeout.
-        let (store, started) = RedisStore::open(r, 1, Duration::from_secs(2)).await?;
-        started?;
+        // A refused password is reported as such, not as a timeout; no
+        // text of fred's is shown with a secret of the URL in it.
+        let scrub = |e: StoreError| match e {
+            StoreError::Unavailable(m) => StoreError::Unavailable(scrub(&m, &r.url)),
+            StoreError::Redis(m) => StoreError::Redis(scrub(&m, &r.url)),
+            StoreError::Protocol(m) => StoreError::Protocol(scrub(&m, &r.url)),
+            StoreError::Script(m) => StoreError::Script(scrub(&m, &r.url)),
+            other => other,
+        };
+        let (store, started) = RedisStore::open(r, 1, Duration::from_secs(2))
+            .await
+            .map_err(scrub)?;
+        started.map_err(|s| scrub(StoreError::from(s)))?;
         Ok(Self {
             store,
             config: config.clone(),
@@ -158,5 +242,22 @@ refill = "1/s"
         let e = Admin::check_target(&config, "1.2.3.4", Some("nope")).unwrap_err();
         assert_eq!(e, "unknown limit \"nope\"; the configuration defines: a, b");
         assert!(Admin::check_target(&config, "", None).is_err());
+    }
+
+    #[test]
+    fn printable_names_cannot_forge_lines_or_drive_the_terminal() {
+        assert_eq!(printable("plain:{a:bob}"), "plain:{a:bob}");
+        assert_eq!(printable("a\\x0ab"), "a\\\\x0ab", "an escape is not forged");
+        assert_eq!(printable("\r\t\u{7f}"), "\\x0d\\x09\\x7f");
+        assert_eq!(printable("\u{9b}2J\u{202e}"), "\\u{009b}2J\\u{202e}");
+        assert_eq!(printable("é"), "é");
+        // Cut on a character's boundary, never inside an escape.
+        let s = format!("{}\n", "é".repeat(150));
+        let p = printable(&s);
+        assert!(
+            p.starts_with(&"é".repeat(100)) && p.ends_with("…(301 bytes)"),
+            "{p}"
+        );
+        assert!(!p.contains('\n'));
     }
 }

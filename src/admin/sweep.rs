@@ -31,7 +31,7 @@ use crate::store::StoreError;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SweepReport {
     /// Keys under the prefix.
     pub scanned: u64,
@@ -42,7 +42,13 @@ pub struct SweepReport {
     /// Of those keys, how many still had no expiry after the sweep.
     pub after: u64,
     /// fleetlimit's keys that had no expiry.
+    #[serde(serialize_with = "super::shown::all")]
     pub keys: Vec<String>,
+    /// Of those, the keys whose value the limiter takes as absent (not a
+    /// state its scripts accept: it overwrites them at their next check);
+    /// the sweep gives them an expiry all the same.
+    #[serde(serialize_with = "super::shown::all")]
+    pub invalid: Vec<String>,
     /// Keys under the prefix that the sweep left alone because they are not
     /// fleetlimit's (by name or by type), or belong to a limit the
     /// configuration does not define.
@@ -58,11 +64,13 @@ pub struct SweepReport {
 /// let s = Skipped { key: "rl:cache:x".into(), why: "not a fleetlimit key name".into() };
 /// assert_eq!(format!("{}: {}", s.key, s.why), "rl:cache:x: not a fleetlimit key name");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Skipped {
     /// The Redis key.
+    #[serde(serialize_with = "super::shown::one")]
     pub key: String,
     /// Why it was left alone.
+    #[serde(serialize_with = "super::shown::one")]
     pub why: String,
 }
 
@@ -83,7 +91,8 @@ pub struct SweepOptions {
     pub dry_run: bool,
     /// The TTL of keys whose limit the configuration does not define (with
     /// `include_unknown_limits`), and of the heartbeat when fleet discovery
-    /// is off. Must be longer than zero.
+    /// is off. At least a second (a shorter expiry deletes rather than
+    /// repairs).
     pub default_ttl: Duration,
     /// Also repair keys of fleetlimit's shape and type whose limit name the
     /// configuration does not define (a limit renamed or removed). Off: they
@@ -121,6 +130,16 @@ fn ttl_for(config: &Config, key: &str, default: Duration) -> Duration {
         .map(Rule::max_ttl)
         .max()
         .unwrap_or(default)
+}
+
+/// The rule of the configured limit whose bucket `key` is.
+fn limit_rule(config: &Config, key: &str) -> Option<Rule> {
+    let key = StoreKey::parse(&config.key_prefix, key)?;
+    config
+        .limits
+        .iter()
+        .find(|l| *l.name == *key.limit())
+        .map(|l| l.rule)
 }
 
 /// Every key under the prefix, on every primary: fred's scan streams, each
@@ -210,9 +229,10 @@ impl Admin {
     /// fleetlimit's by name and type are left alone and reported as skipped.
     pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport, StoreError> {
         let (pool, config) = (self.store.pool(), &self.config);
-        if options.default_ttl.is_zero() {
+        if options.default_ttl < Duration::from_secs(1) {
+            // Shorter, the "repair" deletes the keys it gives an expiry.
             return Err(StoreError::Protocol(
-                "the default TTL must be longer than zero".into(),
+                "the default TTL must be at least 1s".into(),
             ));
         }
         let mut report = SweepReport::default();
@@ -241,7 +261,8 @@ impl Admin {
             };
             if let (Shape::UnknownLimit(name), false) = (&shape, options.include_unknown_limits) {
                 report.skipped.push(skip(format!(
-                    "limit {name:?} is not in the configuration; --include-unknown-limits repairs it"
+                    "limit \"{}\" is not in the configuration; --include-unknown-limits repairs it",
+                    super::printable(name)
                 )));
                 continue;
             }
@@ -258,13 +279,23 @@ impl Admin {
             }
             let want = expected_type(&shape, &found);
             if found != want {
-                report
-                    .skipped
-                    .push(skip(format!("a {found}, where fleetlimit writes a {want}")));
+                report.skipped.push(skip(format!(
+                    "a {}, where fleetlimit writes a {want}",
+                    super::printable(&found)
+                )));
                 continue;
             }
             let pttl: i64 = pool.pttl(key.as_str()).await.map_err(map_err)?;
             if pttl == -1 {
+                if let (Shape::Limit("string"), Some(rule)) = (&shape, limit_rule(config, key)) {
+                    let raw: Option<String> = pool.get(key.as_str()).await.map_err(map_err)?;
+                    let now_us = super::explain::redis_now_us(pool).await?;
+                    if rule.read_stored(raw.as_deref(), -1, now_us)
+                        == crate::algorithm::Stored::Invalid
+                    {
+                        report.invalid.push(key.clone());
+                    }
+                }
                 report.keys.push(key.clone());
                 repair.push(want);
             }

@@ -18,7 +18,8 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use futures_core::Stream;
 
 use super::explain::{format_time, redis_now_us};
-use super::Admin;
+use super::{printable, Admin};
+use crate::algorithm::{Stored, INVALID_STATE};
 use crate::config::Config;
 use crate::key::StoreKey;
 use crate::record::stream_key;
@@ -94,41 +95,72 @@ impl fmt::Debug for Top {
     }
 }
 
-/// One frame of `top`, printed by its `Display`.
-#[derive(Clone, Debug)]
+/// One frame of `top`, printed by its `Display`; its `Serialize` is the
+/// frame as `fleetlimit top --json` writes it (one JSON object a line),
+/// every name escaped as [`printable`] escapes it.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct TopFrame {
+    #[serde(serialize_with = "super::shown::one")]
     prefix: String,
     now_ms: u64,
     fleet: Fleet,
     limits: Vec<LimitView>,
     scanned: usize,
     pass_done: bool,
+    #[serde(rename = "window_ms", serialize_with = "super::shown::millis")]
     window: Duration,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 enum Fleet {
     /// No discovery: the configured size.
     Configured(u32),
     Live {
+        #[serde(serialize_with = "super::shown::one")]
         key: String,
+        #[serde(rename = "dead_after_ms", serialize_with = "super::shown::millis")]
         dead_after: Duration,
         count: u64,
-        /// Member and ms since its last beat, the latest first.
-        shown: Vec<(String, u64)>,
+        /// Each live instance and ms since its last beat, the latest first.
+        shown: Vec<Instance>,
     },
 }
 
-#[derive(Clone, Debug)]
+/// A live instance: its heartbeat member and ms since its last beat.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Instance {
+    #[serde(serialize_with = "super::shown::one")]
+    id: String,
+    ms_ago: u64,
+}
+
+/// A key in view: its log id, Redis key, what it leaves, the limit's
+/// capacity, and on a limit with plans the most a plan would leave it.
+#[derive(Clone, Debug, serde::Serialize)]
+struct KeyView {
+    #[serde(serialize_with = "super::shown::one")]
+    id: String,
+    #[serde(serialize_with = "super::shown::one")]
+    key: String,
+    remaining: f64,
+    capacity: f64,
+    on_plans: Option<f64>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
 struct LimitView {
+    #[serde(serialize_with = "super::shown::one")]
     name: String,
     rule: String,
     sampled: usize,
     exhausted: usize,
+    /// Keys in view whose state the limiter takes as absent.
+    invalid: usize,
     /// Log id, Redis key, remaining, capacity: the least remaining first.
     /// On a limit with plans: under the base numbers, with the most any
     /// plan would leave (the key's plan is not known here).
-    keys: Vec<(String, String, f64, f64, Option<f64>)>,
+    keys: Vec<KeyView>,
     /// Refused and all decisions recorded in the window (`None`: not
     /// recorded); `true` when the count stopped at its bound.
     recorded: Option<(u64, u64, bool)>,
@@ -189,18 +221,32 @@ impl Top {
                 rule: l.rule.describe(),
                 sampled: 0,
                 exhausted: 0,
+                invalid: 0,
                 keys: Vec::new(),
                 recorded: None,
                 concurrency: l.rule.is_concurrency(),
             })
             .collect();
-        for ((at, id, key), raw) in parsed.into_iter().zip(values) {
+        for ((at, id, key), (raw, pttl)) in parsed.into_iter().zip(values) {
             // No key any more: a full bucket, nothing to watch.
-            let Some(raw) = raw else { continue };
+            if pttl == -2 {
+                continue;
+            }
             let limit = &self.config.limits[at];
             let rule = limit.rule;
-            let Some(left) = rule.remaining_stored(Some(&raw), now_us) else {
+            if rule.is_concurrency() {
                 continue;
+            }
+            let view = &mut limits[at];
+            // By the scripts' rules: a value they do not accept (or a key
+            // of another type, which GET cannot read) is a full bucket.
+            let left = match rule.read_stored(raw.as_deref(), pttl, now_us) {
+                Stored::Valid { remaining, .. } if raw.is_some() => remaining,
+                _ => {
+                    view.sampled += 1;
+                    view.invalid += 1;
+                    continue;
+                }
             };
             // A caller on a plan is counted under the plan's numbers: not
             // exhausted while any plan would leave it a request.
@@ -208,22 +254,30 @@ impl Top {
                 limit
                     .plans
                     .values()
-                    .filter_map(|r| r.remaining_stored(Some(&raw), now_us))
+                    .map(|r| {
+                        r.read_stored(raw.as_deref(), pttl, now_us)
+                            .remaining(r.capacity())
+                    })
                     .fold(left, f64::max)
             });
-            let view = &mut limits[at];
             view.sampled += 1;
             if on_plans.unwrap_or(left) < 1.0 {
                 view.exhausted += 1;
             }
-            view.keys.push((id, key, left, rule.capacity(), on_plans));
+            view.keys.push(KeyView {
+                id,
+                key,
+                remaining: left,
+                capacity: rule.capacity(),
+                on_plans,
+            });
         }
         for view in &mut limits {
-            let most = |k: &(String, String, f64, f64, Option<f64>)| k.4.unwrap_or(k.2);
+            let most = |k: &KeyView| k.on_plans.unwrap_or(k.remaining);
             view.keys
-                .sort_by(|a, b| most(a).total_cmp(&most(b)).then_with(|| a.0.cmp(&b.0)));
+                .sort_by(|a, b| most(a).total_cmp(&most(b)).then_with(|| a.id.cmp(&b.id)));
             view.keys.truncate(self.options.rows);
-            self.shown.extend(view.keys.iter().map(|k| k.1.clone()));
+            self.shown.extend(view.keys.iter().map(|k| k.key.clone()));
         }
         for (view, l) in limits.iter_mut().zip(&self.config.limits) {
             if l.record.is_some() {
@@ -272,7 +326,10 @@ impl Top {
             .chunks(2)
             .filter_map(|p| {
                 let at: f64 = p.get(1)?.parse().ok()?;
-                Some((p[0].clone(), now_ms.saturating_sub(at as u64)))
+                Some(Instance {
+                    id: p[0].clone(),
+                    ms_ago: now_ms.saturating_sub(at as u64),
+                })
             })
             .collect();
         Ok(Fleet::Live {
@@ -333,22 +390,31 @@ impl Top {
 }
 
 /// Each key's value (`None`: no key, or not a string — a key of another
-/// application, or another type), in one pipeline.
+/// application, or another type) and its PTTL (-2: no key), in one
+/// pipeline.
 async fn read_values<'a>(
     pool: &fred::clients::Pool,
     keys: impl Iterator<Item = &'a str>,
-) -> Result<Vec<Option<String>>, StoreError> {
+) -> Result<Vec<(Option<String>, i64)>, StoreError> {
     let pipe = pool.next().pipeline();
     let mut n = 0;
     for k in keys {
         let () = pipe.get(k).await.map_err(map_err)?;
+        let () = pipe.pttl(k).await.map_err(map_err)?;
         n += 1;
     }
     if n == 0 {
         return Ok(Vec::new());
     }
-    let answers = pipe.try_all::<Option<String>>().await;
-    Ok(answers.into_iter().map(|a| a.ok().flatten()).collect())
+    let answers = pipe.try_all::<Value>().await;
+    let mut it = answers.into_iter();
+    let mut out = Vec::with_capacity(n);
+    while let (Some(value), Some(pttl)) = (it.next(), it.next()) {
+        let value = value.ok().and_then(|v| v.into_string());
+        let pttl = pttl.ok().and_then(|v| v.as_i64()).unwrap_or(-2);
+        out.push((value, pttl));
+    }
+    Ok(out)
 }
 
 /// Refused and all decisions in `stream` since `from_ms` (at most
@@ -393,8 +459,8 @@ impl fmt::Display for TopFrame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "fleetlimit top: prefix {:?}, {} (Redis time)",
-            self.prefix,
+            "fleetlimit top: prefix \"{}\", {} (Redis time)",
+            printable(&self.prefix),
             format_time(self.now_ms)
         )?;
         match &self.fleet {
@@ -410,11 +476,17 @@ impl fmt::Display for TopFrame {
             } => {
                 writeln!(
                     f,
-                    "instances: {count} live ({key}, dead after {} s silent)",
+                    "instances: {count} live ({}, dead after {} s silent)",
+                    printable(key),
                     num(dead_after.as_secs_f64())
                 )?;
-                for (id, ago) in shown {
-                    writeln!(f, "  {id}  last beat {} s ago", num(*ago as f64 / 1000.0))?;
+                for i in shown {
+                    writeln!(
+                        f,
+                        "  {}  last beat {} s ago",
+                        printable(&i.id),
+                        num(i.ms_ago as f64 / 1000.0)
+                    )?;
                 }
                 if *count as usize > shown.len() {
                     writeln!(f, "  ... and {} more", *count as usize - shown.len())?;
@@ -422,16 +494,27 @@ impl fmt::Display for TopFrame {
             }
         }
         for l in &self.limits {
-            write!(f, "limit {} ({})", l.name, l.rule)?;
+            write!(f, "limit {} ({})", printable(&l.name), l.rule)?;
             if l.concurrency {
                 writeln!(f, ": slots in flight are not sampled")?;
                 continue;
             }
-            writeln!(f, ": {} keys in view, {} exhausted", l.sampled, l.exhausted)?;
-            for (id, _, left, capacity, on_plans) in &l.keys {
+            write!(f, ": {} keys in view, {} exhausted", l.sampled, l.exhausted)?;
+            if l.invalid > 0 {
+                write!(f, ", {} with an {INVALID_STATE}", l.invalid)?;
+            }
+            writeln!(f)?;
+            for k in &l.keys {
+                let (id, left, capacity, on_plans) = (&k.id, &k.remaining, &k.capacity, k.on_plans);
                 let most = on_plans.unwrap_or(*left);
                 let mark = if most < 1.0 { "  EXHAUSTED" } else { "" };
-                write!(f, "  {id}  {}/{}{mark}", left.floor(), num(*capacity))?;
+                write!(
+                    f,
+                    "  {}  {}/{}{mark}",
+                    printable(id),
+                    left.floor(),
+                    num(*capacity)
+                )?;
                 match on_plans {
                     Some(p) if p.floor() > left.floor() => {
                         writeln!(f, "  (up to {} on a plan)", p.floor())?
@@ -461,7 +544,7 @@ impl fmt::Display for TopFrame {
                 writeln!(
                     f,
                     "  {}  {at_least}{refused} refused of {total} decisions, {} refused/s",
-                    l.name,
+                    printable(&l.name),
                     num(refused as f64 / window.max(0.001))
                 )?;
             }

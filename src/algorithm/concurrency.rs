@@ -157,34 +157,38 @@ pub(crate) fn max_ttl(max_hold: Duration) -> Duration {
 pub(crate) fn rule_text(max: f64, max_hold: Duration) -> String {
     format!(
         "at most {max} in flight, each slot held at most {}",
-        super::fmt_duration(max_hold)
+        super::duration_text(max_hold)
     )
 }
 
-/// A stored set of slots as `inspect` reads it (`id deadline_µs` pairs,
-/// space-separated), for people, at `now_us` on Redis's clock.
-pub(crate) fn describe(max: f64, raw: &str, now_us: f64) -> String {
-    let v: Vec<&str> = raw.split_whitespace().collect();
-    if v.len() % 2 != 0 {
-        return format!("unreadable set of slots: {raw:?}");
-    }
-    let Ok(deadlines) = v
-        .chunks(2)
-        .map(|p| p[1].parse::<f64>())
-        .collect::<Result<Vec<f64>, _>>()
-    else {
-        return format!("unreadable set of slots: {raw:?}");
+/// The live slots of a stored set whose scores are `deadlines_us`, at
+/// `now_us` on Redis's clock, as `lua/concurrency.lua` counts them: a slot
+/// past its deadline is gone, one further than `max_hold` ahead was not
+/// written by fleetlimit (or under an older, longer hold) and is dropped.
+pub(crate) fn live_slots(
+    deadlines_us: impl Iterator<Item = f64>,
+    max_hold: Duration,
+    now_us: f64,
+) -> Slots {
+    let last = now_us + max_hold.as_millis() as f64 * 1000.0;
+    Slots::of(deadlines_us.filter(|&d| d > now_us && d <= last))
+}
+
+/// Live slots at `now_us`, for people.
+pub(crate) fn reading(max: f64, slots: Slots, now_us: f64) -> super::Stored {
+    let text = if slots.count == 0.0 {
+        format!("no slot in flight, of {max}")
+    } else {
+        format!(
+            "{} of {max} slots in flight, the next deadline in {:.3} s",
+            slots.count,
+            (slots.first - now_us) / 1e6
+        )
     };
-    let live: Vec<f64> = deadlines.into_iter().filter(|&d| d > now_us).collect();
-    let s = Slots::of(live.iter().copied());
-    if s.count == 0.0 {
-        return format!("no slot in flight, of {max}");
+    super::Stored::Valid {
+        remaining: (max - slots.count).max(0.0),
+        text,
     }
-    format!(
-        "{} of {max} slots in flight, the next deadline in {:.3} s",
-        s.count,
-        (s.first - now_us) / 1e6
-    )
 }
 
 #[cfg(test)]
@@ -211,5 +215,13 @@ mod tests {
         // A refund takes nothing.
         let mut l = Level::read(2.0, hold, None, 0.0);
         assert_eq!(l.write(-1.0).0.count, 0.0);
+    }
+
+    #[test]
+    fn live_slots_are_those_the_script_counts() {
+        let hold = Duration::from_secs(30);
+        let now = 100e6;
+        let s = live_slots([99e6, 100e6, 101e6, 130e6, 131e6].into_iter(), hold, now);
+        assert_eq!((s.count, s.first, s.last), (2.0, 101e6, 130e6));
     }
 }

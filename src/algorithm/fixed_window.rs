@@ -107,9 +107,31 @@ pub(crate) fn rule_text(limit: f64, window: Duration) -> String {
     )
 }
 
-/// A stored value, for people.
-pub(crate) fn describe(limit: f64, raw: &str) -> String {
-    format!("{raw} of {limit} used in this window")
+/// The count the script takes the stored value `raw` for, with the key's
+/// `pttl_ms` (`lua/fixed_window.lua`): `"0"` or a positive integer of at
+/// most 15 digits without sign, spaces or leading zeros, on a key whose
+/// expiry is at most one window away or missing (older code). `None`: not
+/// a state fleetlimit wrote, which the limiter takes as an empty window.
+pub(crate) fn stored_count(raw: &str, pttl_ms: i64, window: Duration) -> Option<f64> {
+    let b = raw.as_bytes();
+    let digits = raw == "0"
+        || (b.len() <= 15
+            && b.first().is_some_and(|c| (b'1'..=b'9').contains(c))
+            && b.iter().all(u8::is_ascii_digit));
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    (digits && pttl_ms != -2 && pttl_ms <= window_ms).then(|| raw.parse().unwrap_or(0.0))
+}
+
+/// A valid count with the key's `pttl_ms`, for people.
+pub(crate) fn reading(limit: f64, count: f64, pttl_ms: i64) -> super::Stored {
+    let ends = match pttl_ms {
+        -1 => "no expiry (its next check gives it one)".to_owned(),
+        ms => format!("the window ends in {} s", super::num(ms as f64 / 1000.0, 3)),
+    };
+    super::Stored::Valid {
+        remaining: (limit - count).clamp(0.0, limit),
+        text: format!("{count} of {limit} used in this window; {ends}"),
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +151,35 @@ mod tests {
             Level::read(3.0, w, Some(s), 70.0).avail(),
             3.0,
             "closed at its expiry"
+        );
+    }
+
+    #[test]
+    fn a_stored_count_is_read_as_the_script_reads_it() {
+        let w = Duration::from_secs(60);
+        assert_eq!(stored_count("12", 30_000, w), Some(12.0));
+        assert_eq!(stored_count("0", -1, w), Some(0.0), "no expiry: older code");
+        assert_eq!(
+            stored_count("999999999999999", 1, w),
+            Some(999_999_999_999_999.0)
+        );
+        for bad in [
+            "012",
+            "-1",
+            "1.5",
+            "1e3",
+            " 1",
+            "1 ",
+            "inf",
+            "9999999999999999",
+            "",
+        ] {
+            assert_eq!(stored_count(bad, 1_000, w), None, "{bad:?}");
+        }
+        assert_eq!(
+            stored_count("12", 60_001, w),
+            None,
+            "an expiry past the window"
         );
     }
 }

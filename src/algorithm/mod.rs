@@ -250,8 +250,6 @@ impl Rule {
         }
     }
 
-    /// A value read from Redis (`None`: no key) at `now_us` on Redis's
-    /// clock, for people (the admin tools).
     /// The rule in words, as `describe` and `fleetlimit` print it.
     pub(crate) fn describe(&self) -> String {
         match *self {
@@ -268,57 +266,232 @@ impl Rule {
         }
     }
 
-    /// What a stored value (`None`: no key, a full bucket) leaves at
-    /// `now_us` on Redis's clock, in tokens or requests, never below zero;
-    /// `None` for a value that cannot be read, and for concurrency limits
-    /// (a sorted set, not a value).
-    pub(crate) fn remaining_stored(&self, raw: Option<&str>, now_us: f64) -> Option<f64> {
+    /// What the limiter makes of a key holding the string `raw` (`None`:
+    /// no key, or a key of another type, which the scripts' `MGET` reads
+    /// alike) with `pttl_ms` (Redis `PTTL`) at `now_us` on Redis's clock,
+    /// by the scripts' own validity rules (one function per algorithm, the
+    /// same ones `tests/validity.rs` holds against the Lua): for the admin
+    /// tools, which must never show a state the limiter does not act on.
+    /// A concurrency limit keeps a sorted set: see
+    /// [`read_slots`](Self::read_slots).
+    pub(crate) fn read_stored(&self, raw: Option<&str>, pttl_ms: i64, now_us: f64) -> Stored {
         let Some(raw) = raw else {
-            return (!self.is_concurrency()).then(|| self.capacity());
-        };
-        let left = match *self {
-            Self::TokenBucket {
-                capacity,
-                refill_per_sec,
-            } => {
-                let tat: f64 = raw.trim().parse().ok()?;
-                let gcra = token_bucket::Gcra::new(capacity, refill_per_sec);
-                gcra.tokens(token_bucket::Gcra::start(Some(tat), now_us) - now_us)
-            }
-            Self::FixedWindow { limit, .. } => limit - raw.trim().parse::<f64>().ok()?,
-            Self::SlidingWindow { limit, window } => {
-                let v: Vec<f64> = raw
-                    .split_whitespace()
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()
-                    .ok()?;
-                let [idx, curr, prev] = v.as_slice() else {
-                    return None;
-                };
-                let stored = Some((*idx, *curr, *prev));
-                sliding_window::Level::read(limit, window, stored, now_us / 1e6).avail()
-            }
-            Self::Concurrency { .. } => return None,
-        };
-        Some(left.clamp(0.0, self.capacity()))
-    }
-
-    pub(crate) fn describe_stored(&self, raw: Option<&str>, now_us: f64) -> String {
-        let Some(raw) = raw else {
-            return "no key: a full bucket".into();
+            return Stored::Absent;
         };
         match *self {
             Self::TokenBucket {
                 capacity,
                 refill_per_sec,
-            } => token_bucket::describe(capacity, refill_per_sec, raw, now_us),
-            Self::FixedWindow { limit, .. } => fixed_window::describe(limit, raw),
-            Self::SlidingWindow { limit, .. } => sliding_window::describe(limit, raw),
-            Self::Concurrency { max_in_flight, .. } => {
-                concurrency::describe(max_in_flight, raw, now_us)
+            } => token_bucket::stored_tat(raw, pttl_ms, capacity, refill_per_sec, now_us)
+                .map_or(Stored::Invalid, |tat| {
+                    token_bucket::reading(capacity, refill_per_sec, tat, now_us)
+                }),
+            Self::FixedWindow { limit, window } => fixed_window::stored_count(raw, pttl_ms, window)
+                .map_or(Stored::Invalid, |count| {
+                    fixed_window::reading(limit, count, pttl_ms)
+                }),
+            Self::SlidingWindow { limit, window } => {
+                sliding_window::stored_windows(raw, window, now_us)
+                    .map_or(Stored::Invalid, |state| {
+                        sliding_window::reading(limit, window, state, now_us)
+                    })
             }
+            // A string where a sorted set belongs: deleted at the next check.
+            Self::Concurrency { .. } => Stored::Invalid,
         }
     }
+
+    /// What the limiter makes of a concurrency limit's sorted set, given
+    /// its scores (`None`: no key): the live slots, as `lua/concurrency.lua`
+    /// counts them. A score that is not a number makes the set not
+    /// fleetlimit's.
+    pub(crate) fn read_slots(&self, scores: Option<&[String]>, now_us: f64) -> Stored {
+        let Self::Concurrency {
+            max_in_flight,
+            max_hold,
+        } = *self
+        else {
+            return Stored::Invalid;
+        };
+        let Some(scores) = scores else {
+            return Stored::Absent;
+        };
+        let Ok(deadlines) = scores
+            .iter()
+            .map(|s| s.parse::<f64>())
+            .collect::<Result<Vec<_>, _>>()
+        else {
+            return Stored::Invalid;
+        };
+        let slots = concurrency::live_slots(deadlines.into_iter(), max_hold, now_us);
+        concurrency::reading(max_in_flight, slots, now_us)
+    }
+}
+
+/// A stored key as the limiter takes it ([`Rule::read_stored`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Stored {
+    /// No key: a full bucket.
+    Absent,
+    /// A state the scripts accept: what it leaves (tokens, requests or
+    /// slots, from 0 to the capacity), and in words.
+    Valid { remaining: f64, text: String },
+    /// Not a state the scripts accept: the limiter takes it as absent (a
+    /// full bucket) and overwrites or deletes it at the key's next check.
+    Invalid,
+}
+
+impl Stored {
+    /// What the key leaves, as the limiter decides: a full bucket unless
+    /// the state is valid.
+    pub(crate) fn remaining(&self, capacity: f64) -> f64 {
+        match self {
+            Self::Valid { remaining, .. } => *remaining,
+            Self::Absent | Self::Invalid => capacity,
+        }
+    }
+}
+
+/// What the words say for an invalid state, everywhere the admin tools
+/// show one.
+pub(crate) const INVALID_STATE: &str = "invalid state (taken as absent by the limiter)";
+
+/// A number for people: at most `decimals` decimals, no trailing zeros.
+pub(crate) fn num(x: f64, decimals: usize) -> String {
+    let s = format!("{x:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+/// A string as Lua 5.1's `tonumber` reads it, which is how the scripts
+/// read a stored value: C's `strtod` (decimal, hexadecimal `0x…` with an
+/// optional `p` exponent, `inf`, `nan`) over the text up to its first NUL
+/// byte, white space (C's `isspace`) allowed before and after. `None`
+/// where `tonumber` answers nil.
+pub(crate) fn lua_number(raw: &str) -> Option<f64> {
+    let text = raw.split('\0').next().unwrap_or("");
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() && is_space(b[i]) {
+        i += 1;
+    }
+    let start = i;
+    if i < b.len() && matches!(b[i], b'+' | b'-') {
+        i += 1;
+    }
+    let negative = b.get(start) == Some(&b'-');
+    let body = i;
+    let rest = &text[body..];
+    let lower = rest.get(..8).unwrap_or(rest).to_ascii_lowercase();
+    let (value, end) = if lower.starts_with("inf") {
+        let n = if lower.starts_with("infinity") { 8 } else { 3 };
+        (f64::INFINITY, body + n)
+    } else if lower.starts_with("nan") {
+        let mut end = body + 3;
+        // `nan(chars)`: strtod takes the parenthesised part too.
+        if b.get(end) == Some(&b'(') {
+            if let Some(close) = text[end..].find(')') {
+                let inner = &text[end + 1..end + close];
+                if inner
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_')
+                {
+                    end += close + 1;
+                }
+            }
+        }
+        (f64::NAN, end)
+    } else if rest.len() > 2 && (rest.starts_with("0x") || rest.starts_with("0X")) {
+        match hex_float(&b[body + 2..]) {
+            Some((v, used)) => (v, body + 2 + used),
+            // "0x" with no digit after it: strtod reads the "0" alone.
+            None => (0.0, body + 1),
+        }
+    } else {
+        let mut j = body;
+        let digits = |j: &mut usize| {
+            let from = *j;
+            while *j < b.len() && b[*j].is_ascii_digit() {
+                *j += 1;
+            }
+            *j - from
+        };
+        let mut n = digits(&mut j);
+        if j < b.len() && b[j] == b'.' {
+            j += 1;
+            n += digits(&mut j);
+        }
+        if n == 0 {
+            return None;
+        }
+        if j < b.len() && matches!(b[j], b'e' | b'E') {
+            let mut k = j + 1;
+            if k < b.len() && matches!(b[k], b'+' | b'-') {
+                k += 1;
+            }
+            if digits(&mut k) > 0 {
+                j = k;
+            }
+        }
+        (text[body..j].parse::<f64>().ok()?, j)
+    };
+    if !text.as_bytes()[end..].iter().all(|&c| is_space(c)) {
+        return None;
+    }
+    Some(if negative { -value } else { value })
+}
+
+/// The hexadecimal digits (with a fraction and a `p` exponent) at the
+/// start of `b`: the value and the bytes used; `None` without a digit.
+fn hex_float(b: &[u8]) -> Option<(f64, usize)> {
+    let hex = |c: u8| (c as char).to_digit(16).map(f64::from);
+    let (mut value, mut i, mut n, mut scale) = (0.0_f64, 0, 0, 0_i32);
+    while let Some(d) = b.get(i).copied().and_then(hex) {
+        value = value * 16.0 + d;
+        i += 1;
+        n += 1;
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        while let Some(d) = b.get(i).copied().and_then(hex) {
+            value = value * 16.0 + d;
+            scale -= 4;
+            i += 1;
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return None;
+    }
+    if matches!(b.get(i), Some(b'p' | b'P')) {
+        let mut k = i + 1;
+        let sign = match b.get(k) {
+            Some(b'-') => {
+                k += 1;
+                -1
+            }
+            Some(b'+') => {
+                k += 1;
+                1
+            }
+            _ => 1,
+        };
+        let from = k;
+        let mut e: i32 = 0;
+        while let Some(d) = b.get(k).filter(|c| c.is_ascii_digit()) {
+            e = e.saturating_mul(10).saturating_add(i32::from(d - b'0'));
+            k += 1;
+        }
+        if k > from {
+            scale = scale.saturating_add(sign * e);
+            i = k;
+        }
+    }
+    Some((value * 2f64.powi(scale), i))
 }
 
 /// What the in-process store keeps per key: the same as Redis, on the
@@ -500,61 +673,157 @@ pub(crate) fn decide(limits: &mut [Decided], cost: f64) -> bool {
     allowed
 }
 
-/// A duration as a configuration writes it: `"5ms"`, `"60s"`, `"min"`
-/// (a bare unit for exactly one of it, as in a rate's `"10/min"`).
+/// A duration as a configuration writes it: `"5ms"`, `"90s"`, `"15min"`,
+/// `"min"` (a bare unit for exactly one of it, as in a rate's `"10/min"`).
 pub(crate) fn fmt_duration(d: Duration) -> String {
-    match d.as_millis() {
-        1000 => "s".into(),
-        60_000 => "min".into(),
-        3_600_000 => "h".into(),
-        86_400_000 => "d".into(),
-        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
-        ms => format!("{ms}ms"),
+    match d.as_nanos() {
+        1_000_000_000 => "s".into(),
+        60_000_000_000 => "min".into(),
+        3_600_000_000_000 => "h".into(),
+        86_400_000_000_000 => "d".into(),
+        _ => duration_text(d),
     }
+}
+
+/// A duration in the largest unit of the configuration's (`d`, `h`, `min`,
+/// `s`, `ms`) it is a whole number of, else in ms with a fraction: the
+/// text [`parse_duration`](crate::parse_duration) reads back.
+pub(crate) fn duration_text(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".into();
+    }
+    for (unit, per) in [
+        ("d", 86_400_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("min", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+    ] {
+        if ns % per == 0 {
+            return format!("{}{unit}", ns / per);
+        }
+    }
+    format!("{}ms", num(ns as f64 / 1e6, 6))
+}
+
+/// A rate per second as a configuration writes it: a whole number of
+/// tokens per the shortest unit that gives one (`1/min` for 1/60 per
+/// second, `400/h` for `100/15min`), else per second as a decimal.
+pub(crate) fn rate_text(per_sec: f64) -> String {
+    for (unit, secs) in [("s", 1.0), ("min", 60.0), ("h", 3600.0), ("d", 86_400.0)] {
+        let n = per_sec * secs;
+        if n >= 1.0 && (n - n.round()).abs() <= 1e-9 * n {
+            return format!("{}/{unit}", n.round());
+        }
+    }
+    format!("{}/s", num(per_sec, 9))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// What `fleetlimit top` reads from a stored value, per algorithm.
+    /// What the admin tools read from a stored value, per algorithm.
     #[test]
-    fn remaining_of_stored_values() {
+    fn stored_values_as_the_limiter_takes_them() {
         let now = 1_000.0 * 1e6;
         let tb = Rule::TokenBucket {
             capacity: 10.0,
             refill_per_sec: 1.0,
         };
-        assert_eq!(tb.remaining_stored(None, now), Some(10.0), "no key: full");
+        let left = |r: &Rule, raw: Option<&str>, pttl| {
+            r.read_stored(raw, pttl, now).remaining(r.capacity())
+        };
+        assert_eq!(
+            tb.read_stored(None, -2, now),
+            Stored::Absent,
+            "no key: full"
+        );
+        assert_eq!(left(&tb, None, -2), 10.0);
         // The TAT 4 s ahead: 4 of 10 tokens spent.
         let tat = (now + 4e6).to_string();
-        assert_eq!(tb.remaining_stored(Some(&tat), now), Some(6.0));
+        assert_eq!(left(&tb, Some(&tat), 5_000), 6.0);
         let past = (now - 1e6).to_string();
-        assert_eq!(tb.remaining_stored(Some(&past), now), Some(10.0));
-        assert_eq!(tb.remaining_stored(Some("x"), now), None);
+        assert_eq!(left(&tb, Some(&past), -1), 10.0);
+        for bad in ["x", "inf", "1e400", "99999999999999999999999"] {
+            assert_eq!(tb.read_stored(Some(bad), -1, now), Stored::Invalid, "{bad}");
+        }
         let fw = Rule::FixedWindow {
             limit: 100.0,
             window: Duration::from_secs(60),
         };
-        assert_eq!(fw.remaining_stored(Some("12"), now), Some(88.0));
-        assert_eq!(
-            fw.remaining_stored(Some("120"), now),
-            Some(0.0),
-            "never below 0"
-        );
+        assert_eq!(left(&fw, Some("12"), 1_000), 88.0);
+        assert_eq!(left(&fw, Some("120"), 1_000), 0.0, "never below 0");
+        assert_eq!(fw.read_stored(Some("1e400"), 1_000, now), Stored::Invalid);
         let sw = Rule::SlidingWindow {
             limit: 10.0,
             window: Duration::from_secs(10),
         };
         // At t = 1000 s, window 100 just opened: the previous one weighs all.
-        assert_eq!(sw.remaining_stored(Some("100 0 4"), now), Some(6.0));
-        assert_eq!(sw.remaining_stored(Some("99 4 0"), now), Some(6.0));
-        assert_eq!(sw.remaining_stored(Some("1 2"), now), None);
+        assert_eq!(left(&sw, Some("100 0 4"), 1_000), 6.0);
+        assert_eq!(left(&sw, Some("99 4 0"), 1_000), 6.0);
+        assert_eq!(sw.read_stored(Some("1 2"), 1_000, now), Stored::Invalid);
         let c = Rule::Concurrency {
             max_in_flight: 3.0,
             max_hold: Duration::from_secs(30),
         };
-        assert_eq!(c.remaining_stored(None, now), None);
+        assert_eq!(c.read_stored(Some("x"), -1, now), Stored::Invalid);
+        let scores = vec![(now + 1e6).to_string(), "oops".to_owned()];
+        assert_eq!(c.read_slots(Some(&scores), now), Stored::Invalid);
+        let scores = vec![(now + 1e6).to_string()];
+        assert_eq!(c.read_slots(Some(&scores), now).remaining(3.0), 2.0);
+    }
+
+    /// Lua 5.1's `tonumber`, as the scripts read stored values.
+    #[test]
+    fn numbers_as_lua_reads_them() {
+        let cases: [(&str, Option<f64>); 16] = [
+            ("12", Some(12.0)),
+            ("  12\t\n", Some(12.0)),
+            ("-1.5e3", Some(-1500.0)),
+            (".5", Some(0.5)),
+            ("5.", Some(5.0)),
+            ("0x1A", Some(26.0)),
+            ("0x1.8p1", Some(3.0)),
+            ("-0X10", Some(-16.0)),
+            ("12\0trailing", Some(12.0)),
+            ("1e", None),
+            ("0x", None),
+            ("1 2", None),
+            ("", None),
+            ("abc", None),
+            ("1_000", None),
+            ("+", None),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(lua_number(raw), want, "{raw:?}");
+        }
+        assert_eq!(lua_number("inf"), Some(f64::INFINITY));
+        assert_eq!(lua_number("-Infinity"), Some(f64::NEG_INFINITY));
+        assert!(lua_number("nan").is_some_and(f64::is_nan));
+        assert_eq!(lua_number("1e400"), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn rates_and_durations_as_the_file_writes_them() {
+        assert_eq!(rate_text(1.0 / 60.0), "1/min");
+        assert_eq!(rate_text(100.0 / 900.0), "400/h");
+        assert_eq!(rate_text(0.5), "30/min");
+        assert_eq!(rate_text(10.0), "10/s");
+        assert_eq!(rate_text(1.0 / 86_400.0), "1/d");
+        assert_eq!(rate_text(1e-6), "0.000001/s");
+        assert_eq!(duration_text(Duration::from_millis(1)), "1ms");
+        assert_eq!(duration_text(Duration::from_secs(900)), "15min");
+        assert_eq!(duration_text(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(duration_text(Duration::from_micros(500)), "0.5ms");
+        assert_eq!(duration_text(Duration::ZERO), "0s");
+        assert_eq!(fmt_duration(Duration::from_secs(60)), "min");
+        assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
+        for d in [1, 999, 1000, 1500, 60_000, 5_400_000] {
+            let d = Duration::from_millis(d);
+            assert_eq!(crate::parse_duration(&duration_text(d)).unwrap(), d);
+        }
     }
 
     #[test]

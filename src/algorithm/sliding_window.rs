@@ -162,15 +162,60 @@ pub(crate) fn rule_text(limit: f64, window: Duration) -> String {
     )
 }
 
-/// A stored value, for people.
-pub(crate) fn describe(limit: f64, raw: &str) -> String {
-    let v: Vec<&str> = raw.split_whitespace().collect();
-    match v.as_slice() {
-        [idx, curr, prev] => {
-            format!("window {idx}: {curr} now, {prev} in the previous one, of {limit}")
-        }
-        _ => format!("unreadable sliding window: {raw:?}"),
+/// The state the script takes the stored value `raw` for at `now_us` on
+/// Redis's clock (`lua/sliding_window.lua`): three numbers (as Lua's
+/// `tonumber` reads them) separated by single spaces, the first a whole
+/// window index no later than the current window's, the counts from 0 to
+/// 2^53. `None`: not a state fleetlimit wrote, which the limiter takes as
+/// two empty windows.
+pub(crate) fn stored_windows(raw: &str, window: Duration, now_us: f64) -> Option<(f64, f64, f64)> {
+    let is_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r');
+    let parts: Vec<&str> = raw.split(' ').collect();
+    let [x, y, z] = parts.as_slice() else {
+        return None;
+    };
+    if [x, y, z]
+        .iter()
+        .any(|p| p.is_empty() || p.contains(is_space))
+    {
+        return None;
     }
+    let (idx, curr, prev) = (
+        super::lua_number(x)?,
+        super::lua_number(y)?,
+        super::lua_number(z)?,
+    );
+    let count = |c: f64| (0.0..=9_007_199_254_740_992.0).contains(&c);
+    let ok = idx.is_finite() && idx.fract() == 0.0 && idx <= current_index(window, now_us);
+    (ok && count(curr) && count(prev)).then_some((idx, curr, prev))
+}
+
+/// The index of the window `now_us` falls in, as the script counts it (in
+/// whole ms).
+fn current_index(window: Duration, now_us: f64) -> f64 {
+    let now_ms = (now_us / 1000.0).floor();
+    (now_ms / window.as_millis() as f64).floor()
+}
+
+/// A valid state at `now_us`, for people.
+pub(crate) fn reading(
+    limit: f64,
+    window: Duration,
+    (idx, curr, prev): (f64, f64, f64),
+    now_us: f64,
+) -> super::Stored {
+    let level = Level::read(limit, window, Some((idx, curr, prev)), now_us / 1e6);
+    let remaining = level.avail().clamp(0.0, limit);
+    let now_idx = current_index(window, now_us);
+    let text = if idx == now_idx {
+        format!("{curr} in this window, {prev} in the previous one, of {limit}")
+    } else if idx == now_idx - 1.0 {
+        format!("{curr} in the previous window, of {limit}")
+    } else {
+        format!("an older window's count, which weighs nothing now, of {limit}")
+    };
+    let text = format!("{text}: {} left", super::num(remaining, 2));
+    super::Stored::Valid { remaining, text }
 }
 
 #[cfg(test)]
@@ -185,5 +230,36 @@ mod tests {
         assert!((l.avail() - 2.5).abs() < 1e-9);
         // 3 does not fit: the previous window must fade to 7, at t = 13.
         assert!((l.report(3.0, false).wait - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_stored_state_is_read_as_the_script_reads_it() {
+        let w = Duration::from_secs(10);
+        // At t = 1000.5 s: window 100.
+        let now = 1_000.5e6;
+        let read = |raw: &str| stored_windows(raw, w, now);
+        assert_eq!(read("100 3 4"), Some((100.0, 3.0, 4.0)));
+        assert_eq!(read("99 3 4"), Some((99.0, 3.0, 4.0)));
+        assert_eq!(
+            read("0x64 3 4"),
+            Some((100.0, 3.0, 4.0)),
+            "hex, as tonumber"
+        );
+        assert_eq!(read("100 1.5 0"), Some((100.0, 1.5, 0.0)));
+        for bad in [
+            "101 3 4",
+            "100 3",
+            "100 3 4 5",
+            "100  3 4",
+            "100 -1 4",
+            "100 inf 0",
+            "100 1e400 0",
+            "nan 1 1",
+            "100.5 1 1",
+            "100 3 9007199254740994",
+            "",
+        ] {
+            assert_eq!(read(bad), None, "{bad:?}");
+        }
     }
 }

@@ -226,23 +226,61 @@ pub(crate) fn max_ttl(capacity: f64, refill_per_sec: f64) -> Duration {
 
 /// The rule in words.
 pub(crate) fn rule_text(capacity: f64, refill_per_sec: f64) -> String {
-    format!("token bucket of {capacity} refilled at {refill_per_sec}/s")
+    format!(
+        "token bucket of {capacity} refilled at {}",
+        super::rate_text(refill_per_sec)
+    )
 }
 
-/// A stored value, read at `now_us` on Redis's clock, for people.
-pub(crate) fn describe(capacity: f64, refill_per_sec: f64, raw: &str, now_us: f64) -> String {
-    match raw.trim().parse::<f64>() {
-        Ok(tat) => {
-            let gcra = Gcra::new(capacity, refill_per_sec);
-            let tokens = gcra.tokens(Gcra::start(Some(tat), now_us) - now_us);
-            format!("{tokens:.2} of {capacity} tokens")
-        }
-        Err(_) => format!("unreadable token bucket: {raw:?}"),
+/// How far ahead of now a stored TAT may be when the key's expiry vouches
+/// for it (`FAR` in `lua/token_bucket.lua`).
+const FAR_US: f64 = 1_125_899_906_842_624.0; // 2^50
+
+/// The TAT the scripts take the stored value `raw` for (`tat_read` in
+/// `lua/token_bucket.lua`), at `now_us` on Redis's clock with the key's
+/// `pttl_ms`: a finite number (as Lua's `tonumber` reads it) at most a full
+/// burst ahead of now, or further ahead (at most 2^50 µs) when the key's
+/// expiry is no earlier than it. `None`: not a state fleetlimit wrote, which
+/// the limiter takes as a full bucket.
+pub(crate) fn stored_tat(
+    raw: &str,
+    pttl_ms: i64,
+    capacity: f64,
+    refill_per_sec: f64,
+    now_us: f64,
+) -> Option<f64> {
+    let stored = super::lua_number(raw)?;
+    if !stored.is_finite() {
+        return None;
+    }
+    let burst = Gcra::new(capacity, refill_per_sec).burst + REDIS_SLACK_US;
+    let ahead = stored - now_us;
+    let vouched = ahead <= FAR_US && pttl_ms as f64 * 1000.0 >= ahead;
+    (ahead <= burst || vouched).then_some(stored)
+}
+
+/// A valid TAT at `now_us`, for people.
+pub(crate) fn reading(capacity: f64, refill_per_sec: f64, tat: f64, now_us: f64) -> super::Stored {
+    let gcra = Gcra::new(capacity, refill_per_sec);
+    let ahead = Gcra::start(Some(tat), now_us) - now_us;
+    let tokens = gcra.tokens(ahead).clamp(0.0, capacity);
+    let text = if ahead <= 0.0 {
+        format!("{tokens:.2} of {capacity} tokens: full")
+    } else {
+        format!(
+            "{tokens:.2} of {capacity} tokens, full in {} s",
+            super::num(ahead / 1e6, 3)
+        )
+    };
+    super::Stored::Valid {
+        remaining: tokens,
+        text,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Stored;
     use super::*;
 
     const S: f64 = 1e6;
@@ -290,12 +328,50 @@ mod tests {
     }
 
     #[test]
-    fn describes_a_stored_tat() {
-        assert_eq!(describe(5.0, 10.0, "1200000", 1e6), "3.00 of 5 tokens");
-        assert_eq!(describe(5.0, 10.0, "900000", 1e6), "5.00 of 5 tokens");
+    fn a_stored_tat_is_read_as_the_scripts_read_it() {
+        let now = 1.8e15;
+        // 5 tokens at 10/s: a burst spans 500 ms.
+        let tat = |raw: &str, pttl| stored_tat(raw, pttl, 5.0, 10.0, now);
+        assert_eq!(tat("1800000000200000", -1), Some(now + 2e5));
+        assert_eq!(tat(" 1800000000200000\n", -1), Some(now + 2e5));
         assert_eq!(
-            describe(5.0, 10.0, "x", 1e6),
-            "unreadable token bucket: \"x\""
+            tat("0x66517289b8d40", -1),
+            Some(now + 2e5),
+            "hex, as tonumber"
+        );
+        assert_eq!(tat("1800000000200000\0junk", -1), Some(now + 2e5));
+        assert_eq!(tat("5", -1), Some(5.0), "in the past: a full bucket");
+        // Beyond the burst: only with an expiry that vouches for it.
+        assert_eq!(tat("1800010000000000", -1), None);
+        assert_eq!(tat("1800010000000000", 10_000_000), Some(now + 1e10));
+        assert_eq!(tat("1800010000000000", 9_999_999), None);
+        for bad in [
+            "inf",
+            "-inf",
+            "nan",
+            "1e400",
+            "99999999999999999999999",
+            "x",
+            "",
+            "1e",
+            "0x",
+        ] {
+            assert_eq!(tat(bad, i64::MAX / 1000), None, "{bad:?}");
+        }
+        let full = reading(5.0, 10.0, now - 1.0, now);
+        assert_eq!(
+            full,
+            super::super::Stored::Valid {
+                remaining: 5.0,
+                text: "5.00 of 5 tokens: full".into()
+            }
+        );
+        let Stored::Valid { remaining, text } = reading(5.0, 10.0, now + 2e5, now) else {
+            unreachable!()
+        };
+        assert_eq!(
+            (remaining, text.as_str()),
+            (3.0, "3.00 of 5 tokens, full in 0.2 s")
         );
     }
 }

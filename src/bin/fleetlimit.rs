@@ -37,6 +37,14 @@
 //! every instance with `[shedding]` reads: `1.2` sheds normal and sheddable
 //! routes, `0.9` sheddable ones only, `0` clears it. It always expires.
 //!
+//! `check-config` warns (on stderr, exit status 0) about a valid
+//! configuration that limits nothing: no route entry and no `[default]`
+//! names a limit, as an empty or truncated file.
+//!
+//! `inspect`, `reset`, `explain`, `sweep` and `top` take `--json`: one JSON
+//! object (a line per frame for `top`), every key name and record field in
+//! it escaped and bounded as in the text (`fleetlimit::admin::printable`).
+//!
 //! `KEY` is the caller's key value: an API key (raw, as clients send it: the
 //! command computes the keyed digest Redis holds), an account, an IP,
 //! `ip|account`, or what a custom key's extractor answers (a tenant; a
@@ -59,7 +67,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
-use fleetlimit::admin::{self, Admin, TimeRange};
+use fleetlimit::admin::{self, printable, Admin, TimeRange};
 use fleetlimit::Config;
 
 /// Skipped keys listed by `sweep`; the rest are counted.
@@ -107,6 +115,10 @@ enum Command {
         limit: Option<String>,
         #[command(flatten)]
         target: Target,
+        /// One JSON object: {"buckets": [{limit, key, value, pttl, state,
+        /// invalid, remaining}]}, names escaped as in the text.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete a caller's buckets and tell every instance to forget its
     /// remembered refusals and leases of them.
@@ -118,6 +130,9 @@ enum Command {
         limit: Option<String>,
         #[command(flatten)]
         target: Target,
+        /// One JSON object: {"deleted": N}.
+        #[arg(long)]
+        json: bool,
     },
     /// A limit's contract in words, the caller's bucket now, and the
     /// caller's recorded decisions (the limit needs `record = true`).
@@ -138,6 +153,10 @@ enum Command {
         /// The decisions until this time (RFC 3339), with --from.
         #[arg(long, value_name = "TIME", requires = "from")]
         to: Option<String>,
+        /// One JSON object: the limit, caller, plan, contract, state and
+        /// every decision, fields escaped as in the text.
+        #[arg(long)]
+        json: bool,
     },
     /// Give fleetlimit's keys left without an expiry the one their limit
     /// sets; keys that are not fleetlimit's are listed, never touched.
@@ -154,6 +173,11 @@ enum Command {
         /// Also repair keys of limits the configuration no longer defines.
         #[arg(long)]
         include_unknown_limits: bool,
+        /// One JSON object: {prefix, dry_run, scanned, before, repaired,
+        /// after, keys, invalid, skipped: [{key, why}]}, every skipped key
+        /// listed, names escaped as in the text.
+        #[arg(long)]
+        json: bool,
     },
     /// Set the fleet-wide load-shedding signal every instance with
     /// `[shedding]` reads (`1.2` sheds normal and sheddable routes, `0.9`
@@ -189,6 +213,10 @@ enum Command {
         /// decision records.
         #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
         window: Duration,
+        /// Each frame as one JSON object on one line (never clears the
+        /// screen), names escaped as in the text.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a completion script for a shell (`fleetlimit completions bash
     /// > /etc/bash_completion.d/fleetlimit`).
@@ -238,29 +266,61 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
     match command {
         Command::CheckConfig { file } => {
             let cfg = Config::from_toml_file(&file).map_err(|e| usage(e.to_string()))?;
-            println!("{}: ok", file.display());
+            if cfg.limits_nothing() {
+                // Valid, but what an empty or truncated file looks like.
+                println!("{}: ok, but it limits nothing", file.display());
+                eprintln!(
+                    "fleetlimit: warning: {}: no [[routes]] entry and no [default] names a \
+                     limit, so no request is limited (an empty or truncated file?)",
+                    file.display()
+                );
+            } else {
+                println!("{}: ok", file.display());
+            }
             print!("{}", cfg.describe());
             Ok(())
         }
-        Command::Inspect { key, limit, target } => {
+        Command::Inspect {
+            key,
+            limit,
+            target,
+            json,
+        } => {
             let admin = connect(&target, &key, limit.as_deref()).await?;
-            for b in admin
+            let buckets = admin
                 .inspect(&key, limit.as_deref())
                 .await
-                .map_err(failed)?
-            {
+                .map_err(failed)?;
+            if json {
+                return write_json(&serde_json::json!({ "buckets": buckets }));
+            }
+            let mut out = String::new();
+            for b in buckets {
                 let ttl = match b.pttl {
                     -2 => "no key".to_owned(),
                     -1 => "NO EXPIRY (run `fleetlimit sweep`)".to_owned(),
-                    ms => format!("expires in {:.3} s", ms as f64 / 1000.0),
+                    ms => format!("expires in {} s", num(ms as f64 / 1000.0)),
                 };
-                println!("{}  {}\n    {}; {ttl}", b.limit, b.key, b.state);
+                out.push_str(&format!(
+                    "{}  {}\n    {}; {ttl}\n",
+                    printable(&b.limit),
+                    printable(&b.key),
+                    b.state
+                ));
             }
-            Ok(())
+            write_out(out.as_bytes())
         }
-        Command::Reset { key, limit, target } => {
+        Command::Reset {
+            key,
+            limit,
+            target,
+            json,
+        } => {
             let admin = connect(&target, &key, limit.as_deref()).await?;
             let n = admin.reset(&key, limit.as_deref()).await.map_err(failed)?;
+            if json {
+                return write_json(&serde_json::json!({ "deleted": n }));
+            }
             println!("reset: {n} key(s) deleted");
             Ok(())
         }
@@ -271,6 +331,7 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             since,
             from,
             to,
+            json,
         } => {
             let range = match (since, from, to) {
                 (Some(d), _, _) if d.is_zero() => {
@@ -284,18 +345,25 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             Admin::check_explain(&cfg, &key, &limit).map_err(usage)?;
             let admin = Admin::connect(&cfg).await.map_err(failed)?;
             let e = admin.explain(&key, &limit, range).await.map_err(failed)?;
-            print!("{e}");
-            Ok(())
+            if json {
+                return write_json(&e);
+            }
+            write_out(e.to_string().as_bytes())
         }
         Command::Sweep {
             target,
             dry_run,
             default_ttl,
             include_unknown_limits,
+            json,
         } => {
-            if default_ttl.is_zero() {
-                // A zero TTL would delete the keys, not repair them.
-                return Err(usage("--default-ttl must be longer than 0s".into()));
+            if default_ttl < Duration::from_secs(1) {
+                // A TTL this short deletes the keys rather than repairs them.
+                return Err(usage(format!(
+                    "--default-ttl must be at least 1s (a shorter expiry deletes the keys \
+                     rather than repairs them), not {}",
+                    fleetlimit::format_duration(default_ttl)
+                )));
             }
             let cfg = load(&target).map_err(usage)?;
             let admin = Admin::connect(&cfg).await.map_err(failed)?;
@@ -305,29 +373,55 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
                 include_unknown_limits,
             };
             let r = admin.sweep(&options).await.map_err(failed)?;
-            println!("scanned: {} keys under {:?}", r.scanned, cfg.key_prefix());
-            println!(
+            if json {
+                let mut v = serde_json::to_value(&r).map_err(|e| (1, e.to_string()))?;
+                v["prefix"] = printable(cfg.key_prefix()).into();
+                v["dry_run"] = dry_run.into();
+                return write_json(&v);
+            }
+            // Every name is escaped and bounded: another application's key
+            // cannot forge a line of this report (a cron reads it).
+            let mut out = String::new();
+            let mut line = |l: String| {
+                out.push_str(&l);
+                out.push('\n');
+            };
+            line(format!(
+                "scanned: {} keys under \"{}\"",
+                r.scanned,
+                printable(cfg.key_prefix())
+            ));
+            line(format!(
                 "skipped: {} (not fleetlimit's or of no configured limit; left untouched)",
                 r.skipped.len()
-            );
+            ));
             // Another application may keep many keys under the prefix.
             for k in r.skipped.iter().take(SKIPPED_SHOWN) {
-                println!("  {}  ({})", k.key, k.why);
+                line(format!("  {}  ({})", printable(&k.key), k.why));
             }
             if r.skipped.len() > SKIPPED_SHOWN {
-                println!("  ... and {} more", r.skipped.len() - SKIPPED_SHOWN);
+                line(format!(
+                    "  ... and {} more",
+                    r.skipped.len() - SKIPPED_SHOWN
+                ));
             }
-            println!("without expiry before: {}", r.before);
+            line(format!("without expiry before: {}", r.before));
             for k in &r.keys {
-                println!("  {k}");
+                match r.invalid.contains(k) {
+                    true => line(format!(
+                        "  {}  (invalid state (taken as absent by the limiter))",
+                        printable(k)
+                    )),
+                    false => line(format!("  {}", printable(k))),
+                }
             }
             if dry_run {
-                println!("dry run: nothing changed");
+                line("dry run: nothing changed".into());
             } else {
-                println!("repaired: {}", r.repaired);
+                line(format!("repaired: {}", r.repaired));
             }
-            println!("without expiry after: {}", r.after);
-            Ok(())
+            line(format!("without expiry after: {}", r.after));
+            write_out(out.as_bytes())
         }
         Command::Shed {
             pressure,
@@ -351,8 +445,8 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
                 );
             } else {
                 println!(
-                    "{key} = {pressure} for {} s; every instance reads it within its fleet_signal_refresh",
-                    duration.as_secs()
+                    "{key} = {pressure} for {}; every instance reads it within its fleet_signal_refresh",
+                    fleetlimit::format_duration(duration)
                 );
             }
             Ok(())
@@ -364,6 +458,7 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             sample,
             rows,
             window,
+            json,
         } => {
             if interval.is_zero() || window.is_zero() {
                 return Err(usage(
@@ -387,9 +482,12 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
             });
             if once {
                 let frame = top.frame().await.map_err(failed)?;
+                if json {
+                    return write_json(&frame);
+                }
                 return write_out(frame.to_string().as_bytes());
             }
-            top_loop(&mut top, interval).await
+            top_loop(&mut top, interval, json).await
         }
         Command::Completions { shell } => {
             // Written whole, so a closed pipe (`| head`) is an error, not a panic.
@@ -410,8 +508,12 @@ const FAILED_FRAMES: u32 = 60;
 /// Frames until interrupted (or stdout closes). A failed frame is shown as
 /// such and the next refresh tries again (Redis may be restarting), up to
 /// [`FAILED_FRAMES`] in a row.
-async fn top_loop(top: &mut admin::Top, interval: Duration) -> Result<(), (u8, String)> {
-    let clear = std::io::stdout().is_terminal();
+async fn top_loop(
+    top: &mut admin::Top,
+    interval: Duration,
+    json: bool,
+) -> Result<(), (u8, String)> {
+    let clear = std::io::stdout().is_terminal() && !json;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Each command has the admin connection's timeout; this bounds a frame.
@@ -420,17 +522,29 @@ async fn top_loop(top: &mut admin::Top, interval: Duration) -> Result<(), (u8, S
     loop {
         tick.tick().await;
         let text = match tokio::time::timeout(most, top.frame()).await {
+            Ok(Ok(frame)) if json => {
+                failed = 0;
+                serde_json::to_string(&frame).map_err(|e| (1, e.to_string()))?
+            }
             Ok(Ok(frame)) => {
                 failed = 0;
                 frame.to_string()
             }
             Ok(Err(e)) => {
                 failed += 1;
-                format!("fleetlimit top: {e}; trying again\n")
+                let e = printable(&e.to_string());
+                match json {
+                    true => serde_json::json!({ "error": e }).to_string(),
+                    false => format!("fleetlimit top: {e}; trying again\n"),
+                }
             }
             Err(_) => {
                 failed += 1;
-                format!("fleetlimit top: no frame within {most:?}; trying again\n")
+                let e = format!("no frame within {}", fleetlimit::format_duration(most));
+                match json {
+                    true => serde_json::json!({ "error": e }).to_string(),
+                    false => format!("fleetlimit top: {e}; trying again\n"),
+                }
             }
         };
         if failed >= FAILED_FRAMES {
@@ -449,6 +563,19 @@ async fn top_loop(top: &mut admin::Top, interval: Duration) -> Result<(), (u8, S
             return Ok(());
         }
     }
+}
+
+/// `value` as one line of JSON on stdout.
+fn write_json(value: &impl serde::Serialize) -> Result<(), (u8, String)> {
+    let mut text = serde_json::to_string(value).map_err(|e| (1, e.to_string()))?;
+    text.push('\n');
+    write_out(text.as_bytes())
+}
+
+/// Seconds for people: at most 3 decimals, no trailing zeros.
+fn num(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Writes to stdout: a closed pipe is an error, not a panic.

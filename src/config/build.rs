@@ -46,8 +46,11 @@ impl ConfigBuilder {
         let closed_retry_after = match self.closed_retry_after {
             Some(d) => {
                 let span = at.closed_retry_after.clone();
-                v.longer_than_zero("closed_retry_after", d, span.clone())?;
-                v.not_too_long("closed_retry_after", d, span)?
+                v.not_too_long("closed_retry_after", d, span.clone())?;
+                // Sent as Retry-After, in whole seconds: as [shedding]
+                // retry_after, a shorter or fractional one is refused
+                // rather than rounded where nobody sees it.
+                v.whole_seconds("[redis] closed_retry_after", d, span)?
             }
             None => Duration::from_secs(1),
         };

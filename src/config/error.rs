@@ -15,7 +15,11 @@ use std::path::{Path, PathBuf};
 /// assert_eq!(err.line(), Some(3));
 /// eprintln!("{err}"); // 3:12: ...
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` is its `Display`, so that `main` returning
+/// `Result<(), Box<dyn Error>>` through `?` prints
+/// `Error: fleetlimit.toml:3:1: unknown field …`, not the struct's fields.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     file: Option<PathBuf>,
     position: Option<(usize, usize)>,
@@ -79,6 +83,55 @@ impl ConfigError {
     }
 }
 
+/// A number as a person reads it: `1e300`, not its 301 digits.
+pub(crate) fn short_number(v: f64) -> String {
+    let plain = v.to_string();
+    if plain.len() > 20 {
+        format!("{v:e}")
+    } else {
+        plain
+    }
+}
+
+/// The TOML parser's message in the words of the file: its Rust type names
+/// (`expected u32`) as the bounds they stand for, a long float as `1e300`.
+pub(crate) fn toml_message(message: &str) -> String {
+    let mut m = message.to_owned();
+    for (rust, words) in [
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        ("expected u64", "expected a whole number from 0 to 2^64 - 1"),
+        (
+            "expected usize",
+            "expected a whole number from 0 to 2^64 - 1",
+        ),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+    ] {
+        m = m.replace(rust, words);
+    }
+    if m.trim() == "number too large to fit in target type" {
+        m = "a number too large for TOML (whole numbers are at most 2^63 - 1; counts at most 2^53)"
+            .into();
+    }
+    // `floating point `1000…0.0``: its digits, shortened.
+    if let Some(start) = m
+        .find("floating point `")
+        .map(|i| i + "floating point `".len())
+    {
+        if let Some(len) = m[start..].find('`') {
+            if let Ok(v) = m[start..start + len].parse::<f64>() {
+                m.replace_range(start..start + len, &short_number(v));
+            }
+        }
+    }
+    m
+}
+
 /// The 1-based `(line, column)` of `span` in `source`, kept for an error
 /// found after the source is gone (a layer built without a custom key's
 /// extractor).
@@ -116,6 +169,12 @@ impl fmt::Display for ConfigError {
             (None, None) => {}
         }
         f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

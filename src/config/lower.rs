@@ -18,7 +18,7 @@ use super::parts::{
 };
 use super::redis::{RedisSettings, RedisSpans};
 use super::schema::{
-    AlgorithmName, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit, RawRecord,
+    AlgorithmName, Amount, Count, Exceed, Mode, RawConfig, RawLimit, RawPlanLimit, RawRecord,
 };
 use super::validate::{exact_count, unknown_limit, LoginSpans, RuleSpans, Span, DEFAULT_MAX_HOLD};
 use super::{units, ConfigError, Heartbeat, Rate};
@@ -43,11 +43,11 @@ fn span<T>(v: &Option<Spanned<T>>) -> Span {
 /// algorithm: a token bucket has capacity and refill, a window has limit and
 /// window, and nothing else.
 struct Numbers<'a> {
-    capacity: &'a Option<Spanned<u64>>,
+    capacity: &'a Option<Spanned<Amount>>,
     refill: &'a Option<Spanned<String>>,
-    limit: &'a Option<Spanned<u64>>,
+    limit: &'a Option<Spanned<Amount>>,
     window: &'a Option<Spanned<String>>,
-    max_in_flight: &'a Option<Spanned<u64>>,
+    max_in_flight: &'a Option<Spanned<Amount>>,
     max_hold: &'a Option<Spanned<String>>,
 }
 
@@ -92,7 +92,7 @@ impl Numbers<'_> {
                     _ => (None, None),
                 };
                 let capacity = match self.capacity {
-                    Some(c) => exact_count(*c.get_ref()),
+                    Some(c) => exact_count(c.get_ref().0),
                     None => base_cap.ok_or_else(|| need("capacity"))?,
                 };
                 let refill_per_sec = match self.refill {
@@ -114,7 +114,7 @@ impl Numbers<'_> {
                     _ => (None, None),
                 };
                 let limit = match self.limit {
-                    Some(l) => exact_count(*l.get_ref()),
+                    Some(l) => exact_count(l.get_ref().0),
                     None => base_limit.ok_or_else(|| need("limit"))?,
                 };
                 let window = match self.window {
@@ -161,7 +161,7 @@ impl Numbers<'_> {
             _ => (None, None),
         };
         let max_in_flight = match self.max_in_flight {
-            Some(m) => exact_count(*m.get_ref()),
+            Some(m) => exact_count(m.get_ref().0),
             None => base_max.ok_or_else(|| {
                 ConfigError::at(src, at, format!("limit {name:?}: missing `max_in_flight`"))
             })?,

@@ -34,7 +34,7 @@ pub use error::ConfigError;
 pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
 pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
-pub use units::{parse_duration, ParseUnitError, Rate};
+pub use units::{format_duration, parse_duration, ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::{FailurePolicy, OnMissing};
 
@@ -205,8 +205,8 @@ const DEFAULT_MAX_DELAYED: usize = 100;
 impl Config {
     /// Parses and validates a TOML configuration.
     pub fn from_toml_str(source: &str) -> Result<Self, ConfigError> {
-        let raw: schema::RawConfig =
-            toml::from_str(source).map_err(|e| ConfigError::at(source, e.span(), e.message()))?;
+        let raw: schema::RawConfig = toml::from_str(source)
+            .map_err(|e| ConfigError::at(source, e.span(), error::toml_message(e.message())))?;
         lower::lower(raw, source)?.build()
     }
 
@@ -251,6 +251,30 @@ impl Config {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Whether no request is limited: no `[[routes]]` entry and no
+    /// `[default]` names a limit (an empty or truncated file, say).
+    /// `fleetlimit check-config` warns about it, and a reload to it is
+    /// refused unless forced ([`ReloadOptions`](crate::ReloadOptions)).
+    ///
+    /// ```
+    /// use fleetlimit::Config;
+    ///
+    /// assert!(Config::from_toml_str("")?.limits_nothing());
+    /// let cfg = Config::from_toml_str(
+    ///     "[limits.ip]\nkey = \"ip\"\ncapacity = 5\nrefill = \"1/s\"\n\n[default]\nlimits = [\"ip\"]\n",
+    /// )?;
+    /// assert!(!cfg.limits_nothing());
+    /// # Ok::<(), fleetlimit::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn limits_nothing(&self) -> bool {
+        self.routes.iter().all(|r| r.policy.limits.is_empty())
+            && self
+                .default_route
+                .as_ref()
+                .is_none_or(|p| p.limits.is_empty())
     }
 
     /// Whether some limit is keyed by custom key `name`.

@@ -66,39 +66,52 @@ pub(crate) fn check(url: &str, tls_built: bool) -> Result<Target, String> {
              (build it with the cargo feature `redis`, on by default)"
         ));
     }
+    // fred's own text may quote the URL or a part of it: scrubbed too.
     #[cfg(feature = "redis")]
-    fred::types::config::Config::from_url(&plain_url)
-        .map_err(|e| format!("bad Redis URL {shown:?}: {}", e.details()))?;
+    fred::types::config::Config::from_url(&plain_url).map_err(|e| {
+        format!(
+            "bad Redis URL {shown:?}: {}",
+            scrub(&scrub(e.details(), &plain_url), url)
+        )
+    })?;
     Ok(Target { plain_url, tls })
 }
 
 /// `url` with its credentials hidden: the password (or a lone user name,
-/// which may be a password written without its `:`) and the values of
-/// query parameters that look like secrets (`sentinelPassword`, tokens...).
-/// A URL that does not parse loses everything before its last `@`.
+/// which may be a password written without its `:`), the user information
+/// of a Sentinel `node=` parameter, and the values of query parameters
+/// that look like secrets (`sentinelPassword`, tokens...). A value that
+/// does not parse as a URL with a host (a password pasted where the URL
+/// goes) keeps only its scheme: `redis://<unparseable URL>`, or
+/// `<unparseable URL>` without one.
 ///
 /// ```
-/// assert_eq!(
-///     fleetlimit::redact_url("redis://app:s3cret@db:6379/0"),
-///     "redis://app:***@db:6379/0"
-/// );
+/// use fleetlimit::redact_url;
+///
+/// assert_eq!(redact_url("redis://app:s3cret@db:6379/0"), "redis://app:***@db:6379/0");
+/// assert_eq!(redact_url("Sup3rSecret"), "<unparseable URL>");
+/// assert_eq!(redact_url("redis://u:s3cret@db:port"), "redis://<unparseable URL>");
 /// ```
 #[must_use]
 pub fn redact_url(url: &str) -> String {
-    // Without a host (`u:pw@h` reads as scheme `u`) the URL parser's
-    // parts say nothing about where a secret is.
-    let Ok(mut u) = Url::parse(url).and_then(|u| match u.host() {
-        Some(_) => Ok(u),
-        None => Err(url::ParseError::EmptyHost),
-    }) else {
-        return redact_text(url);
+    let Ok(mut u) = Url::parse(url) else {
+        return unparseable(url);
     };
+    // Without `//` (`u:pw@h` reads as scheme `u`) the parts say nothing
+    // about where a secret is.
+    if u.cannot_be_a_base() {
+        return unparseable(url);
+    }
+    let has_userinfo = !u.username().is_empty() || u.password().is_some();
+    if u.host().is_none() && has_userinfo {
+        return unparseable(url);
+    }
     if u.password().is_some() {
         if u.set_password(Some(HIDDEN)).is_err() {
-            return redact_text(url);
+            return unparseable(url);
         }
     } else if !u.username().is_empty() && u.set_username(HIDDEN).is_err() {
-        return redact_text(url);
+        return unparseable(url);
     }
     if let Some(q) = u.query() {
         let q = redact_query(q);
@@ -107,32 +120,45 @@ pub fn redact_url(url: &str) -> String {
     u.to_string()
 }
 
-/// The fallback for text that is not a URL: hide all of a possible
-/// userinfo, and secret-looking query values.
-fn redact_text(text: &str) -> String {
-    let (scheme, rest) = match text.find("://") {
-        Some(i) => text.split_at(i + 3),
-        None => ("", text),
-    };
-    let rest = match rest.rfind('@') {
-        Some(i) => format!("{HIDDEN}{}", &rest[i..]),
-        None => rest.to_owned(),
-    };
-    match rest.split_once('?') {
-        Some((head, q)) => format!("{scheme}{head}?{}", redact_query(q)),
-        None => format!("{scheme}{rest}"),
+/// What is shown of a value that is not a URL: its scheme, if it starts
+/// with one.
+fn unparseable(text: &str) -> String {
+    match text.split_once("://") {
+        Some((scheme, _))
+            if scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) =>
+        {
+            format!("{scheme}://<unparseable URL>")
+        }
+        _ => "<unparseable URL>".into(),
     }
 }
 
-/// `a=1&sentinelPassword=x` → `a=1&sentinelPassword=***`, the rest as written.
+/// `a=1&sentinelPassword=x&node=u:p@h:1` → `a=1&sentinelPassword=***&node=***@h:1`,
+/// the rest as written.
 fn redact_query(q: &str) -> String {
     q.split('&')
         .map(|pair| match pair.split_once('=') {
             Some((k, _)) if is_secret(k) => format!("{k}={HIDDEN}"),
+            Some((k, v)) => match node_userinfo(v) {
+                Some(info) => format!("{k}={HIDDEN}@{}", &v[info.len()..]),
+                None => pair.to_owned(),
+            },
             _ => pair.to_owned(),
         })
         .collect::<Vec<_>>()
         .join("&")
+}
+
+/// The user information of a query value written as `userinfo@host…`
+/// (a Sentinel `node=`), `@` or its percent-encoding included, if any.
+fn node_userinfo(v: &str) -> Option<&str> {
+    let at = v.rfind('@').map(|i| i + 1);
+    let encoded = v.to_ascii_lowercase().rfind("%40").map(|i| i + 3);
+    let end = at.max(encoded)?;
+    Some(&v[..end])
 }
 
 fn is_secret(name: &str) -> bool {
@@ -140,6 +166,68 @@ fn is_secret(name: &str) -> bool {
     ["pass", "secret", "token", "auth", "key", "credential"]
         .iter()
         .any(|s| name.contains(s))
+}
+
+/// The secrets `url` carries, as written and percent-decoded: what
+/// [`redact_url`] hides, for text of another's (a dependency's error) that
+/// may quote them. All of the URL after its scheme when it does not parse.
+fn secrets(url: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |s: &str| {
+        let decoded = percent_decode(s);
+        for v in [s.to_owned(), decoded] {
+            if !v.is_empty() && !out.contains(&v) {
+                out.push(v);
+            }
+        }
+    };
+    match Url::parse(url) {
+        Ok(u) if !u.cannot_be_a_base() && (u.host().is_some() || u.username().is_empty()) => {
+            if let Some(p) = u.password() {
+                add(p);
+            } else if !u.username().is_empty() {
+                add(u.username());
+            }
+            for pair in u.query().unwrap_or("").split('&') {
+                if let Some((k, v)) = pair.split_once('=') {
+                    if is_secret(k) {
+                        add(v);
+                    } else if let Some(info) = node_userinfo(v) {
+                        let info = info.trim_end_matches('@');
+                        let info = info.strip_suffix("%40").unwrap_or(info);
+                        add(info);
+                        if let Some((_, pw)) = percent_decode(info).split_once(':') {
+                            add(pw);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {
+            add(url);
+            if let Some((_, rest)) = url.split_once("://") {
+                add(rest);
+            }
+        }
+    }
+    // Longest first: a secret inside another is hidden with it.
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out
+}
+
+/// `text` (a dependency's error about `url`) with every secret of `url`
+/// replaced by `***`.
+pub(crate) fn scrub(text: &str, url: &str) -> String {
+    secrets(url)
+        .iter()
+        .fold(text.to_owned(), |t, s| t.replace(s.as_str(), HIDDEN))
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| s.to_owned())
 }
 
 #[cfg(all(test, feature = "redis"))]
@@ -158,9 +246,20 @@ mod tests {
                 "redis-sentinel://u:s3cret@h:1?sentinelServiceName=m&sentinelPassword=s3cret&node=h:2",
                 "redis-sentinel://u:***@h:1?sentinelServiceName=m&sentinelPassword=***&node=h:2",
             ),
-            // Not a URL: everything before the last '@' goes.
-            ("redis://u:s3cret@h:notaport", "redis://***@h:notaport"),
-            ("u:s3cret@h", "***@h"),
+            // Not a URL: only the scheme is shown.
+            ("redis://u:s3cret@h:notaport", "redis://<unparseable URL>"),
+            ("u:s3cret@h", "<unparseable URL>"),
+            ("s3cret", "<unparseable URL>"),
+            ("redis:s3cret", "<unparseable URL>"),
+            // A Sentinel node's userinfo.
+            (
+                "redis-sentinel://h:1?sentinelServiceName=m&node=u:s3cret@h:2",
+                "redis-sentinel://h:1?sentinelServiceName=m&node=***@h:2",
+            ),
+            (
+                "redis-sentinel://h:1?sentinelServiceName=m&node=u%3As3cret%40h:2",
+                "redis-sentinel://h:1?sentinelServiceName=m&node=***@h:2",
+            ),
             ("x://h?token=s3cret", "x://h?token=***"),
             ("redis+unix:///run/redis.sock", "redis+unix:///run/redis.sock"),
             (
@@ -172,6 +271,20 @@ mod tests {
             assert_eq!(redact_url(url), shown, "{url}");
             assert!(!redact_url(url).contains("s3cret"));
         }
+    }
+
+    /// fred's error text about a URL goes through the same redaction.
+    #[test]
+    fn dependency_errors_are_scrubbed() {
+        let url = "redis-sentinel://h:1?sentinelServiceName=m&node=admin:s3cret@h:2";
+        let e = check(url, true).unwrap_err();
+        assert!(!e.contains("s3cret"), "{e}");
+        assert!(scrub("bad node admin:s3cret@h:2", url).contains("***@h:2"));
+        assert_eq!(scrub("it was Sup3rSecret", "Sup3rSecret"), "it was ***");
+        assert_eq!(
+            scrub("x redis://a:pw@h:nope", "redis://a:pw@h:nope"),
+            "x ***"
+        );
     }
 
     #[test]

@@ -10,6 +10,43 @@ use toml::Spanned;
 use crate::route::{FailurePolicy, OnMissing};
 use crate::shed::Priority;
 
+/// A capacity, a window's limit or slots in flight: a whole number, read
+/// from any TOML number so that a float or a negative one is told the
+/// bound in words (the upper bound, 2^53, is checked with the limit's
+/// other numbers).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Amount(pub(super) u64);
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Amount;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(AMOUNT)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Amount, E> {
+                Ok(Amount(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Amount, E> {
+                u64::try_from(v)
+                    .map(Amount)
+                    .map_err(|_| E::custom(format!("{v} is not {AMOUNT}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Amount, E> {
+                Err(E::custom(format!(
+                    "{} is not {AMOUNT}",
+                    super::error::short_number(v)
+                )))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// What an [`Amount`] is, in words.
+const AMOUNT: &str = "a whole number from 1 to 2^53 (9007199254740992)";
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
@@ -148,9 +185,9 @@ pub(super) struct RawLimit {
     pub(super) on_missing: OnMissing,
     #[serde(default)]
     pub(super) algorithm: AlgorithmName,
-    pub(super) capacity: Option<Spanned<u64>>,
+    pub(super) capacity: Option<Spanned<Amount>>,
     pub(super) refill: Option<Spanned<String>>,
-    pub(super) limit: Option<Spanned<u64>>,
+    pub(super) limit: Option<Spanned<Amount>>,
     pub(super) window: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) mode: Mode,
@@ -162,7 +199,7 @@ pub(super) struct RawLimit {
     pub(super) on_exceed: Option<Spanned<Exceed>>,
     pub(super) delay: Option<Spanned<String>>,
     /// `algorithm = "concurrency"`: slots per key, and the longest a slot counts.
-    pub(super) max_in_flight: Option<Spanned<u64>>,
+    pub(super) max_in_flight: Option<Spanned<Amount>>,
     pub(super) max_hold: Option<Spanned<String>>,
     /// `record = true`, or a `[limits.<name>.record]` table.
     pub(super) record: Option<Spanned<RawRecord>>,
@@ -223,11 +260,11 @@ pub(super) enum Exceed {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPlanLimit {
-    pub(super) capacity: Option<Spanned<u64>>,
+    pub(super) capacity: Option<Spanned<Amount>>,
     pub(super) refill: Option<Spanned<String>>,
-    pub(super) limit: Option<Spanned<u64>>,
+    pub(super) limit: Option<Spanned<Amount>>,
     pub(super) window: Option<Spanned<String>>,
-    pub(super) max_in_flight: Option<Spanned<u64>>,
+    pub(super) max_in_flight: Option<Spanned<Amount>>,
 }
 
 #[derive(Deserialize)]

@@ -91,12 +91,11 @@ pub(super) fn check(
              the delay must stay above target for a whole interval to count as overload",
         ));
     }
-    if c.retry_after < Duration::from_secs(1) || c.retry_after.subsec_nanos() != 0 {
-        return Err(v.err(
-            at.retry_after.clone(),
-            "[shedding] retry_after must be whole seconds, at least 1s (it is sent as Retry-After)",
-        ));
-    }
+    v.whole_seconds(
+        "[shedding] retry_after",
+        c.retry_after,
+        at.retry_after.clone(),
+    )?;
     if !(c.sheddable_at > 0.0 && c.sheddable_at <= 1.0) {
         return Err(v.err(
             at.sheddable_at.clone(),

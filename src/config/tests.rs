@@ -326,9 +326,15 @@ on_redis_error = "closed"
 fn the_builders_new_options_are_checked_as_in_toml() {
     let msg = |b: ConfigBuilder| b.build().unwrap_err().message().to_owned();
     let zero = Duration::ZERO;
+    // Sent as Retry-After, as [shedding] retry_after is (issue 25, item 6).
     let m = msg(Config::builder().closed_retry_after(zero));
     assert!(
-        m.contains("closed_retry_after must be longer than zero"),
+        m.contains("[redis] closed_retry_after must be whole seconds, at least 1s"),
+        "{m}"
+    );
+    let m = msg(Config::builder().closed_retry_after(Duration::from_millis(1)));
+    assert!(
+        m.contains("at least 1s (it is sent as Retry-After), not 1ms"),
         "{m}"
     );
     let m = msg(Config::builder().connect_timeout(zero));

@@ -188,6 +188,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
     Ok(Duration::from_secs_f64(d))
 }
 
+/// A duration as the configuration writes it, the inverse of
+/// [`parse_duration`]: in the largest unit it is a whole number of.
+///
+/// ```
+/// use std::time::Duration;
+/// use fleetlimit::format_duration;
+///
+/// assert_eq!(format_duration(Duration::from_millis(1)), "1ms");
+/// assert_eq!(format_duration(Duration::from_secs(900)), "15min");
+/// assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+/// ```
+#[must_use]
+pub fn format_duration(d: Duration) -> String {
+    crate::algorithm::duration_text(d)
+}
+
 /// The longest duration a configuration may give (about 31 years).
 pub(super) const MAX_DURATION_SECS: u64 = 1_000_000_000;
 

@@ -155,6 +155,25 @@ impl<'s> Validator<'s> {
         Ok(n)
     }
 
+    /// `d`, if it is whole seconds and at least one: a `Retry-After`.
+    pub(super) fn whole_seconds(
+        &self,
+        what: &str,
+        d: Duration,
+        span: Span,
+    ) -> Result<Duration, ConfigError> {
+        if d < Duration::from_secs(1) || d.subsec_nanos() != 0 {
+            return Err(self.err(
+                span,
+                format!(
+                    "{what} must be whole seconds, at least 1s (it is sent as Retry-After), not {}",
+                    crate::algorithm::duration_text(d)
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
     /// `d`, unless it is zero.
     pub(super) fn longer_than_zero(
         &self,

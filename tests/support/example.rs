@@ -82,13 +82,31 @@ impl Example {
     /// The next line it prints that starts with `prefix`, waiting up to
     /// `timeout`; panics when none comes.
     pub fn line_starting(&self, prefix: &str, timeout: Duration) -> String {
+        self.next_line(
+            |l| l.starts_with(prefix),
+            &format!("starting {prefix:?}"),
+            timeout,
+        )
+    }
+
+    /// The next line it prints that contains `part`, waiting up to
+    /// `timeout`; panics when none comes.
+    pub fn line_containing(&self, part: &str, timeout: Duration) -> String {
+        self.next_line(
+            |l| l.contains(part),
+            &format!("containing {part:?}"),
+            timeout,
+        )
+    }
+
+    fn next_line(&self, wanted: impl Fn(&str) -> bool, what: &str, timeout: Duration) -> String {
         let until = std::time::Instant::now() + timeout;
         loop {
             let left = until.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(line) if wanted(&line) => return line,
                 Ok(_) => {}
-                Err(e) => panic!("no line starting {prefix:?} within {timeout:?}: {e}"),
+                Err(e) => panic!("no line {what} within {timeout:?}: {e}"),
             }
         }
     }

@@ -616,6 +616,16 @@ pub async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
     (out, captured.take())
 }
 
+/// Writes `body` to `name` in this test process's directory for `topic`
+/// under the temporary directory; returns its path.
+pub fn temp_file(topic: &str, name: &str, body: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fleetlimit-{topic}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
 /// Runs the `fleetlimit` command with `args` and `env` (and no inherited
 /// `REDIS_URL`): its exit code, stdout and stderr.
 pub fn run_cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
