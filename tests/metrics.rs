@@ -530,3 +530,52 @@ fn example_counts_store_calls_and_degraded_decisions_on_redis() {
     assert!(failed >= 1.0, "{text}");
     assert_eq!(m("fleetlimit_store_call_duration_seconds_count", &ok), 6.0);
 }
+
+/// The precision a freeze spent, as a scraper reads it: the checks Redis
+/// ran after their bound (discarded, nothing charged) and the `local`
+/// admissions written back once Redis answered again.
+#[test]
+fn example_counts_late_checks_and_the_write_back() {
+    let server = RedisServer::start();
+    let ex = Example::start("metrics", &[], &[("REDIS_URL", &server.url())]);
+    assert!(ex.banner.contains("using Redis at"), "{}", ex.banner);
+    let p = [("x-api-key", "p")];
+    assert_eq!(ex.statuses("GET", "/search", &p, 1), [200]);
+    server.freeze();
+    // Each waits out the 5 ms deadline, and `local` admits it.
+    assert_eq!(ex.statuses("GET", "/search", &p, 3), [200; 3]);
+    server.thaw();
+    let late = |text: &str, event: &str| {
+        sample(
+            text,
+            "fleetlimit_precision_events_total",
+            &[("event", event)],
+        )
+    };
+    let written = |text: &str, result: &str| {
+        sample(
+            text,
+            "fleetlimit_writeback_units_total",
+            &[("result", result)],
+        )
+    };
+    // Bounded: the write-back starts within a second of Redis answering
+    // (the breaker's cool-off first); a busy machine gets ten.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        // A request lets the breaker see Redis again.
+        let _ = ex.statuses("GET", "/", &[("x-api-key", "q")], 1);
+        let (_, text) = ex.http("GET", "/metrics", &[]);
+        if written(&text, "charged") >= 3.0 && late(&text, "late_discarded") >= 1.0 {
+            break text;
+        }
+        assert!(std::time::Instant::now() < until, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(written(&text, "charged"), 3.0, "{text}");
+    for nothing in ["clamped", "lost", "expired"] {
+        assert_eq!(written(&text, nothing), 0.0, "{nothing}: {text}");
+    }
+    assert_eq!(late(&text, "unknown_outcome"), 0.0, "{text}");
+    assert_eq!(late(&text, "settled_charged"), 0.0, "{text}");
+}
