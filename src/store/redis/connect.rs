@@ -25,7 +25,8 @@ pub(crate) fn fred_config(settings: &RedisSettings) -> Result<(FredConfig, bool)
         StoreError::Unavailable(format!(
             "bad Redis URL {:?}: {}",
             redact_url(&settings.url),
-            e.details()
+            // fred's text may quote the URL: its secrets never printed.
+            redis_url::scrub(e.details(), &settings.url)
         ))
     })?;
     #[cfg(feature = "tls")]

@@ -92,6 +92,13 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let (store, started) = Self::open(settings, pool_size, deadline).await?;
         let url = redact_url(&settings.url);
+        // fred's error text may quote the URL: its secrets never printed.
+        let started = started.map_err(|s| match s {
+            Startup::Auth(e) => Startup::Auth(crate::config::redis_url::scrub(&e, &settings.url)),
+            Startup::Unreachable(e) => {
+                Startup::Unreachable(crate::config::redis_url::scrub(&e, &settings.url))
+            }
+        });
         match started {
             Ok(()) => {}
             Err(Startup::Auth(e)) => {
