@@ -144,6 +144,19 @@ impl Rule {
         }
     }
 
+    /// Units a decision admits beyond the remaining it reports: a token
+    /// bucket's [`REDIS_SLACK_US`](token_bucket::REDIS_SLACK_US) of refill.
+    /// A count of whole requests adds it, so that it counts what the
+    /// stores admit (7 tokens left read back as 6.999999 are 7 requests).
+    pub(crate) fn slack(&self) -> f64 {
+        match *self {
+            Self::TokenBucket { refill_per_sec, .. } => {
+                token_bucket::REDIS_SLACK_US * refill_per_sec / 1_000_000.0
+            }
+            _ => 0.0,
+        }
+    }
+
     /// This rule's share for one of `n` instances (the `local` fallback).
     #[must_use]
     pub(crate) fn share(&self, n: u32) -> Self {

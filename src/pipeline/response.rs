@@ -112,6 +112,8 @@ pub(crate) struct Item {
     pub(crate) shadow: bool,
     /// Units one request of this route takes from the limit.
     pub(crate) per: f64,
+    /// Units the limit admits beyond its remaining (see [`Rule::slack`]).
+    slack: f64,
 }
 
 impl Item {
@@ -137,6 +139,7 @@ impl Item {
             state: None,
             shadow,
             per: per_request(rule, cost),
+            slack: rule.slack(),
         }
     }
 
@@ -147,7 +150,7 @@ impl Item {
 
     /// Whole requests left, when known.
     fn requests_left(&self) -> Option<u64> {
-        self.state.map(|(r, _)| requests(r, self.per))
+        self.state.map(|(r, _)| requests(r + self.slack, self.per))
     }
 
     /// With a bucket's state.
@@ -256,11 +259,10 @@ impl RateHeaders {
         if self.style.legacy() {
             if let Some(it) = self.items.get(self.reported) {
                 h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(it.quota_requests()));
-                if let (Some((remaining, reset)), false) = (it.state, self.local) {
-                    h.insert(
-                        X_RATELIMIT_REMAINING.clone(),
-                        number(requests(remaining, it.per)),
-                    );
+                if let (Some(left), Some((_, reset)), false) =
+                    (it.requests_left(), it.state, self.local)
+                {
+                    h.insert(X_RATELIMIT_REMAINING.clone(), number(left));
                     h.insert(X_RATELIMIT_RESET.clone(), number(whole_secs(reset)));
                 }
             }
@@ -276,10 +278,10 @@ impl RateHeaders {
             }
             let mut now = ListSerializer::new();
             for it in shown() {
-                if let Some((remaining, reset)) = it.state {
+                if let (Some(left), Some((_, reset))) = (it.requests_left(), it.state) {
                     let _ = now
                         .bare_item(sf_name(&it.name))
-                        .parameter(KeyRef::constant("r"), sf_int(requests(remaining, it.per)))
+                        .parameter(KeyRef::constant("r"), sf_int(left))
                         .parameter(KeyRef::constant("t"), sf_int(whole_secs(reset)));
                 }
             }
@@ -631,7 +633,10 @@ pub(crate) fn requests_left(
     buckets: &[Bucket],
     cost: f64,
 ) -> u64 {
-    let left = |i: usize| requests(ls[i].remaining, per_request(&buckets[i].rule, cost));
+    let left = |i: usize| {
+        let rule = &buckets[i].rule;
+        requests(ls[i].remaining + rule.slack(), per_request(rule, cost))
+    };
     let i = if allowed {
         let hard = (0..ls.len().min(buckets.len())).filter(|&i| !buckets[i].shadow);
         binds_first(hard.map(|i| (i, left(i), ls[i].reset)))
