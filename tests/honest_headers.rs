@@ -567,3 +567,127 @@ fn promises_are_kept_on_redis() {
         })
     });
 }
+
+// ---------------------------------------------------------------------
+// Leases and refunds
+// ---------------------------------------------------------------------
+
+/// Runs `n` requests of `/r` in a row, checking each promise (no other
+/// traffic): their statuses.
+async fn in_a_row(app: &Router, n: usize) -> Result<Vec<u16>, String> {
+    let mut tally = Tally::default();
+    let mut promised = None;
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        let res = send(app, req("/r")).await;
+        statuses.push(res.status().as_u16());
+        observe(&mut tally, &mut promised, &res).map_err(|e| format!("request {}: {e}", i + 1))?;
+    }
+    Ok(statuses)
+}
+
+/// A hot key's lease on a route of cost 3: the lease is taken in whole
+/// requests (9 of a `lease_batch` of 10), and what the lease and Redis
+/// hold is counted apart. The bucket (28, refilled over an hour) serves
+/// exactly 9 requests; every promise before the refusal is kept. Leases
+/// live 1 s: the ten requests take milliseconds.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_leased_hot_key_keeps_its_promises() {
+    let server = support::RedisServer::start();
+    let prefix = support::prefix("lease");
+    let body = r#"
+[headers]
+style = "both"
+
+[limits.hot]
+key = "header:x-api-key"
+capacity = 28
+refill = "28/h"
+lease_batch = 10
+lease_above = 2
+
+[[routes]]
+path = "/r"
+methods = ["GET"]
+limits = ["hot"]
+cost = 3
+"#;
+    let cfg = support::redis_config(&server, &prefix, "2s", body);
+    let app = app(cfg).await;
+    let statuses = in_a_row(&app, 10).await.unwrap();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 200, 200, 200, 429]);
+    server.assert_every_key_expires(&prefix);
+}
+
+/// A refund changes which limit refuses first: the headers choose again.
+/// `/r` costs 3 on `a` (10) and `b` (4) and gives 3 back: `b` has one
+/// request left, not `a`'s three.
+async fn a_refund_chooses_again(cfg: fleetlimit::Config) {
+    async fn refunded(
+        axum::Extension(refund): axum::Extension<fleetlimit::Refund>,
+    ) -> &'static str {
+        refund.give_back(3).await.unwrap();
+        "ok"
+    }
+    let app = Router::new()
+        .route("/r", get(refunded))
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
+    let res = send(&app, req("/r")).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header(&res, "x-ratelimit-limit").as_deref(),
+        Some("1"),
+        "b: 4 ÷ 3"
+    );
+    assert_eq!(header(&res, "x-ratelimit-remaining").as_deref(), Some("1"));
+    assert_eq!(
+        header(&res, "ratelimit")
+            .as_deref()
+            .map(|v| v.split(';').nth(1).map(str::to_owned)),
+        Some(Some("r=3".to_owned())),
+        "a: 10 ÷ 3"
+    );
+    assert_eq!(promise(&res), Ok(Some(1)));
+    assert_eq!(
+        in_a_row(&app, 3).await.unwrap(),
+        [200, 200, 200],
+        "refunded each time"
+    );
+}
+
+const REFUND: &str = r#"
+[headers]
+style = "both"
+
+[limits.a]
+key = "header:x-api-key"
+capacity = 10
+refill = "10/h"
+
+[limits.b]
+key = "header:x-api-key"
+capacity = 4
+refill = "4/h"
+
+[[routes]]
+path = "/r"
+methods = ["GET"]
+limits = ["a", "b"]
+cost = 3
+refund = true
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_refund_chooses_again_in_process() {
+    a_refund_chooses_again(fleetlimit::Config::from_toml_str(REFUND).unwrap()).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_refund_chooses_again_on_redis() {
+    let server = support::RedisServer::start();
+    let prefix = support::prefix("refund");
+    a_refund_chooses_again(support::redis_config(&server, &prefix, "2s", REFUND)).await;
+    server.assert_every_key_expires(&prefix);
+}

@@ -290,7 +290,10 @@ impl Limiter {
                 ))))
             }
             LeaseUse::Take => {
-                let batch = f64::from(lease.batch).max(check.cost);
+                // Whole requests of this cost: a part of one left in the
+                // lease could be spent neither here nor in Redis.
+                let cost = check.cost.max(1.0);
+                let batch = (f64::from(lease.batch) / cost).floor().max(1.0) * cost;
                 let take = Check {
                     slot: check.slot.clone(),
                     cost: batch,
