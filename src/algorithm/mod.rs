@@ -42,7 +42,8 @@ pub(crate) const SCRIPT: &str = concat!(
 /// use fleetlimit::store::LimitState;
 ///
 /// let s = LimitState { enough: true, remaining: 3.5, wait: 0.0, reset: 6.5, capacity: 10.0 };
-/// // What `X-RateLimit-Remaining` says: whole units.
+/// // What `X-RateLimit-Remaining` says of it: whole requests of the
+/// // route's cost (1 here).
 /// assert_eq!(s.remaining.floor(), 3.0);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -110,7 +111,8 @@ pub enum Rule {
 
 impl Rule {
     /// The most a key can ever spend at once: the bucket's capacity or the
-    /// window's limit (what `X-RateLimit-Limit` says).
+    /// window's limit (`X-RateLimit-Limit` says it in requests of the
+    /// route's cost).
     #[must_use]
     pub fn capacity(&self) -> f64 {
         match *self {
