@@ -879,6 +879,12 @@ mod tests {
         costly(name, capacity, refill_per_sec, 1.0)
     }
 
+    /// `X-RateLimit-Remaining` of `it` alone with `remaining` units left.
+    fn remaining_of(mut it: Item, remaining: f64) -> Option<u64> {
+        it.state = Some((remaining, 1.0));
+        RateHeaders::new(HeaderStyle::Legacy, smallvec::smallvec![it], None).remaining()
+    }
+
     /// A concurrency limit's item (30 s holds) for requests of `cost`.
     fn slots(name: &str, max_in_flight: f64, cost: f64) -> Item {
         let rule = Rule::Concurrency {
@@ -958,10 +964,7 @@ mod tests {
         assert_eq!(h.remaining(), Some(3));
         // A ten-billionth of a token short is within the ½ µs of refill
         // the stores admit beyond the burst: the fourth request passes.
-        let mut it = bucket("a", 5.0, 1.0);
-        it.state = Some((3.9999999999, 1.2));
-        let h = RateHeaders::new(HeaderStyle::Legacy, smallvec::smallvec![it], None);
-        assert_eq!(h.remaining(), Some(4));
+        assert_eq!(remaining_of(bucket("a", 5.0, 1.0), 3.9999999999), Some(4));
     }
 
     #[test]
@@ -1112,9 +1115,7 @@ mod tests {
         assert_eq!(map["ratelimit-policy"], "\"big\";q=3;w=10, \"slots\";q=4");
         assert_eq!(map["ratelimit"], "\"big\";r=3;t=1, \"slots\";r=2;t=30");
         // 8.9 units are 2 requests of 3, not 2.97.
-        big.state = Some((8.9, 1.1));
-        let h = RateHeaders::new(HeaderStyle::Legacy, smallvec::smallvec![big], None);
-        assert_eq!(h.remaining(), Some(2));
+        assert_eq!(remaining_of(big, 8.9), Some(2));
     }
 
     /// Ties go to the limit longest from full; shadow limits never report
