@@ -78,10 +78,11 @@ on_redis_error = "closed"
         ("/all", "/one", "lean"),
         ("/both-all", "/both-one", "general"),
     ] {
-        // The whole bucket at once: admitted, nothing left, full in 10 years.
+        // The whole bucket at once: admitted, nothing left, full in 10 years
+        // (a full bucket holds one such request).
         let res = send(&app, get_as(all, key)).await;
         assert_eq!(res.status(), 200, "{all}");
-        assert_eq!(header_u64(&res, "x-ratelimit-limit"), 3650, "{all}");
+        assert_eq!(header_u64(&res, "x-ratelimit-limit"), 1, "{all}");
         assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 0, "{all}");
         assert_eq!(header_u64(&res, "x-ratelimit-reset"), SPAN, "{all}");
         // One more token: a day away (less the milliseconds since).

@@ -148,7 +148,7 @@ async fn slow_script_holds_redis_busy() {
                 while true do local t = redis.call('TIME') \
                 if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 1500000 then break end end return 1";
             busy = Some(
-                Command::new("redis-cli")
+                Command::new(support::cli_bin())
                     .args(["-p", &server.port.to_string(), "EVAL", SPIN, "0"])
                     .stdout(Stdio::null())
                     .spawn()

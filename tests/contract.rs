@@ -325,27 +325,29 @@ async fn refused_on_redis() {
 
 async fn refund_reflected(store: Store, server: Option<&RedisServer>) {
     let app = app(config(store, server, "refund", "")).await;
-    // Charged 5 of 10, 4 given back before the answer: 9 left, and a
-    // reset of one token (3600 s), not of five.
+    // Charged 5 of 10, 4 given back before the answer: 9 left, one
+    // request of 5 (a full bucket holds 2), and a reset of one token
+    // (3600 s), not of five.
     let res = get_as(&app, "/refund", "dave").await;
     assert_eq!(res.status(), 200);
     assert_eq!(
         fields(&res),
         some([
-            "10",
-            "9",
+            "2",
+            "1",
             "3600",
-            r#""spend";q=10;w=36000"#,
-            r#""spend";r=9;t=3600"#
+            r#""spend";q=2;w=36000"#,
+            r#""spend";r=1;t=3600"#
         ]),
         "{store:?}"
     );
-    // The store agrees: the next request (5 more, 4 back) leaves 8.
+    // The store agrees: the next request (5 more, 4 back) leaves 8, still
+    // one request, full in two tokens' time.
     let res = get_as(&app, "/refund", "dave").await;
-    assert_eq!(header(&res, "x-ratelimit-remaining").as_deref(), Some("8"));
+    assert_eq!(header(&res, "x-ratelimit-remaining").as_deref(), Some("1"));
     assert_eq!(
         header(&res, "ratelimit").as_deref(),
-        Some(r#""spend";r=8;t=7200"#)
+        Some(r#""spend";r=1;t=7200"#)
     );
 }
 
@@ -738,8 +740,8 @@ async fn the_style_chooses_the_fields() {
 
 #[cfg(feature = "redis")]
 /// Redis dies between the decision and the handler's refund: the refund
-/// fails, and the headers say what the store last said (5 left), not a
-/// refund that did not happen.
+/// fails, and the headers say what the store last said (5 units left: one
+/// request), not a refund that did not happen.
 #[tokio::test]
 async fn a_failed_refund_is_not_reported() {
     let server = RedisServer::start();
@@ -775,14 +777,15 @@ async fn a_failed_refund_is_not_reported() {
     gate.add_permits(1);
     let res = call.await.unwrap();
     assert_eq!(res.status(), 200);
+    // 5 of 10 left: one request of 5.
     assert_eq!(
         fields(&res),
         some([
-            "10",
-            "5",
+            "2",
+            "1",
             "18000",
-            r#""spend";q=10;w=36000"#,
-            r#""spend";r=5;t=18000"#
+            r#""spend";q=2;w=36000"#,
+            r#""spend";r=1;t=18000"#
         ])
     );
     assert!(body_text(res).await.starts_with("refund failed"));

@@ -102,7 +102,9 @@ async fn a_cost_5_route_spends_5_and_a_refund_gives_3_back() {
 
     let res = send(&app, req("/report")).await;
     assert_eq!(res.status(), 200);
-    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 5);
+    // 5 units left: one more request of 5.
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 1);
+    assert_eq!(header_u64(&res, "x-ratelimit-limit"), 2);
     assert_eq!(body_text(res).await, "report");
     assert!((tokens(&server, &key) - 5.0).abs() < 0.01);
 
@@ -142,8 +144,10 @@ async fn computed_costs_and_a_cost_above_capacity() {
         )
     };
 
+    // 6 units left: one more request of 4 pages (the headers count
+    // requests like this one).
     let res = send(&app, req("?pages=4")).await;
-    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 6);
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 1);
     // A computed cost of 0 counts as 1: a client cannot make itself free
     // (another caller, so the rest of this test keeps its numbers).
     let free = |q: &str| {

@@ -85,10 +85,12 @@ async fn admits_refuses_and_refills_on_the_clock() {
 async fn cost_and_methods() {
     let app = app().await;
     let search = || request("GET", "/search", "127.0.0.1:1", &[("x-api-key", "c")]);
-    let r = send(&app, search()).await;
-    assert_eq!(header_u64(&r, "x-ratelimit-remaining"), 3);
+    // Whole searches of 2 left: 3 tokens are one, 1 token is none.
     let r = send(&app, search()).await;
     assert_eq!(header_u64(&r, "x-ratelimit-remaining"), 1);
+    assert_eq!(header_u64(&r, "x-ratelimit-limit"), 2);
+    let r = send(&app, search()).await;
+    assert_eq!(header_u64(&r, "x-ratelimit-remaining"), 0);
     let r = send(&app, search()).await;
     assert_eq!(r.status(), 429, "1 token left, the search costs 2");
     // POST / is not the limited GET / route and there is no default.

@@ -385,7 +385,11 @@ async fn builder_extras_carry_over() {
     let reload = layer.reload_handle();
     let app = app(layer);
     let res = send(&app, get_as("/a", "k")).await;
-    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 6, "cost 4");
+    assert_eq!(
+        header_u64(&res, "x-ratelimit-remaining"),
+        1,
+        "cost 4: 6 tokens are one request"
+    );
 
     // `/a` is gone: its cost function has no route, which is fine.
     let without_a = limits(10).replace("path = \"/a\"", "path = \"/z\"");

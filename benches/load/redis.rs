@@ -26,7 +26,11 @@ impl RedisServer {
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let child = Command::new("redis-server")
+        // As the tests: `FLEETLIMIT_REDIS_SERVER` (e.g. valkey-server), else
+        // redis-server.
+        let bin =
+            std::env::var("FLEETLIMIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let child = Command::new(&bin)
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -34,7 +38,9 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be on PATH (apt-get install redis-server)");
+            .unwrap_or_else(|e| {
+                panic!("{bin} must be on PATH (apt-get install redis-server): {e}")
+            });
         let server = Self { port, dir, child };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

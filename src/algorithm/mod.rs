@@ -42,7 +42,8 @@ pub(crate) const SCRIPT: &str = concat!(
 /// use fleetlimit::store::LimitState;
 ///
 /// let s = LimitState { enough: true, remaining: 3.5, wait: 0.0, reset: 6.5, capacity: 10.0 };
-/// // What `X-RateLimit-Remaining` says: whole units.
+/// // What `X-RateLimit-Remaining` says of it: whole requests of the
+/// // route's cost (1 here).
 /// assert_eq!(s.remaining.floor(), 3.0);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -110,7 +111,8 @@ pub enum Rule {
 
 impl Rule {
     /// The most a key can ever spend at once: the bucket's capacity or the
-    /// window's limit (what `X-RateLimit-Limit` says).
+    /// window's limit (`X-RateLimit-Limit` says it in requests of the
+    /// route's cost).
     #[must_use]
     pub fn capacity(&self) -> f64 {
         match *self {
@@ -141,6 +143,19 @@ impl Rule {
             Self::FixedWindow { window, .. } => Some(window),
             Self::SlidingWindow { window, .. } => Some(window * 2),
             Self::Concurrency { .. } => None,
+        }
+    }
+
+    /// Units a decision admits beyond the remaining it reports: a token
+    /// bucket's [`REDIS_SLACK_US`](token_bucket::REDIS_SLACK_US) of refill.
+    /// A count of whole requests adds it, so that it counts what the
+    /// stores admit (7 tokens left read back as 6.999999 are 7 requests).
+    pub(crate) fn slack(&self) -> f64 {
+        match *self {
+            Self::TokenBucket { refill_per_sec, .. } => {
+                token_bucket::REDIS_SLACK_US * refill_per_sec / 1_000_000.0
+            }
+            _ => 0.0,
         }
     }
 

@@ -22,7 +22,10 @@ use crate::{KeyAnswer, KeyExtractor, RequestRef};
 /// and decided by the store in one call before the inner service runs:
 ///
 /// - **admitted**: the inner service's response, plus `X-RateLimit-Limit`,
-///   `X-RateLimit-Remaining` and `X-RateLimit-Reset`;
+///   `X-RateLimit-Remaining` and `X-RateLimit-Reset` of the limit that
+///   refuses first, in whole requests of the route's cost (a response that
+///   says `Remaining: N` is followed by N admitted requests of the route,
+///   unless other traffic spends them);
 /// - **refused**: `429 Too Many Requests` with `Retry-After`, the same
 ///   headers and an `application/problem+json` body naming the limit;
 /// - **missing key** (`on_missing = "reject"`): `401 Unauthorized`;

@@ -26,7 +26,7 @@ use super::escalate;
 use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
-use super::response::{self, reported, retry_after_secs, Item, RateHeaders, Rejection};
+use super::response::{self, refusing, retry_after_secs, Item, RateHeaders, Rejection};
 use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
@@ -148,12 +148,13 @@ impl Limiter {
             let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
             // The other limits' states are not known here: their policies
             // only.
+            let cost = f64::from(p.cost);
             let items = p
                 .policy
                 .limits
                 .iter()
                 .zip(&p.rules)
-                .map(|(l, rule)| Item::new(&l.name, rule, p.policy.shadow || l.shadow));
+                .map(|(l, rule)| Item::new(&l.name, rule, p.policy.shadow || l.shadow, cost));
             let mut items: SmallVec<[Item; 1]> = items.collect();
             let i = items
                 .iter()
@@ -163,8 +164,8 @@ impl Limiter {
                 it.state = Some((r.state.remaining, r.state.reset));
             }
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
-            let mut headers = RateHeaders::new(self.header_style, items, i).aged(elapsed);
-            self.route_policy(&p.policy, &p.rules, &mut headers);
+            let mut headers = RateHeaders::new(self.header_style, items, Some(i)).aged(elapsed);
+            self.route_policy(&p.policy, &p.rules, p.cost, &mut headers);
             let retry = retry_after_secs(left(r.until));
             let remaining = r.state.remaining.floor().max(0.0);
             let state = |j: usize| (j == at).then_some((remaining, false));
@@ -271,7 +272,7 @@ impl Limiter {
             } => {
                 // What this key can still spend: its lease here, and what
                 // Redis had left when the lease was taken.
-                let remaining = (lease_left + shared_left).min(capacity);
+                let remaining = response::apart(lease_left, shared_left, check.cost).min(capacity);
                 self.record(
                     p,
                     &check.buckets,
@@ -283,12 +284,16 @@ impl Limiter {
                 Some(Decision::admit(Some(self.one_limit(
                     limit,
                     &bucket.rule,
+                    check.cost,
                     remaining,
                     reset,
                 ))))
             }
             LeaseUse::Take => {
-                let batch = f64::from(lease.batch).max(check.cost);
+                // Whole requests of this cost: a part of one left in the
+                // lease could be spent neither here nor in Redis.
+                let cost = check.cost.max(1.0);
+                let batch = (f64::from(lease.batch) / cost).floor().max(1.0) * cost;
                 let take = Check {
                     slot: check.slot.clone(),
                     cost: batch,
@@ -310,9 +315,10 @@ impl Limiter {
                             .granted(&bucket.key, extra, s.remaining, seen);
                         // The lease is this key's to spend here; no refund
                         // handle (it would give back the whole lease).
-                        let left = s.remaining + extra;
+                        let left = response::apart(extra, s.remaining, check.cost);
                         self.record(p, &check.buckets, true, |_| Some((left, true)), Via::Lease);
-                        let headers = self.one_limit(limit, &bucket.rule, left, s.reset);
+                        let headers =
+                            self.one_limit(limit, &bucket.rule, check.cost, left, s.reset);
                         Some(Decision::admit(Some(headers)))
                     }
                     // Not enough for a whole lease: ask for this request
@@ -368,15 +374,21 @@ impl Limiter {
                 hold.push(r);
             }
         }
-        let Some(i) = reported(allowed, limits, shadow) else {
+        // A refusal reports its refusing limit; an admission the one that
+        // refuses first (chosen by the headers themselves).
+        let refused_by = if allowed {
+            None
+        } else {
+            refusing(limits, shadow)
+        };
+        if limits.is_empty() || (!allowed && refused_by.is_none()) {
             return Decision::Admit(Admitted {
                 hold,
                 ..Admitted::default()
             });
-        };
-        let s = limits[i];
-        let headers = self.headers(p, limits, i, by);
-        if allowed {
+        }
+        let headers = self.headers(p, limits, refused_by, by);
+        let Some(i) = refused_by else {
             let mut admitted = Admitted {
                 headers: Some(headers),
                 hold,
@@ -410,7 +422,8 @@ impl Limiter {
                 };
             }
             return Decision::Admit(admitted);
-        }
+        };
+        let s = limits[i];
         let limit = &p.policy.limits[i];
         let key = &buckets[i].key;
         let id = p.log_ids[i];
@@ -451,34 +464,46 @@ impl Limiter {
     }
 
     /// The headers of a decision: every limit of the route with its state
-    /// (`limits`, in order), `X-RateLimit-*` reporting limit `reported`.
+    /// (`limits`, in order), `X-RateLimit-*` reporting limit `refused_by`
+    /// of a refusal, or on an admission the one that refuses first.
     fn headers(
         &self,
         p: &Pending,
         limits: &[LimitState],
-        reported: usize,
+        refused_by: Option<usize>,
         by: DecidedBy,
     ) -> RateHeaders {
+        let cost = f64::from(p.cost);
         let items = p
             .policy
             .limits
             .iter()
             .zip(&p.rules)
             .zip(limits)
-            .map(|((l, rule), s)| Item::new(&l.name, rule, p.policy.shadow || l.shadow).with(s))
+            .map(|((l, rule), s)| {
+                Item::new(&l.name, rule, p.policy.shadow || l.shadow, cost).with(s)
+            })
             .collect();
-        let mut h = RateHeaders::new(self.header_style, items, reported);
+        let mut h = RateHeaders::new(self.header_style, items, refused_by);
         h.local = by.degraded();
-        self.route_policy(&p.policy, &p.rules, &mut h);
+        self.route_policy(&p.policy, &p.rules, p.cost, &mut h);
         h
     }
 
     /// `RateLimit-Policy` serialised once per route, not per response,
     /// for a caller whose plan leaves the route's numbers as they are
-    /// (`rules`: each limit's under the caller's plan).
-    pub(super) fn route_policy(&self, policy: &Policy, rules: &[Rule], h: &mut RateHeaders) {
+    /// (`rules`: each limit's under the caller's plan) and a request of the
+    /// route's own cost (its `q` counts requests of that cost).
+    pub(super) fn route_policy(
+        &self,
+        policy: &Policy,
+        rules: &[Rule],
+        cost: u32,
+        h: &mut RateHeaders,
+    ) {
         let own = || {
-            rules.len() == policy.limits.len()
+            cost == policy.cost
+                && rules.len() == policy.limits.len()
                 && (policy.limits.iter().zip(rules)).all(|(l, rule)| *rule == l.rule)
         };
         if self.header_style.ietf() && own() {
@@ -489,17 +514,19 @@ impl Limiter {
         }
     }
 
-    /// The headers of a route's only limit (a hot key's lease).
+    /// The headers of a route's only limit (a hot key's lease), for a
+    /// request of `cost`.
     fn one_limit(
         &self,
         limit: &crate::route::Limit,
         rule: &Rule,
+        cost: f64,
         remaining: f64,
         reset: f64,
     ) -> RateHeaders {
-        let mut item = Item::new(&limit.name, rule, false);
+        let mut item = Item::new(&limit.name, rule, false, cost);
         item.state = Some((remaining, reset));
-        RateHeaders::new(self.header_style, smallvec::smallvec![item], 0)
+        RateHeaders::new(self.header_style, smallvec::smallvec![item], None)
     }
 }
 

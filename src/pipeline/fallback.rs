@@ -153,10 +153,8 @@ impl Fallback {
                         }
                     }
                 }
-                let s = response::reported(outcome.allowed, &outcome.limits, |i| {
-                    local.buckets[i].shadow
-                })
-                .map(|i| outcome.limits[i]);
+                let (ls, buckets) = (&outcome.limits, &local.buckets);
+                let left = response::requests_left(outcome.allowed, ls, buckets, local.cost);
                 degraded_event!(
                     "decided locally";
                     %limit,
@@ -166,7 +164,7 @@ impl Fallback {
                     degraded = true,
                     policy = "local",
                     allowed = outcome.allowed,
-                    remaining = s.map_or(0.0, |s| s.remaining.floor())
+                    remaining = left
                 );
                 Answer::Local(local, outcome)
             }

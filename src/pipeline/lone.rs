@@ -16,7 +16,7 @@ use http::Request;
 use smallvec::smallvec;
 
 use super::decide::outcome_of;
-use super::response::{self, reported, retry_after_secs, Item, RateHeaders};
+use super::response::{self, retry_after_secs, Item, RateHeaders};
 use super::{Admitted, Decision, Limiter};
 use crate::record::Via;
 use crate::route::Policy;
@@ -74,13 +74,10 @@ impl Limiter {
                 std::iter::once(&limit.name),
                 std::iter::once((outcome, false)),
             );
-            let states = std::slice::from_ref(&s);
-            let Some(i) = reported(allowed, states, |_| false) else {
-                return Decision::admit(None);
-            };
-            let items = smallvec![Item::new(&limit.name, &rule, false).with(&s)];
-            let mut headers = RateHeaders::new(self.header_style, items, i);
-            self.route_policy(policy, &[rule], &mut headers);
+            let refused_by = (!allowed).then_some(0);
+            let items = smallvec![Item::new(&limit.name, &rule, false, cost).with(&s)];
+            let mut headers = RateHeaders::new(self.header_style, items, refused_by);
+            self.route_policy(policy, &[rule], policy.cost, &mut headers);
             if allowed {
                 return Decision::Admit(Admitted {
                     headers: Some(headers),

