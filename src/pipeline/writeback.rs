@@ -128,13 +128,7 @@ impl WriteBack {
         }
         let now = Instant::now();
         let mut slot = self.ledger.slot(&bucket.key);
-        let e = slot.get_or_insert_with(now, || Entry {
-            bucket: bucket.clone(),
-            units: 0.0,
-            first: now,
-            last: now,
-            lost: Arc::clone(&self.units),
-        });
+        let e = self.entry(&mut slot, bucket, now);
         if e.bucket.rule != bucket.rule {
             // Another plan's numbers for the same key: the newer ones.
             let old = e.take();
@@ -184,16 +178,24 @@ impl WriteBack {
 
     /// Puts back what could not be written back (the store failed).
     fn put_back(&self, bucket: Bucket, units: f64) {
-        let now = Instant::now();
         let mut slot = self.ledger.slot(&bucket.key);
-        let e = slot.get_or_insert_with(now, || Entry {
+        self.entry(&mut slot, &bucket, Instant::now()).units += units;
+    }
+
+    /// The bucket's entry in its locked `slot`, made empty if absent.
+    fn entry<'s>(
+        &self,
+        slot: &'s mut crate::bounded::Slot<'_, '_, Entry>,
+        bucket: &Bucket,
+        now: Instant,
+    ) -> &'s mut Entry {
+        slot.get_or_insert_with(now, || Entry {
             bucket: bucket.clone(),
             units: 0.0,
             first: now,
             last: now,
             lost: Arc::clone(&self.units),
-        });
-        e.units += units;
+        })
     }
 
     /// The task stops: `false` when an entry came meanwhile and the task
