@@ -96,6 +96,7 @@
 #[cfg(feature = "redis")]
 pub mod admin;
 mod algorithm;
+mod answer;
 mod bounded;
 mod breaker;
 pub mod client;
@@ -103,7 +104,7 @@ mod config;
 mod fleet;
 #[cfg(feature = "grpc")]
 pub mod grpc;
-pub mod headers;
+pub use answer::headers;
 
 /// The configuration reference, `docs/configuration.md` as rendered here.
 #[doc = include_str!("../docs/configuration.md")]
@@ -116,7 +117,6 @@ mod pipeline;
 mod plan;
 #[cfg(feature = "postgres")]
 mod plan_postgres;
-mod problem;
 mod record;
 mod reload;
 mod request;
@@ -129,6 +129,7 @@ mod sync;
 
 // Each public item has one path: the application's types here, a custom
 // store's vocabulary in `store`, the operator's tools in `admin`.
+pub use answer::{HeaderStyle, Refusal, RefusalReason};
 pub use breaker::{BreakerState, BreakerStats};
 pub use config::{
     format_duration, parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError,
@@ -138,8 +139,7 @@ pub use key::{Account, ForwardedHeader, KeyAnswer, KeyExtractor, KeySource};
 pub use layer::{
     BuildError, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseBody, ResponseFuture,
 };
-pub use pipeline::response::HeaderStyle;
-pub use pipeline::{Refund, Refusal, RefusalReason};
+pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};

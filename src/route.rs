@@ -16,9 +16,9 @@ use http::Method;
 use serde::Deserialize;
 
 use crate::algorithm::Rule;
+use crate::answer::{Face, RefusalBodies};
 use crate::key::KeySource;
 use crate::log_throttle::Throttle;
-use crate::problem::RefusalBodies;
 use crate::shed::Priority;
 
 /// What a route does when Redis cannot answer within the deadline
@@ -145,7 +145,7 @@ pub(crate) struct Limit {
     /// custom key, a custom key that could not be computed.
     /// One throttle per kind of early answer (missing key, cost too high,
     /// no client IP, invalid custom key, custom key unavailable; see
-    /// pipeline/response.rs).
+    /// answer/rate.rs).
     pub(crate) early_log: [Throttle; 5],
     /// Counted only when the handler answers one of these statuses
     /// (`count = "failures"`); `None`: every request counts.
@@ -210,6 +210,24 @@ impl RecordConfig {
     pub fn max_age(mut self, age: Duration) -> Self {
         self.max_age = age;
         self
+    }
+}
+
+impl Face for Limit {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+    fn key_described(&self) -> String {
+        self.key.describe()
+    }
+    fn bodies(&self) -> &RefusalBodies {
+        &self.refusal_bodies
+    }
+    fn refusal_log(&self, degraded: bool) -> &Throttle {
+        &self.refusal_log[usize::from(degraded)]
+    }
+    fn early_log(&self, kind: usize) -> &Throttle {
+        &self.early_log[kind]
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! The same holds between the crate's top-level modules (a file of
 //! `pipeline/` importing `refused.rs` while `refused.rs` imports
-//! `pipeline/response.rs` is a cycle of `pipeline` and `refused`).
+//! `answer/rate.rs` is a cycle of `pipeline` and `refused`).
 //!
 //! A parent's `mod child;` and its `pub use` re-exports of its own
 //! descendants are how Rust exposes a module, not a dependency, and do not

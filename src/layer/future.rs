@@ -8,10 +8,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::ResponseBody;
-use crate::pipeline::response::{RateHeaders, Rejection};
-use crate::pipeline::{
-    Admitted, After, Decision, DecisionFuture, Hold, Prompted, Refund, RefusalHook,
-};
+use crate::answer::{RateHeaders, RefusalHook, Rejection};
+use crate::pipeline::{Admitted, After, Decision, DecisionFuture, Hold, Prompted, Refund};
 
 /// Work to finish before an admitted response goes out (see [`After`]).
 type Finish = Pin<Box<dyn Future<Output = ()> + Send>>;

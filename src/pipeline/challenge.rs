@@ -6,8 +6,8 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use super::refusal::RefusalReason;
-use super::response::{json_str, Rejection};
+use crate::answer::RefusalReason;
+use crate::answer::{json_str, Rejection};
 
 /// The problem `type` of a [`ChallengeRequired`] answer.
 pub(crate) const CHALLENGE_REQUIRED: &str = RefusalReason::ChallengeRequired.problem_type();

@@ -26,10 +26,10 @@ use super::escalate;
 use super::fallback::Answer;
 use super::lease::LeaseUse;
 use super::refused::Refused;
-use super::response::{self, refusing, retry_after_secs, Item, RateHeaders, Rejection};
 use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
 use crate::algorithm::{LimitState, Rule};
+use crate::answer::{self as response, refusing, retry_after_secs, Item, RateHeaders, Rejection};
 use crate::metrics::Outcome;
 use crate::record::{Entry, Via};
 use crate::route::{FailurePolicy, Policy};
@@ -171,7 +171,7 @@ impl Limiter {
             let state = |j: usize| (j == at).then_some((remaining, false));
             self.record(p, buckets, false, state, Via::Remembered);
             return Some(response::refusal(
-                limit,
+                &**limit,
                 id.of(&b.key),
                 headers,
                 retry,
@@ -454,7 +454,7 @@ impl Limiter {
         }
         let retry = retry_after_secs(s.wait);
         Decision::Reject(response::refusal(
-            limit,
+            &**limit,
             id.of(key),
             headers,
             retry,
@@ -609,7 +609,7 @@ fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {
-            return Err(response::too_costly(limit, p.cost, rule.capacity()));
+            return Err(response::too_costly(&**limit, p.cost, rule.capacity()));
         }
         buckets.push(Bucket {
             key: k.key,

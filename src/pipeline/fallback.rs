@@ -11,13 +11,14 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::response::{self, Rejection};
 use super::writeback::WriteBack;
+use crate::algorithm::LimitState;
+use crate::answer::{self as response, Rejection};
 use crate::config::Config;
 use crate::key::LogId;
 use crate::route::FailurePolicy;
 use crate::route::Policy;
-use crate::store::{Check, MemoryStore, Outcome, Store, StoreError};
+use crate::store::{Bucket, Check, MemoryStore, Outcome, Store, StoreError};
 
 /// What decides while the primary store fails, under one configuration.
 pub(super) struct Fallback {
@@ -145,7 +146,7 @@ impl Fallback {
                     // request's cost, under each limit's full rule.
                     for ((b, rule), s) in local.buckets.iter().zip(&full).zip(&outcome.limits) {
                         if s.enough {
-                            let full = crate::store::Bucket {
+                            let full = Bucket {
                                 rule: *rule,
                                 ..b.clone()
                             };
@@ -154,7 +155,7 @@ impl Fallback {
                     }
                 }
                 let (ls, buckets) = (&outcome.limits, &local.buckets);
-                let left = response::requests_left(outcome.allowed, ls, buckets, local.cost);
+                let left = requests_left(outcome.allowed, ls, buckets, local.cost);
                 degraded_event!(
                     "decided locally";
                     %limit,
@@ -184,4 +185,24 @@ impl Fallback {
         }
         self.local.buckets.check(check).await.map(|_| ())
     }
+}
+
+/// Whole requests of `cost` left in the limit a decision over `buckets`
+/// reports (for a log line: the headers choose from their items, the same
+/// way).
+fn requests_left(allowed: bool, ls: &[LimitState], buckets: &[Bucket], cost: f64) -> u64 {
+    let left = |i: usize| {
+        let rule = &buckets[i].rule;
+        response::requests(
+            ls[i].remaining + rule.slack(),
+            response::per_request(rule, cost),
+        )
+    };
+    let i = if allowed {
+        let hard = (0..ls.len().min(buckets.len())).filter(|&i| !buckets[i].shadow);
+        response::binds_first(hard.map(|i| (i, left(i), ls[i].reset)))
+    } else {
+        response::refusing(ls, |i| buckets.get(i).is_none_or(|b| b.shadow))
+    };
+    i.map_or(0, left)
 }

@@ -16,8 +16,8 @@ use http::Request;
 use smallvec::smallvec;
 
 use super::decide::outcome_of;
-use super::response::{self, retry_after_secs, Item, RateHeaders};
 use super::{Admitted, Decision, Limiter};
+use crate::answer::{self as response, retry_after_secs, Item, RateHeaders};
 use crate::record::Via;
 use crate::route::Policy;
 use crate::store::MemoryStore;
@@ -61,7 +61,7 @@ impl Limiter {
         // configuration refuses one above the route's own numbers; kept so
         // that both paths answer alike whatever it lets through).
         if f64::from(policy.cost) > rule.capacity() {
-            return Decision::Reject(response::too_costly(limit, policy.cost, rule.capacity()));
+            return Decision::Reject(response::too_costly(&**limit, policy.cost, rule.capacity()));
         }
         let decide = |key: &mut String| {
             let (prefix, secret) = (&self.core.prefix, self.core.key_secret.as_ref());
@@ -85,7 +85,7 @@ impl Limiter {
                 });
             }
             let retry = retry_after_secs(s.wait);
-            let refusal = response::refusal(limit, id.of(key), headers, retry, false, false);
+            let refusal = response::refusal(&**limit, id.of(key), headers, retry, false, false);
             Decision::Reject(refusal)
         };
         // Taken already only if a log line of this thread's decision came

@@ -17,7 +17,7 @@
 //!    answer.
 //! 3. [`fallback`]: when Redis fails, the route's `on_redis_error`
 //!    (`open`, `closed` or `local`) decides instead.
-//! 4. [`response`]: every header and problem body a client sees.
+//! 4. `crate::answer`: every header and problem body a client sees.
 //! 5. [`refund`]: the handle a handler gives unused units back with.
 //!
 //! Nothing here knows Redis or builds an HTTP response: the layer turns a
@@ -32,13 +32,10 @@ mod lease;
 mod lone;
 mod prepare;
 mod refund;
-mod refusal;
 mod refused;
 mod slot;
 mod trace;
 mod writeback;
-// Its header names are public as `fleetlimit::headers`.
-pub(crate) mod response;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -56,10 +53,8 @@ use self::lease::Leases;
 pub(crate) use self::prepare::CostFn;
 pub(crate) use self::prepare::{Pending, Prepared};
 pub use self::refund::Refund;
-pub(crate) use self::refusal::RefusalHook;
-pub use self::refusal::{Refusal, RefusalReason};
 use self::refused::RefusedCache;
-use self::response::{RateHeaders, Rejection};
+use crate::answer::{self as response, RateHeaders, RefusalHook, Rejection};
 use crate::breaker::{BreakerStats, Breakers};
 use crate::config::Config;
 use crate::key::{ClientIpRules, CustomKeys, KeyExtractor, KeySecret};

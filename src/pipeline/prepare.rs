@@ -9,9 +9,9 @@ use axum::extract::MatchedPath;
 use http::Request;
 use smallvec::SmallVec;
 
-use super::response::{self, Rejection};
 use super::{Decision, Limiter};
 use crate::algorithm::Rule;
+use crate::answer::{self as response, Rejection};
 use crate::key::{Extracted, KeyMaterial, LogId};
 use crate::route::{Limit, OnMissing, Policy};
 use crate::shed::{Accepted, Priority, Ticket};

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-use super::response::RateHeaders;
 use super::{Buckets, DecidedBy, Limiter};
 use crate::algorithm::LimitState;
+use crate::answer::RateHeaders;
 use crate::store::Check;
 
 /// Gives back units an admitted request did not need (its real cost was

@@ -58,7 +58,7 @@ impl RefusalReason {
     #[must_use]
     pub const fn problem_type(self) -> &'static str {
         match self {
-            Self::LimitExceeded => crate::problem::RATE_LIMITED,
+            Self::LimitExceeded => super::problem::RATE_LIMITED,
             Self::Unavailable => "urn:fleetlimit:limiter-unavailable",
             Self::MissingKey => "urn:fleetlimit:missing-key",
             Self::CostTooHigh => "urn:fleetlimit:cost-too-high",

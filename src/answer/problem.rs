@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
+use http::header::HeaderValue;
 use http::StatusCode;
 
 /// The problem type of a refusal by a rate limit.
@@ -76,7 +77,7 @@ impl fmt::Debug for RefusalBodies {
 
 impl RefusalBodies {
     /// The bodies of limit `name`: what a `problem+json` body of the limit
-    /// reads (see `pipeline/response.rs`).
+    /// reads (see `answer/rate.rs`).
     pub(crate) fn new(name: &str) -> Self {
         let status = StatusCode::TOO_MANY_REQUESTS;
         let mut head = String::new();
@@ -161,4 +162,106 @@ fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
     }
     // Only ASCII digits were written.
     std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
+/// A JSON string literal.
+pub(crate) fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    push_json_str(&mut out, s);
+    out
+}
+
+/// `application/problem+json`
+pub(super) static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+
+/// An `application/problem+json` body (RFC 9457) of `kind`, with `extra`
+/// members (values already JSON).
+pub(super) fn problem_body(
+    status: StatusCode,
+    kind: &str,
+    title: &str,
+    detail: &str,
+    extra: &[(&str, String)],
+) -> Bytes {
+    // One buffer for the whole body.
+    let mut body = String::with_capacity(96 + detail.len());
+    body.push_str("{\"type\":");
+    push_json_str(&mut body, kind);
+    body.push_str(",\"title\":");
+    push_json_str(&mut body, title);
+    body.push_str(",\"status\":");
+    body.push_str(status.as_str());
+    body.push_str(",\"detail\":");
+    push_json_str(&mut body, detail);
+    for (k, v) in extra {
+        body.push(',');
+        push_json_str(&mut body, k);
+        body.push(':');
+        body.push_str(v);
+    }
+    body.push('}');
+    Bytes::from(body)
+}
+
+/// The `429` body of limit `name` for a wait of `retry` seconds, as
+/// [`RefusalBodies`] writes it faster.
+#[cfg(test)]
+pub(super) fn refusal_body(name: &str, retry: u64) -> Bytes {
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    problem_body(
+        status,
+        crate::RefusalReason::LimitExceeded.problem_type(),
+        status.canonical_reason().unwrap_or(""),
+        &format!("rate limit {name:?} exceeded; retry in {retry} s"),
+        &[
+            ("limit", json_str(name)),
+            ("retry_after", retry.to_string()),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::{RefusalReason, Rejection};
+    use std::sync::Arc;
+
+    #[test]
+    fn problem_bodies_are_json() {
+        let r = Rejection::problem(
+            RefusalReason::LimitExceeded,
+            StatusCode::TOO_MANY_REQUESTS,
+            &Arc::from("a"),
+            "say \"hi\"\n",
+            &[("limit", json_str("a"))],
+        );
+        let body = std::str::from_utf8(&r.body).unwrap();
+        assert_eq!(
+            body,
+            r#"{"type":"urn:fleetlimit:rate-limited","title":"Too Many Requests","status":429,"detail":"say \"hi\"\u000a","limit":"a"}"#
+        );
+    }
+
+    #[test]
+    fn refusal_bodies_are_written_as_problem_bodies() {
+        for name in ["a", "per-key", "9.slots_X-y"] {
+            let bodies = RefusalBodies::new(name);
+            for retry in [1, 2, 9, 10, 64, 65, 3600, u64::MAX / 2] {
+                let expected = refusal_body(name, retry);
+                assert_eq!(bodies.get(retry), expected, "{name} {retry}");
+                assert_eq!(bodies.get(retry), expected, "{name} {retry}, kept");
+            }
+        }
+        // Two limits refusing the same long wait, in turn: each its own.
+        let (a, b) = (RefusalBodies::new("a"), RefusalBodies::new("b"));
+        for _ in 0..3 {
+            assert_eq!(a.get(3600), refusal_body("a", 3600));
+            assert_eq!(b.get(3600), refusal_body("b", 3600));
+            assert_eq!(a.get(3599), refusal_body("a", 3599));
+        }
+        assert_eq!(
+            RefusalBodies::new("a").get(3),
+            r#"{"type":"urn:fleetlimit:rate-limited","title":"Too Many Requests","status":429,"detail":"rate limit \"a\" exceeded; retry in 3 s","limit":"a","retry_after":3}"#
+        );
+    }
 }
