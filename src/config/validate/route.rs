@@ -1,0 +1,131 @@
+//! Routes checked: their paths, methods and policies, and the limits they
+//! name.
+
+use std::sync::Arc;
+
+use http::Method;
+
+use super::*;
+use crate::algorithm::Rule;
+use crate::config::ConfigError;
+use crate::route::{Limit, OnExceed, Policy};
+
+impl Validator<'_> {
+    pub(in crate::config) fn check_route(
+        &mut self,
+        path: &str,
+        methods: Option<&[Method]>,
+        span: Span,
+    ) -> Result<(), ConfigError> {
+        if !path.starts_with('/') {
+            return Err(self.err(span, format!("route path {path:?} must start with '/'")));
+        }
+        let keys: Vec<Option<Method>> = match methods {
+            None => vec![None],
+            Some(ms) => ms.iter().cloned().map(Some).collect(),
+        };
+        for k in keys {
+            let label = k.as_ref().map_or("*", Method::as_str).to_owned();
+            if !self.routes_seen.insert((path.to_owned(), k)) {
+                return Err(self.err(
+                    span.clone(),
+                    format!("route {label} {path} is listed twice"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a route's limit names. Call after every limit and plan is in.
+    /// `label`: the route template (`default` for the default policy), its
+    /// metrics' `route` label.
+    pub(in crate::config) fn policy<'n>(
+        &self,
+        limits: &[Arc<Limit>],
+        names: impl Iterator<Item = (&'n str, Span)>,
+        route: RouteSettings,
+        label: &str,
+    ) -> Result<Arc<Policy>, ConfigError> {
+        let RouteSettings {
+            cost,
+            cost_span,
+            on_redis_error,
+            shadow,
+            refund,
+            priority,
+        } = route;
+        if cost == 0 {
+            return Err(self.err(cost_span, "cost must be at least 1"));
+        }
+        let mut picked: Vec<Arc<Limit>> = Vec::new();
+        for (name, span) in names {
+            let Some(l) = limits.iter().find(|l| &*l.name == name) else {
+                let known = limits.iter().map(|l| &*l.name);
+                return Err(unknown_limit(self.src, known, name, span));
+            };
+            let smallest = l
+                .plans
+                .values()
+                .map(Rule::capacity)
+                .fold(l.rule.capacity(), f64::min);
+            // A concurrency limit takes one slot whatever the cost.
+            if f64::from(cost) > smallest && !l.rule.is_concurrency() {
+                let holds = if l.plans.is_empty() {
+                    format!("capacity {smallest}")
+                } else {
+                    format!("{smallest} on its smallest plan")
+                };
+                return Err(self.err(
+                    cost_span.clone(),
+                    format!("cost {cost} is more than limit {name:?} can ever hold ({holds}); every request would be refused"),
+                ));
+            }
+            if picked.iter().any(|x| Arc::ptr_eq(x, l)) {
+                return Err(self.err(span, format!("limit {name:?} is listed twice")));
+            }
+            let delays = |x: &Limit| matches!(x.on_exceed, OnExceed::Delay(_));
+            let slots_and_delay = |a: &Limit, b: &Limit| a.rule.is_concurrency() && delays(b);
+            if picked
+                .iter()
+                .any(|x| slots_and_delay(x, l) || slots_and_delay(l, x))
+            {
+                return Err(self.err(
+                    span,
+                    format!(
+                        "limit {name:?}: a route cannot have both a concurrency limit and a limit \
+                         that delays (on_exceed = \"delay\"): a delayed request would hold its \
+                         slot while it waits"
+                    ),
+                ));
+            }
+            picked.push(Arc::clone(l));
+        }
+        Ok(Arc::new(Policy {
+            traits: crate::route::Traits::of(&picked),
+            limits: picked,
+            cost,
+            on_redis_error,
+            shadow,
+            refund,
+            degraded_log: Default::default(),
+            priority,
+            ietf_policy: Default::default(),
+            metrics: crate::metrics::PolicyMetrics::new(label),
+        }))
+    }
+}
+
+/// A limit name that is not among `known` (the limits defined).
+pub(in crate::config) fn unknown_limit<'a>(
+    src: &str,
+    known: impl Iterator<Item = &'a str>,
+    name: &str,
+    span: Span,
+) -> ConfigError {
+    let known: Vec<&str> = known.collect();
+    ConfigError::at(
+        src,
+        span,
+        format!("unknown limit {name:?} (defined: {})", known.join(", ")),
+    )
+}
