@@ -24,7 +24,8 @@
 //! | `explain.rs` | `explain`: a caller's contract in words, its bucket now, its recorded decisions |
 //! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
 //! | `shed.rs` | `shed`: the fleet-wide load-shedding signal |
-//! | `top.rs` | `top`: live instances, the keys closest to exhaustion, refusals per second |
+//! | `top/` | `top`: live instances, the keys closest to exhaustion, refusals per second (`frame.rs`: a frame as text) |
+//! | `time.rs` | timestamps as `explain` and `top` read and write them (RFC 3339, UTC, ms) |
 
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ mod explain;
 mod inspect;
 mod shed;
 mod sweep;
+mod time;
 mod top;
 
 pub use explain::{Explanation, RecordedDecision, TimeRange};
