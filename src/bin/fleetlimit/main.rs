@@ -60,176 +60,22 @@
 //! and type) and lists the others under the prefix as skipped.
 //! Exit status: 0 done, 1 failed, 2 bad usage or config (a bad URL included).
 
-use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
-use clap_complete::Shell;
+use clap::{CommandFactory, Parser};
 use fleetlimit::admin::{self, printable, Admin, TimeRange};
 use fleetlimit::Config;
 
+mod cli;
+mod top;
+
+use cli::{Cli, Command, Target};
+use top::{top_loop, MAX_SAMPLE};
+
 /// Skipped keys listed by `sweep`; the rest are counted.
 const SKIPPED_SHOWN: usize = 100;
-
-/// Operate fleetlimit's state in Redis: validate a configuration, inspect or
-/// reset a caller's buckets, sweep for keys without an expiry, set the
-/// fleet-wide shedding signal, watch the fleet.
-///
-/// Exit status: 0 done, 1 failed (Redis unreachable...), 2 bad usage or
-/// configuration.
-#[derive(Parser, Debug)]
-#[command(name = "fleetlimit", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// Where the configuration and Redis are.
-#[derive(Args, Debug)]
-struct Target {
-    /// The configuration file (TOML).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
-    /// The Redis URL, instead of `REDIS_URL` or the configuration's.
-    #[arg(long, value_name = "URL")]
-    redis: Option<String>,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Validate a configuration and print its routes and limits.
-    CheckConfig {
-        /// The configuration file (TOML).
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
-    },
-    /// Show a caller's buckets: state, and when each key expires.
-    Inspect {
-        /// The caller's key value: an API key (raw), an account, an IP, or
-        /// `ip|account`.
-        key: String,
-        /// Only this limit's bucket.
-        #[arg(long, value_name = "NAME")]
-        limit: Option<String>,
-        #[command(flatten)]
-        target: Target,
-        /// One JSON object: {"buckets": [{limit, key, value, pttl, state,
-        /// invalid, remaining}]}, names escaped as in the text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Delete a caller's buckets and tell every instance to forget its
-    /// remembered refusals and leases of them.
-    Reset {
-        /// The caller's key value (as for `inspect`).
-        key: String,
-        /// Only this limit's bucket.
-        #[arg(long, value_name = "NAME")]
-        limit: Option<String>,
-        #[command(flatten)]
-        target: Target,
-        /// One JSON object: {"deleted": N}.
-        #[arg(long)]
-        json: bool,
-    },
-    /// A limit's contract in words, the caller's bucket now, and the
-    /// caller's recorded decisions (the limit needs `record = true`).
-    Explain {
-        /// The caller's key value (as for `inspect`).
-        key: String,
-        /// The limit to explain.
-        #[arg(long, value_name = "NAME")]
-        limit: String,
-        #[command(flatten)]
-        target: Target,
-        /// The decisions of this long ago until now [default: 1h].
-        #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with_all = ["from", "to"])]
-        since: Option<Duration>,
-        /// The decisions from this time (RFC 3339), with --to.
-        #[arg(long, value_name = "TIME", requires = "to")]
-        from: Option<String>,
-        /// The decisions until this time (RFC 3339), with --from.
-        #[arg(long, value_name = "TIME", requires = "from")]
-        to: Option<String>,
-        /// One JSON object: the limit, caller, plan, contract, state and
-        /// every decision, fields escaped as in the text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Give fleetlimit's keys left without an expiry the one their limit
-    /// sets; keys that are not fleetlimit's are listed, never touched.
-    Sweep {
-        #[command(flatten)]
-        target: Target,
-        /// Count only; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// The TTL of keys whose limit is not configured (with
-        /// --include-unknown-limits) and of the heartbeat without discovery.
-        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
-        default_ttl: Duration,
-        /// Also repair keys of limits the configuration no longer defines.
-        #[arg(long)]
-        include_unknown_limits: bool,
-        /// One JSON object: {prefix, dry_run, scanned, before, repaired,
-        /// after, keys, invalid, skipped: [{key, why}]}, every skipped key
-        /// listed, names escaped as in the text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Set the fleet-wide load-shedding signal every instance with
-    /// `[shedding]` reads (`1.2` sheds normal and sheddable routes, `0.9`
-    /// sheddable ones only); `off` or `0` clears it.
-    Shed {
-        /// The pressure (a number ≥ 0), or `off`.
-        #[arg(value_name = "PRESSURE")]
-        pressure: String,
-        /// How long it holds: it always expires.
-        #[arg(long = "for", value_name = "DURATION", value_parser = duration)]
-        duration: Option<Duration>,
-        #[command(flatten)]
-        target: Target,
-    },
-    /// Watch the fleet: live instances, per limit the sampled keys closest
-    /// to exhaustion, and the refusals recorded per second.
-    Top {
-        #[command(flatten)]
-        target: Target,
-        /// Print one frame and exit.
-        #[arg(long)]
-        once: bool,
-        /// Time between refreshes.
-        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
-        interval: Duration,
-        /// Keys scanned per refresh at most (the SCAN page's COUNT).
-        #[arg(long, value_name = "N", default_value_t = 1000)]
-        sample: usize,
-        /// Keys shown per limit.
-        #[arg(long, value_name = "N", default_value_t = 5)]
-        rows: usize,
-        /// Refusals per second are counted over this last stretch of the
-        /// decision records.
-        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
-        window: Duration,
-        /// Each frame as one JSON object on one line (never clears the
-        /// screen), names escaped as in the text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print a completion script for a shell (`fleetlimit completions bash
-    /// > /etc/bash_completion.d/fleetlimit`).
-    Completions {
-        /// The shell.
-        shell: Shell,
-    },
-}
-
-/// A duration as the configuration writes it (`90s`, `15min`, `1h`, `2d`).
-fn duration(v: &str) -> Result<Duration, String> {
-    fleetlimit::parse_duration(v).map_err(|e| e.to_string())
-}
 
 fn load(t: &Target) -> Result<Config, String> {
     let mut cfg = Config::from_toml_file(&t.config).map_err(|e| e.to_string())?;
@@ -500,71 +346,6 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
     }
 }
 
-/// `top --sample`: keys per SCAN page and per pipelined read, at most.
-const MAX_SAMPLE: usize = 10_000;
-/// `top` gives up (exit 1) after this many failed frames in a row.
-const FAILED_FRAMES: u32 = 60;
-
-/// Frames until interrupted (or stdout closes). A failed frame is shown as
-/// such and the next refresh tries again (Redis may be restarting), up to
-/// [`FAILED_FRAMES`] in a row.
-async fn top_loop(
-    top: &mut admin::Top,
-    interval: Duration,
-    json: bool,
-) -> Result<(), (u8, String)> {
-    let clear = std::io::stdout().is_terminal() && !json;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Each command has the admin connection's timeout; this bounds a frame.
-    let most = interval.max(Duration::from_secs(10));
-    let mut failed = 0;
-    loop {
-        tick.tick().await;
-        let text = match tokio::time::timeout(most, top.frame()).await {
-            Ok(Ok(frame)) if json => {
-                failed = 0;
-                serde_json::to_string(&frame).map_err(|e| (1, e.to_string()))?
-            }
-            Ok(Ok(frame)) => {
-                failed = 0;
-                frame.to_string()
-            }
-            Ok(Err(e)) => {
-                failed += 1;
-                let e = printable(&e.to_string());
-                match json {
-                    true => serde_json::json!({ "error": e }).to_string(),
-                    false => format!("fleetlimit top: {e}; trying again\n"),
-                }
-            }
-            Err(_) => {
-                failed += 1;
-                let e = format!("no frame within {}", fleetlimit::format_duration(most));
-                match json {
-                    true => serde_json::json!({ "error": e }).to_string(),
-                    false => format!("fleetlimit top: {e}; trying again\n"),
-                }
-            }
-        };
-        if failed >= FAILED_FRAMES {
-            return Err((
-                1,
-                format!("no frame in {FAILED_FRAMES} refreshes in a row; giving up"),
-            ));
-        }
-        let text = if clear {
-            format!("\x1b[2J\x1b[H{text}")
-        } else {
-            text + "\n"
-        };
-        if write_out(text.as_bytes()).is_err() {
-            // Stdout closed (`| head`): done.
-            return Ok(());
-        }
-    }
-}
-
 /// `value` as one line of JSON on stdout.
 fn write_json(value: &impl serde::Serialize) -> Result<(), (u8, String)> {
     let mut text = serde_json::to_string(value).map_err(|e| (1, e.to_string()))?;
@@ -579,7 +360,7 @@ fn num(x: f64) -> String {
 }
 
 /// Writes to stdout: a closed pipe is an error, not a panic.
-fn write_out(text: &[u8]) -> Result<(), (u8, String)> {
+pub(crate) fn write_out(text: &[u8]) -> Result<(), (u8, String)> {
     let mut out = std::io::stdout().lock();
     out.write_all(text)
         .and_then(|()| out.flush())
