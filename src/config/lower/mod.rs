@@ -26,19 +26,7 @@ use crate::route::{FailurePolicy, OnExceed};
 
 mod numbers;
 
-use self::numbers::{plan_rule, Numbers};
-
-pub(super) fn parse_at<T, E: std::fmt::Display>(
-    source: &str,
-    v: &Spanned<String>,
-    parse: impl FnOnce(&str) -> Result<T, E>,
-) -> Result<T, ConfigError> {
-    parse(v.get_ref()).map_err(|e| ConfigError::at(source, Some(v.span()), e.to_string()))
-}
-
-pub(super) fn span<T>(v: &Option<Spanned<T>>) -> Span {
-    v.as_ref().map(Spanned::span)
-}
+use self::numbers::{parse_at, plan_rule, span, Numbers};
 
 /// The builder a configuration file says.
 pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigError> {

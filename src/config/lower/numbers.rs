@@ -11,7 +11,17 @@ use crate::config::schema::{AlgorithmName, Amount, RawPlanLimit};
 use crate::config::validate::{exact_count, RuleSpans, Span, DEFAULT_MAX_HOLD};
 use crate::config::{units, ConfigError, Rate};
 
-use super::{parse_at, span};
+pub(super) fn parse_at<T, E: std::fmt::Display>(
+    source: &str,
+    v: &Spanned<String>,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> Result<T, ConfigError> {
+    parse(v.get_ref()).map_err(|e| ConfigError::at(source, Some(v.span()), e.to_string()))
+}
+
+pub(super) fn span<T>(v: &Option<Spanned<T>>) -> Span {
+    v.as_ref().map(Spanned::span)
+}
 
 /// The numbers of a limit (or of its plan override), checked against its
 /// algorithm: a token bucket has capacity and refill, a window has limit and

@@ -14,7 +14,7 @@ use crate::shed::Priority;
 mod limit;
 mod route;
 
-pub(super) use self::route::unknown_limit;
+pub(crate) use self::route::unknown_limit;
 
 pub(super) struct Validator<'s> {
     src: &'s str,

@@ -116,7 +116,7 @@ impl Validator<'_> {
 }
 
 /// A limit name that is not among `known` (the limits defined).
-pub(in crate::config) fn unknown_limit<'a>(
+pub(crate) fn unknown_limit<'a>(
     src: &str,
     known: impl Iterator<Item = &'a str>,
     name: &str,

@@ -9,17 +9,21 @@
 //! (unmatched routes, plain hyper) get the default policy.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
+
+#[cfg(test)]
+use crate::shed::Priority;
 use serde::Deserialize;
 
-use crate::algorithm::Rule;
-use crate::answer::{Face, RefusalBodies};
-use crate::key::KeySource;
-use crate::log_throttle::Throttle;
-use crate::shed::Priority;
+
+mod limit;
+mod policy;
+
+pub(crate) use self::limit::{LeaseConfig, Limit};
+pub(crate) use self::policy::{Policy, Traits};
 
 /// What a route does when Redis cannot answer within the deadline
 /// (`on_redis_error` in TOML).
@@ -121,52 +125,6 @@ pub enum OnExceed {
     Challenge,
 }
 
-/// A named limit: its key, its rule, and other numbers per plan.
-#[derive(Debug)]
-pub(crate) struct Limit {
-    pub(crate) name: Arc<str>,
-    pub(crate) key: KeySource,
-    pub(crate) on_missing: OnMissing,
-    /// The numbers for callers on no particular plan.
-    pub(crate) rule: Rule,
-    /// Shadow mode: counted, logged, never refuses.
-    pub(crate) shadow: bool,
-    /// Plan name → that plan's numbers (same algorithm).
-    pub(crate) plans: HashMap<Arc<str>, Rule>,
-    /// Hot-key leases (token buckets only).
-    pub(crate) lease: Option<LeaseConfig>,
-    /// The INFO line of its refusals: decided by Redis, then decided
-    /// locally (degraded) — one a second each.
-    pub(crate) refusal_log: [Throttle; 2],
-    /// Its `429` bodies, built once per `Retry-After`.
-    pub(crate) refusal_bodies: RefusalBodies,
-    /// The lines of requests answered before the store, one a second each:
-    /// a missing key, a cost above capacity, no client address, an invalid
-    /// custom key, a custom key that could not be computed.
-    /// One throttle per kind of early answer (missing key, cost too high,
-    /// no client IP, invalid custom key, custom key unavailable; see
-    /// answer/rate.rs).
-    pub(crate) early_log: [Throttle; 5],
-    /// Counted only when the handler answers one of these statuses
-    /// (`count = "failures"`); `None`: every request counts.
-    pub(crate) failures: Option<Box<[u16]>>,
-    /// What exceeding it does.
-    pub(crate) on_exceed: OnExceed,
-    /// The INFO lines of its escalations (delayed or challenged), and of
-    /// failed refunds of a success, one a second each.
-    pub(crate) escalation_log: [Throttle; 2],
-    /// Its decisions are written to a Redis stream (`record.rs`).
-    pub(crate) record: Option<RecordConfig>,
-}
-
-/// `lease_batch` tokens per lease, for keys above `lease_above` requests per
-/// second on one instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LeaseConfig {
-    pub(crate) batch: u32,
-    pub(crate) above: u32,
-}
-
 /// How much of a limit's decision record Redis keeps
 /// ([`LimitConfig::record`](crate::LimitConfig::record); `record = true` or
 /// `[limits.<name>.record]` in TOML).
@@ -210,192 +168,6 @@ impl RecordConfig {
     pub fn max_age(mut self, age: Duration) -> Self {
         self.max_age = age;
         self
-    }
-}
-
-impl Face for Limit {
-    fn name(&self) -> &Arc<str> {
-        &self.name
-    }
-    fn key_described(&self) -> String {
-        self.key.describe()
-    }
-    fn bodies(&self) -> &RefusalBodies {
-        &self.refusal_bodies
-    }
-    fn refusal_log(&self, degraded: bool) -> &Throttle {
-        &self.refusal_log[usize::from(degraded)]
-    }
-    fn early_log(&self, kind: usize) -> &Throttle {
-        &self.early_log[kind]
-    }
-}
-
-impl Limit {
-    /// A limit without plans or leases (added by the configuration after).
-    pub(crate) fn new(
-        name: &str,
-        key: KeySource,
-        on_missing: OnMissing,
-        rule: Rule,
-        shadow: bool,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            key,
-            on_missing,
-            rule,
-            shadow,
-            plans: HashMap::new(),
-            lease: None,
-            refusal_log: Default::default(),
-            refusal_bodies: RefusalBodies::new(name),
-            early_log: Default::default(),
-            failures: None,
-            on_exceed: OnExceed::Refuse,
-            escalation_log: Default::default(),
-            record: None,
-        }
-    }
-
-    /// Whether a request with response `status` counts against it.
-    pub(crate) fn counts(&self, status: http::StatusCode) -> bool {
-        self.failures
-            .as_ref()
-            .is_none_or(|f| f.contains(&status.as_u16()))
-    }
-
-    /// Exceeding it escalates (`delay`, `challenge`) instead of refusing.
-    pub(crate) fn escalates(&self) -> bool {
-        self.on_exceed != OnExceed::Refuse
-    }
-
-    /// The rule for a caller on `plan` (the base rule for an unknown plan).
-    pub(crate) fn rule_for(&self, plan: Option<&str>) -> Rule {
-        plan.and_then(|p| self.plans.get(p))
-            .copied()
-            .unwrap_or(self.rule)
-    }
-
-    pub(crate) fn describe(&self) -> String {
-        let mut s = format!(
-            "{}: key {} (on_missing {}), {}{}",
-            self.name,
-            self.key,
-            self.on_missing,
-            self.rule.describe(),
-            if self.shadow { ", shadow" } else { "" }
-        );
-        if let Some(f) = &self.failures {
-            let statuses: Vec<String> = f.iter().map(u16::to_string).collect();
-            s.push_str(&format!(", counts failures [{}]", statuses.join(", ")));
-        }
-        if let Some(r) = self.record {
-            s.push_str(&format!(
-                ", decisions recorded (max_len {}, max_age {})",
-                r.max_len,
-                crate::algorithm::duration_text(r.max_age)
-            ));
-        }
-        match self.on_exceed {
-            OnExceed::Refuse => {}
-            OnExceed::Delay(d) => s.push_str(&format!(
-                ", on_exceed delay {}",
-                crate::algorithm::duration_text(d)
-            )),
-            OnExceed::Challenge => s.push_str(", on_exceed challenge"),
-        }
-        let mut plans: Vec<_> = self.plans.iter().collect();
-        plans.sort_by(|a, b| a.0.cmp(b.0));
-        for (name, rule) in plans {
-            s.push_str(&format!("; plan {name}: {}", rule.describe()));
-        }
-        s
-    }
-}
-
-/// What applies to one route.
-#[derive(Debug)]
-pub(crate) struct Policy {
-    pub(crate) limits: Vec<Arc<Limit>>,
-    pub(crate) cost: u32,
-    pub(crate) on_redis_error: FailurePolicy,
-    /// Shadow mode for every limit of the route.
-    pub(crate) shadow: bool,
-    /// Admitted requests carry a [`Refund`](crate::Refund) handle (opt-in:
-    /// building and inserting it was about a fifth of the layer's in-process
-    /// cost).
-    pub(crate) refund: bool,
-    /// The WARN line of its degraded decisions, one a second.
-    pub(crate) degraded_log: Throttle,
-    /// When its requests are shed (only with `[shedding]`).
-    pub(crate) priority: Priority,
-    /// Its `RateLimit-Policy` under its limits' own numbers, serialised at
-    /// its first response that has it.
-    pub(crate) ietf_policy: OnceLock<Option<Arc<http::HeaderValue>>>,
-    /// Its decision counters (feature `metrics`).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) metrics: crate::metrics::PolicyMetrics,
-    /// What its limits ask of every request, known once.
-    pub(crate) traits: Traits,
-}
-
-/// What a route's limits need on the request path, worked out when the
-/// policy is built rather than scanned for on every request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Traits {
-    /// Some limit has plans (the caller's plan is looked up first).
-    pub(crate) plans: bool,
-    /// Some limit delays instead of refusing (`on_exceed = "delay"`).
-    pub(crate) delays: bool,
-    /// Some limit counts failures only.
-    pub(crate) counts_failures: bool,
-    /// Some limit escalates (delays or challenges) instead of refusing.
-    pub(crate) escalates: bool,
-    /// One limit that needs nothing beside its bucket: no plans, shadow
-    /// mode, failure counting, escalation, record, nor slots (see
-    /// `pipeline/lone.rs`).
-    pub(crate) lone: bool,
-}
-
-impl Traits {
-    pub(crate) fn of(limits: &[Arc<Limit>]) -> Self {
-        let any = |f: fn(&Limit) -> bool| limits.iter().any(|l| f(l));
-        Self {
-            plans: any(|l| !l.plans.is_empty()),
-            delays: any(|l| matches!(l.on_exceed, OnExceed::Delay(_))),
-            counts_failures: any(|l| l.failures.is_some()),
-            escalates: any(Limit::escalates),
-            lone: matches!(limits, [l] if l.plans.is_empty()
-                && !l.shadow
-                && l.failures.is_none()
-                && !l.escalates()
-                && l.record.is_none()
-                && !l.rule.is_concurrency()),
-        }
-    }
-}
-
-impl Policy {
-    pub(crate) fn describe(&self) -> String {
-        if self.limits.is_empty() {
-            return match self.priority {
-                Priority::Normal => "not limited".into(),
-                p => format!("not limited, priority {}", p.as_str()),
-            };
-        }
-        let names: Vec<&str> = self.limits.iter().map(|l| &*l.name).collect();
-        format!(
-            "limits [{}], cost {}, on_redis_error {}{}{}",
-            names.join(", "),
-            self.cost,
-            self.on_redis_error,
-            if self.shadow { ", shadow" } else { "" },
-            if self.refund { ", refund" } else { "" }
-        ) + &match self.priority {
-            Priority::Normal => String::new(),
-            p => format!(", priority {}", p.as_str()),
-        }
     }
 }
 
@@ -526,6 +298,8 @@ fn template_matches(template: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Rule;
+    use crate::key::KeySource;
 
     /// A policy over limits named `names` (their numbers do not matter here).
     fn policy(names: &[&str]) -> Arc<Policy> {
