@@ -1,0 +1,366 @@
+//! [`RateLimitLayerBuilder`]: a layer with its store, plans, costs, keys,
+//! load signal and refusal hook, and the tasks it starts beside requests.
+
+use std::sync::Arc;
+
+use super::BuildError;
+use super::RateLimitLayer;
+use crate::config::Config;
+use crate::pipeline::{Extras, Limiter};
+use crate::plan::PlanResolver;
+use crate::reload::{Live, OwnRedis};
+use crate::shed::LoadSignal;
+#[cfg(feature = "redis")]
+use crate::store::RedisStore;
+use crate::store::{MemoryStore, Store, StoreError};
+use crate::{KeyAnswer, KeyExtractor, RequestRef};
+
+impl RateLimitLayer {
+    /// Builds the layer on the store the configuration names: Redis when it
+    /// has a `[redis]` section (or [`Config::with_redis_url`]), otherwise
+    /// in-process buckets.
+    ///
+    /// A Redis that is down at start-up is not an error: the pool keeps
+    /// reconnecting and routes use their failure policy meanwhile. Only an
+    /// unusable Redis URL is ([`BuildError::Store`]), and a limit keyed by a
+    /// custom key, whose extractor only the [builder](Self::builder) can
+    /// take ([`BuildError::Config`]).
+    pub async fn new(config: Config) -> Result<Self, BuildError> {
+        Self::builder(config).build().await
+    }
+
+    /// A builder for a plan resolver, computed costs, custom keys or a store
+    /// of your own.
+    pub fn builder(config: Config) -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder {
+            config,
+            store: None,
+            extras: Extras::none(),
+        }
+    }
+}
+
+/// Builds a [`RateLimitLayer`] with a plan resolver, computed costs, custom
+/// keys or a store of your own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fleetlimit::store::MemoryStore;
+/// use fleetlimit::{Config, RateLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cfg = Config::builder().build()?;
+/// let layer = RateLimitLayer::builder(cfg)
+///     .store(Arc::new(MemoryStore::new(10_000)))
+///     .build()
+///     .await?;
+/// # let _ = layer;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct RateLimitLayerBuilder {
+    config: Config,
+    store: Option<Arc<dyn Store>>,
+    extras: Extras,
+}
+
+impl std::fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("config", &self.config)
+            .field("store", &self.store)
+            .field("resolver", &self.extras.resolver.is_some())
+            .field("cost_fns", &self.extras.cost_fns.keys().collect::<Vec<_>>())
+            .field("key_fns", &self.extras.key_fns.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl RateLimitLayerBuilder {
+    /// Decide on this store instead of the one the configuration names.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Look callers' plans up with `resolver` (cached per key for the
+    /// configuration's `[plan_cache] ttl`).
+    pub fn plan_resolver(mut self, resolver: impl PlanResolver) -> Self {
+        self.extras.resolver = Some(Arc::new(resolver));
+        self
+    }
+
+    /// Compute the cost of requests to the route `path` (an axum route
+    /// template, as in the configuration) instead of its fixed `cost`. A
+    /// cost above a limit's capacity is answered `413` without charging
+    /// anything; a cost of 0 counts as 1 (a request is never free, or a
+    /// client could pick a cost that is never refused).
+    ///
+    /// ```
+    /// # use fleetlimit::{Config, RateLimitLayer};
+    /// # async fn f(cfg: Config) -> Result<(), fleetlimit::BuildError> {
+    /// let layer = RateLimitLayer::builder(cfg)
+    ///     .cost_fn("/search", |req| {
+    ///         // ?pages=N costs N.
+    ///         req.uri()
+    ///             .query()
+    ///             .and_then(|q| q.strip_prefix("pages="))
+    ///             .and_then(|n| n.parse().ok())
+    ///             .unwrap_or(1)
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cost_fn<F>(mut self, path: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&RequestRef<'_>) -> u32 + Send + Sync + 'static,
+    {
+        self.extras.cost_fns.insert(path.into(), Arc::new(f));
+        self
+    }
+
+    /// Compute the key of limits keyed `custom:<name>` with `f` (see
+    /// [`KeyExtractor`], which any such closure is): from the request's
+    /// method, URI, headers and extensions, the key, [`KeyAnswer::Missing`]
+    /// (the limit's `on_missing`: `401`, or counted by client IP) or
+    /// [`KeyAnswer::Invalid`] (`400`).
+    ///
+    /// It runs synchronously in the layer's `call`, before anything is
+    /// counted: keep it quick, and let an authentication layer in front of
+    /// the limiter do the slow work (verify the token, put its claims in
+    /// the extensions). If it panics, the request is answered `503`
+    /// ([`RefusalReason::KeyUnavailable`](crate::RefusalReason::KeyUnavailable)),
+    /// never admitted uncounted, and an ERROR line is logged (one a second
+    /// per limit). Registering a name twice keeps the last; a name no
+    /// limit uses is logged (WARN) when the layer is built.
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use fleetlimit::{Config, KeyAnswer, RateLimitLayer, RequestRef};
+    /// use tower::ServiceExt;
+    ///
+    /// /// What the authentication layer found in the caller's token.
+    /// #[derive(Clone)]
+    /// struct Tenant(String);
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cfg = Config::from_toml_str(r#"
+    ///     [limits.per-tenant]
+    ///     key = "custom:tenant"
+    ///     capacity = 1
+    ///     refill = "1/min"
+    ///
+    ///     [default]
+    ///     limits = ["per-tenant"]
+    /// "#)?;
+    /// let layer = RateLimitLayer::builder(cfg)
+    ///     .key_fn("tenant", |req: &RequestRef<'_>| -> KeyAnswer<'_> {
+    ///         req.extensions().get::<Tenant>().map(|t| t.0.clone()).into()
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
+    ///
+    /// let req = |tenant: &str| {
+    ///     let mut r = http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+    ///     r.extensions_mut().insert(Tenant(tenant.into()));
+    ///     r
+    /// };
+    /// assert_eq!(app.clone().oneshot(req("acme")).await?.status(), 200);
+    /// assert_eq!(app.clone().oneshot(req("acme")).await?.status(), 429);
+    /// assert_eq!(app.clone().oneshot(req("globex")).await?.status(), 200);
+    /// // No tenant: `on_missing = "reject"`, the default.
+    /// let anonymous = http::Request::get("/").body(axum::body::Body::empty())?;
+    /// assert_eq!(app.clone().oneshot(anonymous).await?.status(), 401);
+    /// # Ok(()) }
+    /// ```
+    pub fn key_fn<F>(self, name: impl Into<String>, f: F) -> Self
+    where
+        F: for<'r> Fn(&RequestRef<'r>) -> KeyAnswer<'r> + Send + Sync + 'static,
+    {
+        self.key_extractor(name, f)
+    }
+
+    /// [`key_fn`](Self::key_fn) with an extractor of your own type.
+    pub fn key_extractor(mut self, name: impl Into<String>, extractor: impl KeyExtractor) -> Self {
+        let name: String = name.into();
+        self.extras.key_fns.insert(name.into(), Arc::new(extractor));
+        self
+    }
+
+    /// The application's load signal for `[shedding]` (see [`LoadSignal`]:
+    /// `1.0` is saturated; read on every request, so it must be cheap).
+    /// Without `[shedding]` in the configuration it is never read.
+    ///
+    /// ```
+    /// # use std::sync::atomic::{AtomicU32, Ordering};
+    /// # use std::sync::Arc;
+    /// # use fleetlimit::{Config, RateLimitLayer, SheddingConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cfg = Config::builder().shedding(SheddingConfig::default()).build()?;
+    /// // Kept up to date by the code that calls the search cluster.
+    /// let queued = Arc::new(AtomicU32::new(0));
+    /// let seen = Arc::clone(&queued);
+    /// let layer = RateLimitLayer::builder(cfg)
+    ///     .load_signal(move || f64::from(seen.load(Ordering::Relaxed)) / 500.0)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn load_signal(mut self, signal: impl LoadSignal) -> Self {
+        self.extras.load_signal = Some(Arc::new(signal));
+        self
+    }
+
+    /// Reshapes every refusal the layer answers (status, headers, body):
+    /// a limit exceeded (`429`), the limiter unavailable (`503`, `closed`),
+    /// a missing key (`401`), a cost too high (`413`), no client address
+    /// (`503`), a shed request (`503`), and a
+    /// [`ChallengeRequired`](crate::ChallengeRequired) a handler answers.
+    /// The hook gets a [`Refusal`](crate::Refusal): the
+    /// [`reason`](crate::RefusalReason), limit, `Retry-After`, remaining and
+    /// the default answer (an RFC 9457 problem, see docs/configuration.md),
+    /// and returns the response to send.
+    ///
+    /// It runs on the request path, synchronously: keep it quick. If it
+    /// panics, the default answer is sent (and an ERROR line logged, one a
+    /// second); what it returns is sent as it is.
+    ///
+    /// ```
+    /// use fleetlimit::{Config, RateLimitLayer, RefusalReason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(Config::builder().build()?)
+    ///     .on_refusal(|r| {
+    ///         let status = r.default_response().status();
+    ///         match r.reason() {
+    ///             RefusalReason::LimitExceeded => http::Response::builder()
+    ///                 .status(status)
+    ///                 .header("retry-after", r.retry_after().map_or(1, |d| d.as_secs()))
+    ///                 .body(bytes::Bytes::from_static(b"slow down"))
+    ///                 .unwrap_or_default(),
+    ///             _ => r.into_default_response(),
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_refusal<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(crate::Refusal) -> http::Response<bytes::Bytes> + Send + Sync + 'static,
+    {
+        self.extras.on_refusal = Some(Arc::new(hook));
+        self
+    }
+
+    /// Connects (see [`RateLimitLayer::new`]) and builds the layer. On
+    /// Redis it also starts the reset listener (a connection of its own,
+    /// subscribed to `<key_prefix>:reset`, so `fleetlimit reset` reaches
+    /// this instance's refused-key cache and leases), and with
+    /// `[fleet] discover = true` the heartbeat task, and with `[shedding]`
+    /// the task reading the fleet-wide shedding signal
+    /// (`<key_prefix>:shed:{fleet}`); all end by themselves when the last
+    /// clone of the layer is dropped.
+    ///
+    /// Fails with [`BuildError::Config`] when a limit is keyed by a custom
+    /// key no [`key_fn`](Self::key_fn) was registered for (checked before
+    /// anything connects), with [`BuildError::Store`] on an unusable Redis
+    /// URL.
+    pub async fn build(self) -> Result<RateLimitLayer, BuildError> {
+        let cfg = self.config;
+        cfg.check_custom_keys(|name| self.extras.key_fns.contains_key(name))?;
+        for name in self.extras.key_fns.keys() {
+            if !cfg.uses_custom_key(name) {
+                tracing::warn!(
+                    target: "fleetlimit",
+                    name = &**name,
+                    "a key extractor is registered under {name:?}, but no limit is keyed by \"custom:{name}\""
+                );
+            }
+        }
+        #[cfg(feature = "redis")]
+        let mut redis = None;
+        let (store, in_process): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
+            match (self.store, &cfg.redis) {
+                (Some(s), _) => (s, None),
+                #[cfg(feature = "redis")]
+                (None, Some(r)) => {
+                    let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
+                        .await?
+                        .with_coalescing(r.coalesce);
+                    redis = Some(s.clone());
+                    (Arc::new(s), None)
+                }
+                // Only `Config::with_redis_url` gets here (a `[redis]`
+                // section is a configuration error in this build): the
+                // answer a bad URL gets.
+                #[cfg(not(feature = "redis"))]
+                (None, Some(r)) => {
+                    let why = crate::config::redis_url::check(&r.url, false).err();
+                    return Err(StoreError::Unavailable(why.unwrap_or_default()).into());
+                }
+                (None, None) => {
+                    let m = Arc::new(MemoryStore::new(cfg.memory_max_keys));
+                    (m.clone(), Some(m))
+                }
+            };
+        let mut extras = self.extras;
+        extras.check_keys = true;
+        // One id per layer: the fleet's heartbeat and the decision records
+        // name the instance alike.
+        #[cfg(feature = "redis")]
+        let own = redis.map(|store| OwnRedis {
+            store,
+            instance: crate::fleet::instance_id().into(),
+        });
+        #[cfg(not(feature = "redis"))]
+        let own: Option<OwnRedis> = None;
+        extras.recorder = crate::reload::start_recorder(&cfg, own.as_ref());
+        let limiter = Limiter::new(&cfg, store, in_process, extras);
+        let live = Live::new(limiter, cfg.clone(), own.clone());
+        #[cfg(feature = "redis")]
+        if let Some(own) = own {
+            start_redis_tasks(&cfg, own, &live).await?;
+        }
+        Ok(RateLimitLayer { live })
+    }
+}
+
+/// The tasks a layer on the configuration's Redis runs beside requests: the
+/// reset listener (reaching whichever configuration runs), the fleet-wide
+/// shedding signal and the heartbeat.
+#[cfg(feature = "redis")]
+async fn start_redis_tasks(
+    cfg: &Config,
+    own: OwnRedis,
+    live: &Arc<Live>,
+) -> Result<(), StoreError> {
+    let core = live.core();
+    if let Some(r) = &cfg.redis {
+        let ready =
+            crate::reset::start(r, &cfg.key_prefix, Arc::downgrade(live), core.stop_signal())?;
+        // With Redis up, resets reach this instance once it is built;
+        // with Redis down, the listener subscribes when it can (and
+        // forgets what it remembered then).
+        if fred::interfaces::ClientLike::is_connected(own.store.pool()) {
+            let _ = tokio::time::timeout(r.connect_timeout, ready).await;
+        }
+    }
+    if let Some(shedder) = core.shedder() {
+        shedder.start_fleet_signal(own.store.pool().clone(), cfg.shed_fleet_key());
+    }
+    if let Some(hb) = cfg.heartbeat {
+        let key = cfg.heartbeat_key();
+        let fleet = Arc::downgrade(core.fleet_handle());
+        crate::fleet::start(own.store, fleet, key, hb, own.instance);
+    }
+    Ok(())
+}
