@@ -12,6 +12,12 @@
 //!   everything for an hour, 50 keys cycled: after each key's first
 //!   refusal, the refused-key cache answers (the abuse path on Redis,
 //!   without Redis);
+//! - `two`, `shadow`, `refund`, `failures`, `lease`: the other route
+//!   shapes on the in-process store, every request admitted, 10,000 keys
+//!   cycled (`lease`: 10 keys, each hot): two huge limits; a huge limit
+//!   beside a huge `mode = "shadow"` one; `refund = true` (the handle
+//!   carried, not used); `count = "failures"` (the handler answers 200, so
+//!   each success is given back); `lease_batch = 100`, `lease_above = 1`;
 //! - `governor`: the peer of `benches/hot_path.rs`, a minimal middleware
 //!   around governor's keyed limiter (`benches/common/governor_layer.rs`)
 //!   with the same huge limit, 10,000 keys cycled.
@@ -22,7 +28,7 @@
 //! ```sh
 //! cargo bench --bench instructions --no-run      # prints the binary's path
 //! B=target/release/deps/instructions-<hash>
-//! for mode in bare layer governor refused remembered; do for n in 10000 30000; do
+//! for mode in bare layer governor refused remembered two shadow refund failures lease; do for n in 10000 30000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B $mode $n 2>&1 | grep Collected
 //! done; done
 //! ```
@@ -83,6 +89,22 @@ fn main() {
         .expect("a valid configuration")
     };
     let huge = "capacity = 1000000000\nrefill = \"1000000/s\"";
+    // Two limits `k` and `k2` (the second's extra lines in `second`), and
+    // the default route's settings in `route`.
+    let shape = |second: &str, route: &str| {
+        Config::from_toml_str(&format!(
+            "[limits.k]\nkey = \"header:x-api-key\"\n{huge}\n\
+             [limits.k2]\nkey = \"header:x-api-key\"\n{huge}\n{second}\n\
+             [default]\nlimits = [\"k\", \"k2\"]\n{route}\n"
+        ))
+        .expect("a valid configuration")
+    };
+    let one = |route: &str| {
+        Config::from_toml_str(&format!(
+            "[limits.k]\nkey = \"header:x-api-key\"\n{huge}\n[default]\nlimits = [\"k\"]\n{route}\n"
+        ))
+        .expect("a valid configuration")
+    };
     let tight = "capacity = 1\nrefill = \"1/h\"";
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -113,7 +135,32 @@ fn main() {
                 ));
                 (50, StatusCode::TOO_MANY_REQUESTS)
             }
-            other => panic!("unknown mode {other:?}: bare, layer, governor, refused or remembered"),
+            "two" => {
+                app = app.layer(RateLimitLayer::in_memory(&shape("", "")));
+                (10_000, StatusCode::OK)
+            }
+            "shadow" => {
+                app = app.layer(RateLimitLayer::in_memory(&shape("mode = \"shadow\"", "")));
+                (10_000, StatusCode::OK)
+            }
+            "refund" => {
+                app = app.layer(RateLimitLayer::in_memory(&one("refund = true")));
+                (10_000, StatusCode::OK)
+            }
+            "failures" => {
+                let cfg = limit(&format!("{huge}\ncount = \"failures\""));
+                app = app.layer(RateLimitLayer::in_memory(&cfg));
+                (10_000, StatusCode::OK)
+            }
+            "lease" => {
+                let cfg = limit(&format!("{huge}\nlease_batch = 100\nlease_above = 1"));
+                app = app.layer(RateLimitLayer::in_memory(&cfg));
+                (10, StatusCode::OK)
+            }
+            other => panic!(
+                "unknown mode {other:?}: bare, layer, governor, refused, remembered, \
+                 two, shadow, refund, failures or lease"
+            ),
         };
         let keys: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
         for i in 0..n {
