@@ -75,3 +75,183 @@ async fn leases_never_over_admit_and_save_redis_calls() {
     );
     server.assert_every_key_expires(&prefix);
 }
+
+/// Three instances' hot-key limit: burst 400 refilling `refill` a second,
+/// leases of 100 above 20 requests a second.
+fn hot_limits(refill: u32) -> String {
+    format!(
+        r#"
+[limits.hot]
+key = "header:x-api-key"
+capacity = {BURST}
+refill = "{refill}/s"
+lease_batch = {BATCH}
+lease_above = 20
+
+[[routes]]
+path = "/"
+limits = ["hot"]
+on_redis_error = "closed"
+"#
+    )
+}
+
+const BURST: u32 = 400;
+const BATCH: u32 = 100;
+const INSTANCES: usize = 3;
+
+/// Redis's clock, in seconds.
+fn redis_time(server: &RedisServer) -> f64 {
+    let out = server.cli(&["TIME"]).unwrap();
+    let mut it = out.lines().map(|l| l.trim().parse::<f64>().unwrap());
+    let (s, us) = (it.next().unwrap(), it.next().unwrap());
+    s + us / 1e6
+}
+
+/// `INSTANCES` layers on one Redis drive one key at `offered` requests a
+/// second (paced, in turn) for `secs`; (requests, admitted, script calls,
+/// seconds on Redis's clock from before the first request to after the
+/// last).
+async fn drive(
+    server: &RedisServer,
+    prefix: &str,
+    refill: u32,
+    offered: f64,
+    secs: f64,
+) -> (usize, usize, u64, f64) {
+    let mut apps = Vec::new();
+    for _ in 0..INSTANCES {
+        let cfg = redis_config(server, prefix, "500ms", &hot_limits(refill));
+        apps.push(ok_app(cfg).await);
+    }
+    let total = (offered * secs) as usize;
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    let start = redis_time(server);
+    let t0 = tokio::time::Instant::now();
+    let mut admitted = 0;
+    for i in 0..total {
+        // Paced: request i is due at i ÷ offered; a late driver catches up.
+        tokio::time::sleep_until(t0 + std::time::Duration::from_secs_f64(i as f64 / offered)).await;
+        let res = send(
+            &apps[i % INSTANCES],
+            request("GET", "/", "127.0.0.1:1", &[("x-api-key", "hot")]),
+        )
+        .await;
+        match res.status().as_u16() {
+            200 => admitted += 1,
+            429 => {
+                // Honest: never "now" for a wait; a lease's local refusal
+                // waits at most LEASE_TTL (1 s), a batch refills faster.
+                let retry = header_u64(&res, "retry-after");
+                assert_eq!(retry, 1, "Retry-After of a hot key at its limit");
+            }
+            s => panic!("{s}"),
+        }
+    }
+    let calls = server.script_calls();
+    let elapsed = redis_time(server) - start;
+    (total, admitted, calls, elapsed)
+}
+
+/// At and over the limit, leases still batch: at most one script call per
+/// 10 requests, and never more admitted than the bucket allows.
+async fn hot_key_at(refill: u32, times: f64, tag: &str) {
+    let server = RedisServer::start();
+    let prefix = prefix(tag);
+    let offered = f64::from(refill) * times;
+    let (total, admitted, calls, elapsed) = drive(&server, &prefix, refill, offered, 1.5).await;
+    let allowed = f64::from(BURST) + f64::from(refill) * elapsed;
+    println!(
+        "{tag}: {total} requests at {offered}/s, {admitted} admitted (bucket allows {allowed:.0} in \
+         {elapsed:.3} s), {calls} script calls"
+    );
+    // Charged in Redis before spent: within the bucket, on Redis's clock.
+    assert!(admitted as f64 <= allowed + 1.0, "{admitted} > {allowed}");
+    assert!(
+        calls as usize * 10 <= total,
+        "{calls} script calls for {total} requests"
+    );
+    // The key was at its limit: the lease path refused some.
+    assert!(admitted < total, "{admitted} of {total}");
+    server.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test]
+async fn a_hot_key_at_1_1x_its_refill_costs_a_call_per_batch() {
+    hot_key_at(2_000, 1.1, "hot-1.1x").await;
+}
+
+#[tokio::test]
+async fn a_hot_key_at_3x_its_refill_costs_a_call_per_batch() {
+    hot_key_at(750, 3.0, "hot-3x").await;
+}
+
+/// A lease held while Redis loses the key's state (garbage written over
+/// it, then a restart: empty, scripts gone): every answer stays 200, 429
+/// or the route's 503, and what is admitted after stays within a fresh
+/// bucket plus the leases the instances already held.
+#[tokio::test]
+async fn leases_held_through_garbage_state_and_a_restart_stay_bounded() {
+    let server = RedisServer::start();
+    let prefix = prefix("lease-fault");
+    let refill = 10;
+    let mut apps = Vec::new();
+    for _ in 0..INSTANCES {
+        let cfg = redis_config(&server, &prefix, "500ms", &hot_limits(refill));
+        apps.push(ok_app(cfg).await);
+    }
+    let key = header_key(&prefix, "hot", "hot");
+    // `n` requests, `pace` apart.
+    let run = |n: usize, pace: u64| {
+        let apps = &apps;
+        async move {
+            let mut admitted = 0;
+            for i in 0..n {
+                tokio::time::sleep(std::time::Duration::from_millis(pace)).await;
+                let res = send(
+                    &apps[i % INSTANCES],
+                    request("GET", "/", "127.0.0.1:1", &[("x-api-key", "hot")]),
+                )
+                .await;
+                match res.status().as_u16() {
+                    200 => admitted += 1,
+                    429 | 503 => {}
+                    s => panic!("{s}"),
+                }
+            }
+            admitted
+        }
+    };
+    // Leases taken: the bucket is below a batch now, and the instances
+    // hold what they leased.
+    assert!(run(360, 0).await <= BURST as usize + 1);
+    // Most one instance can spend of what it held, and a bucket that
+    // starts again full, plus its refill meanwhile.
+    let bound = |elapsed: f64| {
+        (INSTANCES as u32 * BATCH + BURST) as f64 + f64::from(refill) * elapsed + 1.0
+    };
+    for garbage in [
+        &["SET", &key, "not a time"][..],
+        &["HSET", &key, "f", "v"][..],
+    ] {
+        server.cli(&["DEL", &key]).unwrap();
+        server.cli(garbage).unwrap();
+        let start = redis_time(&server);
+        // Over more than LEASE_TTL (1 s): the instances' waits end, and
+        // they lease from the bucket that starts again.
+        let admitted = run(900, 2).await;
+        let elapsed = redis_time(&server) - start;
+        println!("after {garbage:?}: {admitted} admitted in {elapsed:.3} s");
+        assert!(admitted as f64 <= bound(elapsed), "{admitted}");
+        assert!(admitted > 0, "the key is served again");
+    }
+    server.restart();
+    let start = redis_time(&server);
+    let admitted = run(1_500, 2).await;
+    let elapsed = redis_time(&server) - start;
+    println!("after a restart: {admitted} admitted in {elapsed:.3} s");
+    assert!(admitted as f64 <= bound(elapsed), "{admitted}");
+    // Redis answers again: leases are taken from the new bucket.
+    assert!(admitted > 0);
+    server.assert_every_key_expires(&prefix);
+}
