@@ -255,3 +255,74 @@ async fn leases_held_through_garbage_state_and_a_restart_stay_bounded() {
     assert!(admitted > 0);
     server.assert_every_key_expires(&prefix);
 }
+
+/// `Store::lease` on both stores: as many whole requests as are free, up
+/// to the batch, possibly none, and when the whole batch fits again; a key
+/// that is not a bucket's state counts as a full bucket and is replaced.
+#[tokio::test]
+async fn a_partial_lease_takes_what_is_free_on_both_stores() {
+    use fleetlimit::store::{Bucket, Check, MemoryStore, RedisStore, Rule, Store};
+    use std::time::Duration;
+
+    let server = RedisServer::start();
+    let redis = RedisStore::connect(
+        &server.url(),
+        2,
+        Duration::from_millis(500),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    let memory = MemoryStore::new(100);
+    // 10 tokens, 1 back every 100 s: nothing refills during the test.
+    let rule = Rule::TokenBucket {
+        capacity: 10.0,
+        refill_per_sec: 0.01,
+    };
+    let check = |key: &str, cost: f64| Check {
+        cost,
+        buckets: vec![Bucket {
+            key: key.into(),
+            rule,
+            shadow: false,
+        }],
+        slot: None,
+    };
+    let key = format!("{}:lease-store", prefix("store"));
+    for (name, store) in [
+        ("redis", &redis as &dyn Store),
+        ("memory", &memory as &dyn Store),
+    ] {
+        // A batch of 4 requests of cost 2 on a full bucket: all of it.
+        let l = store.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        assert_eq!(l.granted, 8.0, "{name}");
+        assert!((l.state.remaining - 2.0).abs() < 1e-6, "{name} {l:?}");
+        // 2 left: one request's worth, short of the batch; a whole batch
+        // fits again once 8 more refilled (800 s at 0.01/s).
+        let l = store.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        assert_eq!(l.granted, 2.0, "{name}");
+        assert!(l.state.enough && l.state.remaining < 1e-3, "{name} {l:?}");
+        assert!((l.state.wait - 800.0).abs() < 1.0, "{name} {l:?}");
+        // Empty: nothing, and nothing taken.
+        let l = store.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        assert_eq!(l.granted, 0.0, "{name}");
+        assert!(!l.state.enough, "{name}");
+        assert!((l.state.wait - 800.0).abs() < 1.0, "{name} {l:?}");
+    }
+    assert!(tokens(&server, &key, 10.0, 0.01) < 0.01);
+    // State fleetlimit did not write (another type, text): a full bucket,
+    // written over with its expiry.
+    for garbage in [&["HSET", &key, "f", "v"][..], &["SET", &key, "1e400"][..]] {
+        server.cli(&["DEL", &key]).unwrap();
+        server.cli(garbage).unwrap();
+        let l = redis.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        assert_eq!(l.granted, 8.0, "{garbage:?}");
+        assert!(tokens(&server, &key, 10.0, 0.01) < 2.01);
+    }
+    server.assert_every_key_expires(&prefix("store"));
+    // A cost above the capacity: nothing, whatever is free.
+    server.cli(&["DEL", &key]).unwrap();
+    let l = redis.lease(&check(&key, 24.0), 12.0).await.unwrap();
+    assert_eq!(l.granted, 0.0);
+    assert_eq!(server.cli(&["EXISTS", &key]).unwrap().trim(), "0");
+}
