@@ -27,6 +27,7 @@ mod take;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};
 
 use crate::bounded::{Bounded, Evict};
@@ -50,8 +51,8 @@ struct Entry {
     /// The last lease got nothing: the free tokens were all taken, by the
     /// leases of other instances or their requests.
     empty: bool,
-    /// A lease is being taken: the key's other requests ask Redis as usual
-    /// meanwhile instead of each taking a lease of its own.
+    /// A lease is being taken: the key's other requests wait for it
+    /// ([`Leases::wait_taken`]) instead of each asking Redis.
     taking: bool,
 }
 
@@ -70,6 +71,8 @@ pub(crate) struct Leases {
     map: Bounded<Entry>,
     /// Resets applied so far (see [`forget`](Leases::forget)).
     resets: AtomicU64,
+    /// Told when a lease being taken is granted or not.
+    taken: Notify,
 }
 
 /// What the lease table says about one request.
@@ -86,6 +89,9 @@ pub(crate) enum LeaseUse {
     },
     /// The key is hot: ask Redis for a lease of up to a batch.
     Take,
+    /// Another request of the key is taking a lease: wait for it
+    /// ([`Leases::wait_taken`]), then ask the table again.
+    Pending,
     /// Not hot: ask Redis as usual.
     Normal,
 }
@@ -109,12 +115,23 @@ impl Leases {
         Self {
             map: Bounded::new(max_keys),
             resets: AtomicU64::new(0),
+            taken: Notify::new(),
         }
     }
 
     /// Counts the request and spends from a live lease when it can. Also
     /// answers the tokens of a lease found lapsed unspent (stranded).
     pub(crate) fn use_for(&self, key: &str, cost: f64, above: u32) -> (LeaseUse, f64) {
+        self.using(key, cost, above, true)
+    }
+
+    /// [`use_for`](Self::use_for) again after [`wait_taken`](Self::wait_taken):
+    /// the request is not counted twice.
+    pub(crate) fn use_again(&self, key: &str, cost: f64, above: u32) -> (LeaseUse, f64) {
+        self.using(key, cost, above, false)
+    }
+
+    fn using(&self, key: &str, cost: f64, above: u32, count: bool) -> (LeaseUse, f64) {
         let now = Instant::now();
         let mut slot = self.map.slot(key);
         let e = slot.get_or_insert_with(now, || Entry {
@@ -135,7 +152,9 @@ impl Leases {
             e.hits = if hot { above } else { 0 };
             e.window = now;
         }
-        e.hits = e.hits.saturating_add(1);
+        if count {
+            e.hits = e.hits.saturating_add(1);
+        }
         let mut stranded = 0.0;
         if e.expires <= now && e.tokens > 0.0 {
             stranded = std::mem::take(&mut e.tokens);
@@ -154,7 +173,9 @@ impl Leases {
                 empty: e.empty,
                 shared_left: e.shared_left,
             }
-        } else if e.hits > above && !e.taking {
+        } else if e.taking {
+            LeaseUse::Pending
+        } else if e.hits > above {
             e.taking = true;
             LeaseUse::Take
         } else {
@@ -177,6 +198,8 @@ impl Leases {
         // Read under the lock `forget` takes after counting: a reset either
         // removes this lease or is seen here (see `refused.rs`).
         let fresh = self.resets.load(Ordering::Acquire) == seen;
+        // Waiters check again under the lock: told now, they see this.
+        self.taken.notify_waiters();
         let Some(e) = slot.get_mut().filter(|e| e.taking) else {
             return 0.0;
         };
@@ -199,6 +222,27 @@ impl Leases {
         if let Some(e) = self.map.slot(key).get_mut() {
             e.taking = false;
         }
+        self.taken.notify_waiters();
+    }
+
+    /// Waits until the lease being taken for `key` is granted or not, at
+    /// most `LEASE_TTL` (its taker waits within the store's deadline, and
+    /// a taker that goes away says so). `false`: still being taken.
+    pub(crate) async fn wait_taken(&self, key: &str) -> bool {
+        let until = Instant::now() + LEASE_TTL;
+        loop {
+            // Registered before the check: a grant between them still wakes.
+            let told = self.taken.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            let taking = self.map.slot(key).get_mut().is_some_and(|e| e.taking);
+            if !taking {
+                return true;
+            }
+            if tokio::time::timeout_at(until, told).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// A reset of `keys`: their leases and hit counts go, and leases asked
@@ -208,6 +252,7 @@ impl Leases {
         for key in keys {
             self.map.remove(key);
         }
+        self.taken.notify_waiters();
     }
 
     /// Keeps the leases of the limits `keep` accepts by name (a reload: the
@@ -222,12 +267,14 @@ impl Leases {
                 .and_then(|k| k.split(":{").next());
             limit.is_some_and(&keep)
         });
+        self.taken.notify_waiters();
     }
 
     /// Forgets every lease (a reset may have been missed).
     pub(crate) fn clear(&self) {
         self.resets.fetch_add(1, Ordering::AcqRel);
         self.map.clear();
+        self.taken.notify_waiters();
     }
 
     /// The key's lease is being taken: [`not_granted`](Self::not_granted)
@@ -309,7 +356,7 @@ mod tests {
         assert_eq!(l.use_for("k", 1.0, 2).0, LeaseUse::Take);
         assert_eq!(
             l.use_for("k", 1.0, 2).0,
-            LeaseUse::Normal,
+            LeaseUse::Pending,
             "one lease taken at a time"
         );
         l.granted("k", full(2.0, 50.0), l.resets());
@@ -338,7 +385,7 @@ mod tests {
         let l = Leases::new(100);
         assert_eq!(l.use_for("k", 1.0, 1).0, LeaseUse::Normal);
         assert_eq!(l.use_for("k", 1.0, 1).0, LeaseUse::Take);
-        assert_eq!(l.use_for("k", 1.0, 1).0, LeaseUse::Normal, "being taken");
+        assert_eq!(l.use_for("k", 1.0, 1).0, LeaseUse::Pending, "being taken");
         // The request taking it went away before Redis answered.
         drop(l.claim("k"));
         assert_eq!(l.use_for("k", 1.0, 1).0, LeaseUse::Take);
@@ -433,5 +480,37 @@ mod tests {
         assert_eq!(l.granted("k", full(6.0, 10.0), l.resets()), 1.0);
         // A grant nobody asked for (dropped claim) strands nothing.
         assert_eq!(l.granted("k", full(6.0, 10.0), l.resets()), 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_during_a_take_wait_for_it_then_spend_from_it() {
+        let l = std::sync::Arc::new(Leases::new(100));
+        assert_eq!(l.use_for("k", 1.0, 0).0, LeaseUse::Take);
+        assert_eq!(l.use_for("k", 1.0, 0).0, LeaseUse::Pending);
+        let waiter = {
+            let l = std::sync::Arc::clone(&l);
+            tokio::spawn(async move { l.wait_taken("k").await })
+        };
+        tokio::task::yield_now().await;
+        l.granted("k", full(3.0, 10.0), l.resets());
+        assert!(waiter.await.unwrap(), "told when granted");
+        assert!(matches!(
+            l.use_again("k", 1.0, 0).0,
+            LeaseUse::Spent { lease_left, .. } if lease_left == 2.0
+        ));
+        // Never answered (a taker stuck): the wait ends at LEASE_TTL.
+        let _ = l.use_for("k", 3.0, 0);
+        assert_eq!(l.use_for("k", 3.0, 0).0, LeaseUse::Pending);
+        let start = Instant::now();
+        assert!(!l.wait_taken("k").await);
+        assert_eq!(start.elapsed(), LEASE_TTL);
+        // A reset while it is taken wakes the waiters.
+        let waiter = {
+            let l = std::sync::Arc::clone(&l);
+            tokio::spawn(async move { l.wait_taken("k").await })
+        };
+        tokio::task::yield_now().await;
+        l.forget(&["k"]);
+        assert!(waiter.await.unwrap());
     }
 }

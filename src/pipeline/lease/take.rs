@@ -36,13 +36,22 @@ impl Limiter {
             return None;
         };
         let names = || p.policy.limits.iter().map(|l| &l.name);
-        let (what, stranded) = self
-            .core
-            .leases
-            .use_for(&bucket.key, check.cost, lease.above);
+        let leases = &self.core.leases;
+        let (mut what, stranded) = leases.use_for(&bucket.key, check.cost, lease.above);
         crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+        if what == LeaseUse::Pending {
+            // Spent from the lease being taken, or refused by its answer,
+            // rather than one Redis call per request meanwhile.
+            if !leases.wait_taken(&bucket.key).await {
+                return None;
+            }
+            let (again, stranded) = leases.use_again(&bucket.key, check.cost, lease.above);
+            crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+            what = again;
+        }
         match what {
-            LeaseUse::Normal => None,
+            // Another lease is being taken again: ask Redis as usual.
+            LeaseUse::Normal | LeaseUse::Pending => None,
             LeaseUse::Spent {
                 lease_left,
                 shared_left,
