@@ -330,3 +330,49 @@ async fn a_partial_lease_takes_what_is_free_on_both_stores() {
     assert_eq!(l.granted, 0.0);
     assert_eq!(server.cli(&["EXISTS", &key]).unwrap().trim(), "0");
 }
+
+/// A lease asked for while Redis is frozen: the request gets the route's
+/// answer (503, `closed`), and after the thaw the key holds exactly what
+/// the answers the instance received took: the frozen lease ran after its
+/// bound (nothing taken) or was given back.
+#[tokio::test]
+async fn a_lease_given_up_on_during_a_freeze_takes_nothing() {
+    let server = RedisServer::start();
+    let prefix = prefix("lease-freeze");
+    let cfg = redis_config(
+        &server,
+        &prefix,
+        "50ms",
+        &limits("lease_batch = 10\nlease_above = 1"),
+    );
+    let app = ok_app(cfg).await;
+    let hot = || request("GET", "/", "127.0.0.1:1", &[("x-api-key", "hot")]);
+    // One to Redis, then a lease of 10 spent: 89 left.
+    for _ in 0..11 {
+        assert_eq!(send(&app, hot()).await.status(), 200);
+    }
+    let key = header_key(&prefix, "hot", "hot");
+    let left = || tokens(&server, &key, 100.0, 1.0 / 86_400.0);
+    assert!((left() - 89.0).abs() < 0.01, "{}", left());
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    server.freeze();
+    // The next lease is asked for, into the freeze.
+    let status = send(&app, hot()).await.status();
+    server.thaw();
+    assert_eq!(status, 503);
+    // The frozen call runs once Redis wakes (then a give-back, had it
+    // taken anything: settled within fred's timeout, given back within the
+    // give-back wait of 5 s); 10 s is well past both.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < until && server.script_calls() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(server.script_calls() >= 1, "the frozen lease ran");
+    while std::time::Instant::now() < until && (left() - 89.0).abs() >= 0.01 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!((left() - 89.0).abs() < 0.01, "{}", left());
+    // Redis answers again: a lease is taken from the same bucket.
+    assert_eq!(send(&app, hot()).await.status(), 200);
+    assert!((left() - 79.0).abs() < 0.01, "{}", left());
+}
