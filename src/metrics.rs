@@ -22,6 +22,33 @@ pub(crate) enum Script {
     Lean,
     /// The general script (several limits, windows, concurrency).
     Decide,
+    /// A hot key's partial lease.
+    Lease,
+}
+
+/// Why a hot key's request was refused by this instance's lease table,
+/// without Redis (the `reason` label of
+/// `fleetlimit_lease_local_refusals_total`).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseRefusal {
+    /// The last lease got nothing: the key's free tokens were taken, by
+    /// other instances' leases or their requests.
+    Elsewhere,
+    /// The last lease came short and is spent: waiting for the next one.
+    Waiting,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl LeaseRefusal {
+    const ALL: [Self; 2] = [Self::Elsewhere, Self::Waiting];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Elsewhere => "elsewhere",
+            Self::Waiting => "waiting",
+        }
+    }
 }
 
 /// Precision spent by the Redis store's calls, per check (the `event`
@@ -112,11 +139,13 @@ mod on {
 
     use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
 
-    use super::{Outcome, Precision, Script};
+    use super::{LeaseRefusal, Outcome, Precision, Script};
 
     pub(crate) const DECISIONS: &str = "fleetlimit_decisions_total";
     pub(crate) const REFUSED_CACHE_HITS: &str = "fleetlimit_refused_cache_hits_total";
     pub(crate) const LEASE_GRANTS: &str = "fleetlimit_lease_grants_total";
+    pub(crate) const LEASE_STRANDED: &str = "fleetlimit_lease_stranded_tokens_total";
+    pub(crate) const LEASE_REFUSALS: &str = "fleetlimit_lease_local_refusals_total";
     pub(crate) const STORE_CALL: &str = "fleetlimit_store_call_duration_seconds";
     pub(crate) const SCRIPT_CALLS: &str = "fleetlimit_script_calls_total";
     pub(crate) const SCRIPT_CHECKS: &str = "fleetlimit_script_checks_total";
@@ -145,6 +174,16 @@ mod on {
             LEASE_GRANTS,
             Unit::Count,
             "Hot-key token leases Redis granted this instance"
+        );
+        describe_counter!(
+            LEASE_STRANDED,
+            Unit::Count,
+            "Leased tokens that lapsed unspent on this instance (whole tokens)"
+        );
+        describe_counter!(
+            LEASE_REFUSALS,
+            Unit::Count,
+            "Refusals of a hot key answered by this instance's lease table, without Redis"
         );
         describe_histogram!(
             STORE_CALL,
@@ -199,6 +238,8 @@ mod on {
         decisions: [Counter; Outcome::ALL.len()],
         refused_cache_hits: Counter,
         lease_grants: Counter,
+        lease_stranded: Counter,
+        lease_refusals: [Counter; LeaseRefusal::ALL.len()],
     }
 
     /// A route's handles: its label, and each limit's handles once the
@@ -237,6 +278,15 @@ mod on {
                         decisions: Outcome::ALL.map(|o| ::metrics::counter!(DECISIONS, &labels(o))),
                         refused_cache_hits: ::metrics::counter!(REFUSED_CACHE_HITS, &plain),
                         lease_grants: ::metrics::counter!(LEASE_GRANTS, &plain),
+                        lease_stranded: ::metrics::counter!(LEASE_STRANDED, &plain),
+                        lease_refusals: LeaseRefusal::ALL.map(|r| {
+                            let labels = [
+                                ("route", route.clone()),
+                                ("limit", limit.clone()),
+                                ("reason", SharedString::from(r.as_str())),
+                            ];
+                            ::metrics::counter!(LEASE_REFUSALS, &labels)
+                        }),
                     }
                 };
                 names.map(one).collect()
@@ -272,14 +322,41 @@ mod on {
         }
     }
 
+    /// `tokens` of limit 0's lease lapsed unspent (or were replaced).
+    /// Lazy: without the feature, nothing is read.
+    pub(crate) fn lease_stranded<'n>(
+        m: &PolicyMetrics,
+        names: impl Iterator<Item = &'n Arc<str>>,
+        tokens: f64,
+    ) {
+        if tokens <= 0.0 || !tokens.is_finite() {
+            return;
+        }
+        // Whole requests' worth: a lease holds whole costs.
+        if let Some(m) = m.limits(names).first() {
+            m.lease_stranded.increment(tokens.round() as u64);
+        }
+    }
+
+    /// Limit 0's lease table refused a request, without Redis.
+    pub(crate) fn lease_refused<'n>(
+        m: &PolicyMetrics,
+        names: impl Iterator<Item = &'n Arc<str>>,
+        why: LeaseRefusal,
+    ) {
+        if let Some(m) = m.limits(names).first() {
+            m.lease_refusals[why as usize].increment(1);
+        }
+    }
+
     /// The store's handles: call durations by result, calls and checks by
     /// script.
     pub(crate) struct StoreMetrics {
         ok: Histogram,
         /// By `StoreError::reason`, registered at the first such error.
         errors: [OnceLock<Histogram>; REASONS.len()],
-        calls: [Counter; 2],
-        checks: [Counter; 2],
+        calls: [Counter; 3],
+        checks: [Counter; 3],
         precision: [Counter; Precision::ALL.len()],
     }
 
@@ -304,10 +381,12 @@ mod on {
                 calls: [
                     ::metrics::counter!(SCRIPT_CALLS, &script("lean")),
                     ::metrics::counter!(SCRIPT_CALLS, &script("decide")),
+                    ::metrics::counter!(SCRIPT_CALLS, &script("lease")),
                 ],
                 checks: [
                     ::metrics::counter!(SCRIPT_CHECKS, &script("lean")),
                     ::metrics::counter!(SCRIPT_CHECKS, &script("decide")),
+                    ::metrics::counter!(SCRIPT_CHECKS, &script("lease")),
                 ],
                 precision: Precision::ALL
                     .map(|p| ::metrics::counter!(PRECISION, "event" => p.as_str())),
@@ -489,7 +568,7 @@ mod on {
 mod off {
     use std::sync::Arc;
 
-    use super::{Outcome, Precision, Script};
+    use super::{LeaseRefusal, Outcome, Precision, Script};
 
     #[derive(Debug)]
     pub(crate) struct PolicyMetrics;
@@ -514,6 +593,22 @@ mod off {
         _: &PolicyMetrics,
         _: impl Iterator<Item = &'n Arc<str>>,
         _: usize,
+    ) {
+    }
+
+    #[inline(always)]
+    pub(crate) fn lease_stranded<'n>(
+        _: &PolicyMetrics,
+        _: impl Iterator<Item = &'n Arc<str>>,
+        _: f64,
+    ) {
+    }
+
+    #[inline(always)]
+    pub(crate) fn lease_refused<'n>(
+        _: &PolicyMetrics,
+        _: impl Iterator<Item = &'n Arc<str>>,
+        _: LeaseRefusal,
     ) {
     }
 

@@ -380,6 +380,73 @@ async fn leases_and_plan_lookups_are_counted() {
     assert_eq!((lookups("miss"), lookups("hit")), (1.0, 2.0));
 }
 
+/// Partial leases of a hot key on three instances sharing a real Redis:
+/// the leases granted (whole and short), the refusals each lease table
+/// answered without Redis (its lease got nothing: `elsewhere`; its short
+/// lease is spent: `waiting`), the tokens a lapsed lease stranded, and the
+/// lease script's calls.
+#[tokio::test]
+async fn lease_refusals_and_stranded_tokens_are_counted_on_redis() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let server = RedisServer::start();
+    let body = r#"
+        [limits.hot]
+        key = "header:x-api-key"
+        capacity = 30
+        refill = "1/min"
+        lease_batch = 10
+        lease_above = 1
+
+        [[routes]]
+        path = "/"
+        limits = ["hot"]
+    "#;
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        let cfg = support::redis_config(&server, &support::prefix("lease-metrics"), "500ms", body);
+        apps.push(app(RateLimitLayer::new(cfg).await.unwrap()));
+    }
+    let (a, b, c) = (&apps[0], &apps[1], &apps[2]);
+    // A and B: one request to Redis, then a whole lease of 10 (the request
+    // and 9 held); 8 left in Redis.
+    assert_eq!(statuses(a, "/", "k", 2).await, [200; 2]);
+    assert_eq!(statuses(b, "/", "k", 2).await, [200; 2]);
+    // C: one to Redis (7 left), then a short lease of all 7: the request
+    // and 6 held; then, spent, C refuses by itself (waiting).
+    let mut want = vec![200; 8];
+    want.push(429);
+    assert_eq!(statuses(c, "/", "k", 9).await, want);
+    // A spends its 9, then its next lease gets nothing (refused by that
+    // answer), and its table refuses the next (elsewhere: B holds 9).
+    let mut want = vec![200; 9];
+    want.extend([429, 429]);
+    assert_eq!(statuses(a, "/", "k", 11).await, want);
+    // B's 9 lapse unspent (LEASE_TTL is 1 s): stranded, seen by its next
+    // request, which leases again and gets nothing.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(statuses(b, "/", "k", 1).await, [429]);
+    let s = snapshot(&snapshotter);
+    let hot = [("route", "/"), ("limit", "hot")];
+    let refused = |reason: &str| {
+        value(
+            &s,
+            "fleetlimit_lease_local_refusals_total",
+            &[("route", "/"), ("limit", "hot"), ("reason", reason)],
+        )
+    };
+    assert_eq!(value(&s, "fleetlimit_lease_grants_total", &hot), 3.0);
+    assert_eq!((refused("elsewhere"), refused("waiting")), (1.0, 1.0));
+    assert_eq!(
+        value(&s, "fleetlimit_lease_stranded_tokens_total", &hot),
+        9.0
+    );
+    let lease = [("script", "lease")];
+    assert_eq!(value(&s, "fleetlimit_script_calls_total", &lease), 5.0);
+    assert_eq!(server.calls_of("evalsha"), 5 + 3, "5 leases, 3 lean checks");
+}
+
 /// The Prometheus text of `/metrics`: the value of the sample `name` with
 /// exactly `labels` (0 when absent).
 fn scraped(ex: &Example, name: &str, labels: &[(&str, &str)]) -> f64 {

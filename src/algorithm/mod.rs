@@ -19,7 +19,7 @@ mod token_bucket;
 use std::time::Duration;
 
 pub(crate) use concurrency::Slots;
-pub(crate) use token_bucket::{LeanArgs, LEAN};
+pub(crate) use token_bucket::{LeanArgs, LEAN, LEASE};
 
 /// The general script, run by `EVALSHA`: the token bucket's core, then the
 /// driver that decides every limit of a request at once, its loops holding

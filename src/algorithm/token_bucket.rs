@@ -50,6 +50,10 @@ pub(crate) use lua;
 /// reads the arguments [`LeanArgs`] prints and answers integers.
 pub(crate) const LEAN: &str = concat!(core!(), include_str!("../../lua/token_bucket_lean.lua"));
 
+/// The lease script: a hot key's partial lease (`src/pipeline/lease/`),
+/// as many whole requests as are free up to a batch, on the same core.
+pub(crate) const LEASE: &str = concat!(core!(), include_str!("../../lua/token_bucket_lease.lua"));
+
 /// A token bucket in µs of its store's clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Gcra {
@@ -199,6 +203,21 @@ impl LeanArgs {
         let enough = x >= 0;
         let ahead = (if enough { x } else { -1 - x }) as f64 / 4.0;
         self.gcra.report(ahead, self.inc, enough)
+    }
+}
+
+/// A partial lease's answer (the lease script's, or the in-process
+/// store's): what was taken, and the bucket after it.
+impl LeanArgs {
+    /// `taken` requests of this check's cost were leased, of at most
+    /// `most`; TAT − now is `x` ÷ 4 µs after. The state's `wait` is the
+    /// time until `most` requests fit again (when a whole lease could be
+    /// taken), its `enough` whether anything was taken.
+    pub(crate) fn lease_answer(&self, taken: i64, x: i64, most: f64) -> LimitState {
+        let ahead = x as f64 / 4.0;
+        let mut s = self.gcra.report(ahead, self.inc * most, taken > 0);
+        s.remaining = s.remaining.min(self.gcra.capacity);
+        s
     }
 }
 

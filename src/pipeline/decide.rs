@@ -5,7 +5,7 @@
 //!    can never hold;
 //! 3. a refusal remembered from Redis (`refused.rs`), answered here;
 //! 4. the store: the in-process one decides at once; one that answers
-//!    later (Redis) is asked through the hot key's lease (`lease.rs`),
+//!    later (Redis) is asked through the hot key's lease (`lease/`),
 //!    behind the circuit breaker, and when it fails the route's failure
 //!    policy decides (`fallback.rs`);
 //! 5. [`Limiter::decision`]: the store's answer → headers, refund handle,
@@ -24,7 +24,6 @@ use smallvec::SmallVec;
 
 use super::escalate;
 use super::fallback::Answer;
-use super::lease::LeaseUse;
 use super::refused::Refused;
 use super::slot::{Asking, Release};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
@@ -222,7 +221,12 @@ impl Limiter {
     }
 
     /// The store failed: the route's failure policy decides.
-    fn fall_back(self: &Arc<Self>, p: &Pending, check: Check, e: &StoreError) -> Decision {
+    pub(super) fn fall_back(
+        self: &Arc<Self>,
+        p: &Pending,
+        check: Check,
+        e: &StoreError,
+    ) -> Decision {
         super::trace::degraded();
         // `local` is recorded with its buckets' answer, in `decision`.
         match p.policy.on_redis_error {
@@ -241,93 +245,6 @@ impl Limiter {
                 let answered =
                     Answered::new(o.allowed, &o.limits, check.slot.as_deref(), check.cost);
                 self.decision(p, buckets, answered, DecidedBy::Fallback)
-            }
-        }
-    }
-
-    /// Hot-key leases (see `lease.rs`): a request of a hot key is admitted
-    /// from this instance's lease, or takes a new lease for the next ones.
-    /// `None`: ask the store as usual.
-    async fn leased(self: &Arc<Self>, p: &Pending, check: &Check) -> Option<Decision> {
-        let ([limit], [bucket]) = (p.policy.limits.as_slice(), check.buckets.as_slice()) else {
-            return None;
-        };
-        let lease = limit.lease.filter(|_| !bucket.shadow)?;
-        let Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } = bucket.rule
-        else {
-            return None;
-        };
-        match self
-            .core
-            .leases
-            .use_for(&bucket.key, check.cost, lease.above)
-        {
-            LeaseUse::Normal => None,
-            LeaseUse::Spent {
-                lease_left,
-                shared_left,
-            } => {
-                // What this key can still spend: its lease here, and what
-                // Redis had left when the lease was taken.
-                let remaining = response::apart(lease_left, shared_left, check.cost).min(capacity);
-                self.record(
-                    p,
-                    &check.buckets,
-                    true,
-                    |_| Some((remaining, true)),
-                    Via::Lease,
-                );
-                let reset = (capacity - remaining) / refill_per_sec;
-                Some(Decision::admit(Some(self.one_limit(
-                    limit,
-                    &bucket.rule,
-                    check.cost,
-                    remaining,
-                    reset,
-                ))))
-            }
-            LeaseUse::Take => {
-                // Whole requests of this cost: a part of one left in the
-                // lease could be spent neither here nor in Redis.
-                let cost = check.cost.max(1.0);
-                let batch = (f64::from(lease.batch) / cost).floor().max(1.0) * cost;
-                let take = Check {
-                    slot: check.slot.clone(),
-                    cost: batch,
-                    buckets: check.buckets.clone(),
-                };
-                // Clears the key's "taking" mark however this ends, even if
-                // this future is dropped while Redis is asked.
-                let claim = self.core.leases.claim(&bucket.key);
-                let seen = self.core.leases.resets();
-                match self.ask(&take).await {
-                    Ok(o) if o.allowed => {
-                        claim.disarm();
-                        let names = p.policy.limits.iter().map(|l| &l.name);
-                        crate::metrics::lease_granted(&p.policy.metrics, names, 0);
-                        let extra = batch - check.cost;
-                        let s = o.limits[0];
-                        self.core
-                            .leases
-                            .granted(&bucket.key, extra, s.remaining, seen);
-                        // The lease is this key's to spend here; no refund
-                        // handle (it would give back the whole lease).
-                        let left = response::apart(extra, s.remaining, check.cost);
-                        self.record(p, &check.buckets, true, |_| Some((left, true)), Via::Lease);
-                        let headers =
-                            self.one_limit(limit, &bucket.rule, check.cost, left, s.reset);
-                        Some(Decision::admit(Some(headers)))
-                    }
-                    // Not enough for a whole lease: ask for this request
-                    // alone, as usual.
-                    Ok(_) => None,
-                    // Redis failed: the failure policy answers now, rather
-                    // than a second call into the same outage.
-                    Err(e) => Some(self.fall_back(p, check.clone(), &e)),
-                }
             }
         }
     }
@@ -466,7 +383,7 @@ impl Limiter {
     /// The headers of a decision: every limit of the route with its state
     /// (`limits`, in order), `X-RateLimit-*` reporting limit `refused_by`
     /// of a refusal, or on an admission the one that refuses first.
-    fn headers(
+    pub(super) fn headers(
         &self,
         p: &Pending,
         limits: &[LimitState],
@@ -516,7 +433,7 @@ impl Limiter {
 
     /// The headers of a route's only limit (a hot key's lease), for a
     /// request of `cost`.
-    fn one_limit(
+    pub(super) fn one_limit(
         &self,
         limit: &crate::route::Limit,
         rule: &Rule,
@@ -557,7 +474,7 @@ impl Limiter {
     /// Counts the decision (feature `metrics`) and hands the decision about
     /// each limit that records (see `record.rs`) to the recorder: `state(i)`, limit `i`'s remaining and whether it
     /// had room for the request (`None`: not known).
-    fn record(
+    pub(super) fn record(
         &self,
         p: &Pending,
         buckets: &[Bucket],

@@ -445,6 +445,20 @@ impl Core {
         answer
     }
 
+    /// A hot key's partial lease of up to `check.cost`, in whole `step`s,
+    /// behind the circuit breaker as [`ask`](Self::ask).
+    async fn lease(&self, check: &Check, step: f64) -> Result<crate::store::Lease, StoreError> {
+        let guard = match &self.breaker {
+            Some(b) => Some(b.enter(&self.store.nodes(check))?),
+            None => None,
+        };
+        let answer = self.store.lease(check, step).await;
+        if let Some(g) = guard {
+            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
+        }
+        answer
+    }
+
     /// What the decision recorder has done (`None`: nothing is recorded).
     pub(crate) fn record_stats(&self) -> Option<RecordStats> {
         self.recorder.get().map(Recorder::stats)

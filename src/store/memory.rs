@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Bucket, Check, Outcome, Store, StoreFuture};
+use super::{Bucket, Check, Lease, LeaseFuture, Outcome, Store, StoreFuture};
 use crate::algorithm::{decide, Decided, Level, LimitState, Rule, Slots, State};
 use crate::bounded::{Bounded, Evict, Shard};
 
@@ -265,10 +265,76 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// [`Store::lease`] at once: the whole cost, else as many `step`s as
+    /// the refusal says are free (a second check under the same rule).
+    fn lease_now(&self, check: &Check, step: f64) -> Lease {
+        let refill = match check.buckets.as_slice() {
+            [b] => match b.rule {
+                Rule::TokenBucket { refill_per_sec, .. } => refill_per_sec,
+                _ => 0.0,
+            },
+            _ => 0.0,
+        };
+        let whole = self.check_now(check);
+        let Some(&first) = whole.limits.first() else {
+            return Lease {
+                granted: 0.0,
+                state: LimitState {
+                    enough: false,
+                    remaining: 0.0,
+                    wait: 0.0,
+                    reset: 0.0,
+                    capacity: 0.0,
+                },
+            };
+        };
+        if whole.allowed {
+            return Lease {
+                granted: check.cost,
+                state: first,
+            };
+        }
+        let steps = (first.remaining / step).floor();
+        if step <= 0.0 || steps < 1.0 || refill <= 0.0 {
+            return Lease {
+                granted: 0.0,
+                state: first,
+            };
+        }
+        let part = Check {
+            cost: steps * step,
+            ..check.clone()
+        };
+        let o = self.check_now(&part);
+        match o.limits.first() {
+            Some(&s) if o.allowed => {
+                let wait = ((check.cost - s.remaining) / refill).max(0.0);
+                Lease {
+                    granted: part.cost,
+                    state: LimitState { wait, ..s },
+                }
+            }
+            Some(&s) => Lease {
+                granted: 0.0,
+                state: s,
+            },
+            None => Lease {
+                granted: 0.0,
+                state: first,
+            },
+        }
+    }
+}
+
 impl Store for MemoryStore {
     fn check(&self, check: &Check) -> StoreFuture {
         let outcome = self.check_now(check);
         Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn lease(&self, check: &Check, step: f64) -> LeaseFuture {
+        Box::pin(std::future::ready(Ok(self.lease_now(check, step))))
     }
 
     fn release(&self, key: &str, slot: &str) {

@@ -33,6 +33,32 @@ pub use crate::algorithm::{LimitState, Rule};
 /// ```
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> + Send + 'static>>;
 
+/// What [`Store::lease`] returns: boxed, as [`StoreFuture`].
+pub type LeaseFuture = Pin<Box<dyn Future<Output = Result<Lease, StoreError>> + Send + 'static>>;
+
+/// A hot key's lease (see [`Store::lease`]): the units taken, and the
+/// bucket after it.
+///
+/// ```
+/// use fleetlimit::store::{Lease, LimitState};
+///
+/// // 3 requests of cost 2 were free of the 10 asked for: 6 units taken.
+/// let short = Lease {
+///     granted: 6.0,
+///     state: LimitState { enough: true, remaining: 0.5, wait: 0.95, reset: 9.95, capacity: 10.0 },
+/// };
+/// assert!(short.granted < 20.0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Lease {
+    /// Units taken: a whole number of the lease's steps, at most the
+    /// check's cost, `0` when not even one step was free.
+    pub granted: f64,
+    /// The bucket after the lease (`enough`: something was taken); its
+    /// `wait` is the seconds until the check's whole cost fits again.
+    pub state: LimitState,
+}
+
 /// Where rate-limit state lives. Bring your own with
 /// [`RateLimitLayerBuilder::store`](crate::RateLimitLayerBuilder::store).
 ///
@@ -83,6 +109,27 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// slot it fails to give back counts until its deadline (`max_hold`).
     /// The default: nothing (a store without concurrency limits).
     fn release(&self, _key: &str, _slot: &str) {}
+
+    /// A hot key's partial lease (`lease_batch`): takes from the check's
+    /// only bucket, a token bucket, as many whole `step`s (one request's
+    /// cost each) as are free, at most the check's cost, possibly none,
+    /// and says when the whole cost will fit again. The default: all or
+    /// nothing, by [`check`](Store::check) (its refusal's `wait` is that
+    /// time).
+    fn lease(&self, check: &Check, step: f64) -> LeaseFuture {
+        let _ = step;
+        let cost = check.cost;
+        let answer = self.check(check);
+        Box::pin(async move {
+            let o = answer.await?;
+            let state =
+                o.limits.first().copied().ok_or_else(|| {
+                    StoreError::Protocol("a lease's answer has no bucket".to_owned())
+                })?;
+            let granted = if o.allowed { cost } else { 0.0 };
+            Ok(Lease { granted, state })
+        })
+    }
 }
 
 /// A store's answer for one request (see [`Check`] for a whole round).

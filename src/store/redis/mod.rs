@@ -23,6 +23,7 @@ mod clock;
 mod cluster;
 pub(crate) mod connect;
 mod deadline;
+mod lease;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
@@ -38,8 +39,8 @@ use self::cluster::{slot_groups, NodePools};
 use self::connect::{build_pool, fred_config, wait_connected, Startup};
 use self::deadline::{deciding, IoThread, Stamp};
 use self::script::{map_err, Inner};
-use super::{Check, Store, StoreError, StoreFuture};
-use crate::algorithm::{LEAN, SCRIPT};
+use super::{Check, LeaseFuture, Store, StoreError, StoreFuture};
+use crate::algorithm::{LEAN, LEASE, SCRIPT};
 use crate::config::{redact_url, Config, RedisSettings};
 
 /// Rate-limit state in Redis (standalone, Sentinel or Cluster).
@@ -235,7 +236,7 @@ impl RedisStore {
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
     /// check also recovers by itself.
     pub(crate) async fn load_script(&self) -> Result<(), StoreError> {
-        for text in [LEAN, SCRIPT] {
+        for text in [LEAN, SCRIPT, LEASE] {
             if self.pool.is_clustered() {
                 let () = self
                     .pool
@@ -314,6 +315,31 @@ impl Store for RedisStore {
             let timer = inner.metrics.start();
             let once = groups.len() > 1;
             let answer = deciding(run, once, inner.deadline(), &inner.stalls).await;
+            inner.metrics.answered(
+                timer,
+                answer.as_ref().map(|_| ()).map_err(StoreError::reason),
+            );
+            answer
+        })
+    }
+
+    fn lease(&self, check: &Check, step: f64) -> LeaseFuture {
+        let lean = match check.buckets.as_slice() {
+            [b] => b.rule.lean_args(step).filter(|_| step > 0.0),
+            _ => None,
+        };
+        let Some(lean) = lean else {
+            // Not one token bucket: all or nothing, as a check.
+            let answer = self.check(check);
+            let cost = check.cost;
+            return Box::pin(async move { lease::whole(answer.await?, cost) });
+        };
+        let (pool, inner) = (self.pool.clone(), Arc::clone(&self.inner));
+        let check = check.clone();
+        Box::pin(async move {
+            let run = |stamp: Stamp| inner.lease(&pool, &check, lean, step, stamp);
+            let timer = inner.metrics.start();
+            let answer = deciding(run, false, inner.deadline(), &inner.stalls).await;
             inner.metrics.answered(
                 timer,
                 answer.as_ref().map(|_| ()).map_err(StoreError::reason),

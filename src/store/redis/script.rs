@@ -21,7 +21,7 @@ use super::clock::RedisClock;
 use super::cluster::{moved_to, NodePools};
 use super::deadline::{backstop, giving_back, within, Health, Stalls, Stamp};
 use crate::algorithm::LimitState;
-use crate::algorithm::{LeanArgs, LEAN, SCRIPT};
+use crate::algorithm::{LeanArgs, LEAN, LEASE, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Bucket, Check, StoreError};
 
@@ -55,6 +55,19 @@ pub(crate) enum Which {
     Lean,
     /// lua/decide.lua (every other shape).
     Decide,
+    /// lua/token_bucket_lease.lua (a hot key's partial lease, `lease.rs`).
+    Lease,
+}
+
+impl Which {
+    /// Its `script` label (feature `metrics`).
+    pub(crate) fn metric(self) -> crate::metrics::Script {
+        match self {
+            Self::Lean => crate::metrics::Script::Lean,
+            Self::Decide => crate::metrics::Script::Decide,
+            Self::Lease => crate::metrics::Script::Lease,
+        }
+    }
 }
 
 /// A script call's answer: fred's reply, when the call was sent, and the
@@ -109,6 +122,7 @@ pub(crate) struct Inner {
     settling: Arc<AtomicUsize>,
     pub(crate) lean: Script,
     decide: Script,
+    lease: Script,
     deadline: Duration,
     /// Slots that could not be given back (one WARN a second).
     pub(crate) release_log: crate::log_throttle::Throttle,
@@ -132,6 +146,7 @@ impl Inner {
             settling: Arc::new(AtomicUsize::new(0)),
             lean: Script::new(LEAN),
             decide: Script::new(SCRIPT),
+            lease: Script::new(LEASE),
             deadline,
             release_log: crate::log_throttle::Throttle::default(),
             metrics: crate::metrics::StoreMetrics::new(),
@@ -151,6 +166,7 @@ impl Inner {
         match which {
             Which::Lean => &self.lean,
             Which::Decide => &self.decide,
+            Which::Lease => &self.lease,
         }
     }
 
@@ -322,13 +338,7 @@ impl Inner {
             }
             None => (pool, Arc::clone(&self.clock)),
         };
-        self.metrics.sent(
-            match which {
-                Which::Lean => crate::metrics::Script::Lean,
-                Which::Decide => crate::metrics::Script::Decide,
-            },
-            1,
-        );
+        self.metrics.sent(which.metric(), 1);
         let mut sending = self.send(pool, clock, which, args, at, stamp.give_up());
         let waited = within(&mut sending, self.deadline, stamp, &self.io, &self.stalls).await;
         self.health
@@ -530,7 +540,7 @@ impl Drop for GiveBack {
 /// Gives back what `check` charged its buckets `charged` (indexes): a
 /// refund per slot group, a concurrency slot by id. A failed refund leaves
 /// those units spent until they refill (an over-count, the safe side).
-async fn give_back(inner: &Arc<Inner>, pool: &Pool, check: &Check, charged: &[usize]) {
+pub(crate) async fn give_back(inner: &Arc<Inner>, pool: &Pool, check: &Check, charged: &[usize]) {
     if check.cost <= 0.0 {
         return;
     }
