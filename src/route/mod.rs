@@ -18,7 +18,6 @@ use http::Method;
 use crate::shed::Priority;
 use serde::Deserialize;
 
-
 mod limit;
 mod policy;
 
