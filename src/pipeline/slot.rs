@@ -46,6 +46,8 @@ impl SlotIds {
 
 /// A slot taken by an admitted request: its `Drop` gives it back to the
 /// store that decided (Redis in the background, or the in-process store).
+/// One taken through the primary store is counted in flight here until
+/// then (`held.rs`), for the `local` policy.
 pub(super) struct Release {
     limiter: Arc<Limiter>,
     by: DecidedBy,
@@ -71,11 +73,15 @@ impl Release {
             .map(|(b, _)| b.key.clone())
             .collect();
         taken.into_iter().filter_map(move |key| {
+            let slot = slot.clone()?;
+            if by == DecidedBy::Primary {
+                limiter.core.local.held().take(&key);
+            }
             Some(Self {
                 limiter: Arc::clone(&limiter),
                 by,
                 key,
-                slot: slot.clone()?,
+                slot,
             })
         })
     }
@@ -84,7 +90,10 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         match self.by {
-            DecidedBy::Primary => self.limiter.store().release(&self.key, &self.slot),
+            DecidedBy::Primary => {
+                self.limiter.core.local.held().give(&self.key);
+                self.limiter.store().release(&self.key, &self.slot);
+            }
             DecidedBy::Fallback => self.limiter.fallback.release(&self.key, &self.slot),
         }
     }
