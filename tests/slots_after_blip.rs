@@ -238,7 +238,15 @@ async fn under_local_the_slots_held_through_redis_count_against_the_share() {
     let share = 5;
     let held = five_in_flight(&s).await;
     s.server.freeze();
-    let eight = statuses(spawn_requests(&s.app, 8)).await;
+    let eight = spawn_requests(&s.app, 8);
+    let answered = || eight.iter().all(|t| t.is_finished());
+    let admitted = || s.gauge.now.load(Ordering::SeqCst) - share;
+    assert!(
+        eventually(Duration::from_secs(10), answered).await,
+        "{} of eight admitted locally, over the share held through Redis",
+        admitted()
+    );
+    let eight = statuses(eight).await;
     assert_eq!(eight, [429; 8], "the share is held through Redis");
     assert_eq!(s.gauge.now.load(Ordering::SeqCst), share);
     // Two of the five (the first in the gate) end: their slots leave this

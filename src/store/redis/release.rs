@@ -11,8 +11,8 @@
 //!   an instance never gave back does.
 //! - Paced: one task per store while the queue is not empty. It sends the
 //!   queue again [`FIRST_PAUSE`] after a failure, the pause doubling to
-//!   [`MAX_PAUSE`] while it fails, and at once when a check of this store
-//!   was answered since its last round. A round stops at a node's first
+//!   [`MAX_PAUSE`] while it fails, and sooner (at least [`FIRST_PAUSE`]
+//!   after the last round) when a check of this store was answered since. A round stops at a node's first
 //!   failure (one call knocks on a Redis that is down, not the whole
 //!   queue); the rest wait for the next round.
 //! - Routed: each `ZREM` goes to the primary owning its key
@@ -222,14 +222,16 @@ fn refused(e: &StoreError) -> bool {
 /// Sends a store's queue until it is empty or the store is gone.
 async fn drain(inner: Weak<Inner>, pool: Pool) {
     let mut pause = FIRST_PAUSE;
-    let mut next = Instant::now() + pause;
+    let mut last = Instant::now();
     let mut answered = inner.upgrade().map_or(0, |i| i.health.last_answer());
     loop {
         tokio::time::sleep(TICK).await;
         let Some(inner) = inner.upgrade() else { return };
-        // A check answered since the last round: Redis is back.
+        // A check answered since the last round: Redis is back (on a
+        // cluster, maybe another primary: rounds stay FIRST_PAUSE apart).
         let back = inner.health.last_answer() != answered;
-        if !back && Instant::now() < next {
+        let since = last.elapsed();
+        if since < pause && !(back && since >= FIRST_PAUSE) {
             continue;
         }
         answered = inner.health.last_answer();
@@ -245,7 +247,7 @@ async fn drain(inner: Weak<Inner>, pool: Pool) {
         } else {
             (pause * 2).min(MAX_PAUSE)
         };
-        next = Instant::now() + pause;
+        last = Instant::now();
     }
 }
 
