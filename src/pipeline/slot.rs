@@ -53,6 +53,8 @@ pub(super) struct Release {
     by: DecidedBy,
     key: String,
     slot: String,
+    /// Counted in flight for the `local` policy (`held.rs`).
+    counted: bool,
 }
 
 impl Release {
@@ -74,7 +76,9 @@ impl Release {
             .collect();
         taken.into_iter().filter_map(move |key| {
             let slot = slot.clone()?;
-            if by == DecidedBy::Primary {
+            // Only a store that can fail has `local` count them.
+            let counted = by == DecidedBy::Primary && limiter.core.in_process.is_none();
+            if counted {
                 limiter.core.local.held().take(&key);
             }
             Some(Self {
@@ -82,6 +86,7 @@ impl Release {
                 by,
                 key,
                 slot,
+                counted,
             })
         })
     }
@@ -91,7 +96,9 @@ impl Drop for Release {
     fn drop(&mut self) {
         match self.by {
             DecidedBy::Primary => {
-                self.limiter.core.local.held().give(&self.key);
+                if self.counted {
+                    self.limiter.core.local.held().give(&self.key);
+                }
                 self.limiter.store().release(&self.key, &self.slot);
             }
             DecidedBy::Fallback => self.limiter.fallback.release(&self.key, &self.slot),
