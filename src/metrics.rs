@@ -88,6 +88,46 @@ impl Precision {
     }
 }
 
+/// What became of a concurrency slot's release that failed (the `result`
+/// label of `fleetlimit_slot_releases_total`; docs/accuracy.md, section
+/// "Concurrency slots").
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotRelease {
+    /// Failed, queued to be sent again.
+    Failed,
+    /// Sent again from the queue, and Redis answered.
+    Retried,
+    /// Pushed out of the full queue: counts until its `max_hold`.
+    Dropped,
+    /// Refused by Redis on the key's data (not a set of slots): not sent
+    /// again.
+    Refused,
+    /// Still failing after the longest `max_hold`: let go.
+    Expired,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl SlotRelease {
+    const ALL: [Self; 5] = [
+        Self::Failed,
+        Self::Retried,
+        Self::Dropped,
+        Self::Refused,
+        Self::Expired,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Failed => "failed",
+            Self::Retried => "retried",
+            Self::Dropped => "dropped",
+            Self::Refused => "refused",
+            Self::Expired => "expired",
+        }
+    }
+}
+
 /// What one limit's part of a decision was (the `outcome` label).
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +179,7 @@ mod on {
 
     use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
 
-    use super::{LeaseRefusal, Outcome, Precision, Script};
+    use super::{LeaseRefusal, Outcome, Precision, Script, SlotRelease};
 
     pub(crate) const DECISIONS: &str = "fleetlimit_decisions_total";
     pub(crate) const REFUSED_CACHE_HITS: &str = "fleetlimit_refused_cache_hits_total";
@@ -155,6 +195,7 @@ mod on {
     pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
     pub(crate) const PRECISION: &str = "fleetlimit_precision_events_total";
     pub(crate) const WRITE_BACK: &str = "fleetlimit_writeback_units_total";
+    pub(crate) const SLOT_RELEASES: &str = "fleetlimit_slot_releases_total";
 
     /// The help texts, given to the recorder with each set of handles
     /// (a recorder keeps the last; they never change).
@@ -219,6 +260,11 @@ mod on {
             PRECISION,
             Unit::Count,
             "Checks whose precision was spent or settled, by event (docs/accuracy.md)"
+        );
+        describe_counter!(
+            SLOT_RELEASES,
+            Unit::Count,
+            "Concurrency slot releases that failed, by what became of them"
         );
         describe_counter!(
             WRITE_BACK,
@@ -358,6 +404,7 @@ mod on {
         calls: [Counter; 3],
         checks: [Counter; 3],
         precision: [Counter; Precision::ALL.len()],
+        releases: [Counter; SlotRelease::ALL.len()],
     }
 
     const REASONS: [&str; 8] = [
@@ -390,7 +437,14 @@ mod on {
                 ],
                 precision: Precision::ALL
                     .map(|p| ::metrics::counter!(PRECISION, "event" => p.as_str())),
+                releases: SlotRelease::ALL
+                    .map(|r| ::metrics::counter!(SLOT_RELEASES, "result" => r.as_str())),
             }
+        }
+
+        /// `n` failed slot releases came to `result`.
+        pub(crate) fn slot_release(&self, result: SlotRelease, n: u64) {
+            self.releases[result as usize].increment(n);
         }
 
         /// `checks` checks spent or settled precision as `event` says.
@@ -568,7 +622,7 @@ mod on {
 mod off {
     use std::sync::Arc;
 
-    use super::{LeaseRefusal, Outcome, Precision, Script};
+    use super::{LeaseRefusal, Outcome, Precision, Script, SlotRelease};
 
     #[derive(Debug)]
     pub(crate) struct PolicyMetrics;
@@ -629,6 +683,8 @@ mod off {
         pub(crate) fn answered(&self, _: CallTimer, _: Result<(), &'static str>) {}
 
         pub(crate) fn precision(&self, _: Precision, _: u64) {}
+
+        pub(crate) fn slot_release(&self, _: SlotRelease, _: u64) {}
     }
 
     pub(crate) struct CallTimer;

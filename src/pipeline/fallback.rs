@@ -4,7 +4,8 @@
 //! - `closed`: `503` with `Retry-After` (`closed_retry_after`);
 //! - `local`: in-process buckets sized limit ÷ fleet size, this instance's
 //!   share; their answer goes on to the usual decision (headers, refusals,
-//!   refunds to these buckets).
+//!   refunds to these buckets). A concurrency limit's share also holds the
+//!   slots this instance took through Redis and still holds (`held.rs`).
 //!
 //! Never a 500. One WARN a second per route says so.
 
@@ -38,6 +39,8 @@ pub(super) struct Local {
     /// What these buckets admitted, to be charged to the primary store once
     /// it answers again (see `writeback.rs`).
     write_back: Arc<WriteBack>,
+    /// Concurrency slots held through the primary store, per key.
+    held: Arc<super::held::Held>,
 }
 
 impl Local {
@@ -46,7 +49,12 @@ impl Local {
             buckets: Arc::new(MemoryStore::new(cfg.memory_max_keys)),
             fleet: Arc::new(AtomicU32::new(cfg.fleet_size)),
             write_back: Arc::new(WriteBack::new(cfg.memory_max_keys)),
+            held: Arc::default(),
         }
+    }
+
+    pub(super) fn held(&self) -> &super::held::Held {
+        &self.held
     }
 
     pub(super) fn write_back(&self) -> &WriteBack {
@@ -63,6 +71,25 @@ impl Local {
 
     pub(super) fn set_fleet_size(&self, n: u32) {
         self.fleet.store(n, Ordering::Relaxed);
+    }
+}
+
+impl Local {
+    /// `b`'s rule for this instance under `local`: its share of the fleet's
+    /// (`Rule::share`), less, for a concurrency limit, the slots this
+    /// instance holds through Redis (none left: every request is refused
+    /// until those end).
+    fn share_of(&self, b: &Bucket, n: u32) -> crate::store::Rule {
+        match b.rule.share(n) {
+            crate::store::Rule::Concurrency {
+                max_in_flight,
+                max_hold,
+            } => crate::store::Rule::Concurrency {
+                max_in_flight: (max_in_flight - f64::from(self.held.of(&b.key))).max(0.0),
+                max_hold,
+            },
+            rule => rule,
+        }
     }
 }
 
@@ -130,7 +157,7 @@ impl Fallback {
                     local.buckets.iter().map(|b| b.rule).collect();
                 let cost = local.cost;
                 for b in &mut local.buckets {
-                    b.rule = b.rule.share(self.fleet_size());
+                    b.rule = self.local.share_of(b, self.fleet_size());
                 }
                 let smallest = local
                     .buckets

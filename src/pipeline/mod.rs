@@ -28,6 +28,7 @@ mod decide;
 mod escalate;
 mod failures;
 mod fallback;
+mod held;
 mod lease;
 mod lone;
 mod prepare;

@@ -46,11 +46,15 @@ impl SlotIds {
 
 /// A slot taken by an admitted request: its `Drop` gives it back to the
 /// store that decided (Redis in the background, or the in-process store).
+/// One taken through the primary store is counted in flight here until
+/// then (`held.rs`), for the `local` policy.
 pub(super) struct Release {
     limiter: Arc<Limiter>,
     by: DecidedBy,
     key: String,
     slot: String,
+    /// Counted in flight for the `local` policy (`held.rs`).
+    counted: bool,
 }
 
 impl Release {
@@ -71,11 +75,18 @@ impl Release {
             .map(|(b, _)| b.key.clone())
             .collect();
         taken.into_iter().filter_map(move |key| {
+            let slot = slot.clone()?;
+            // Only a store that can fail has `local` count them.
+            let counted = by == DecidedBy::Primary && limiter.core.in_process.is_none();
+            if counted {
+                limiter.core.local.held().take(&key);
+            }
             Some(Self {
                 limiter: Arc::clone(&limiter),
                 by,
                 key,
-                slot: slot.clone()?,
+                slot,
+                counted,
             })
         })
     }
@@ -84,7 +95,12 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         match self.by {
-            DecidedBy::Primary => self.limiter.store().release(&self.key, &self.slot),
+            DecidedBy::Primary => {
+                if self.counted {
+                    self.limiter.core.local.held().give(&self.key);
+                }
+                self.limiter.store().release(&self.key, &self.slot);
+            }
             DecidedBy::Fallback => self.limiter.fallback.release(&self.key, &self.slot),
         }
     }

@@ -220,6 +220,12 @@ impl Health {
         at.fetch_max(self.now(), std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// When a caller last got an answer (a stamp only compared with
+    /// another of this store: 0 before any).
+    pub(crate) fn last_answer(&self) -> u64 {
+        self.ok.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The last call failed.
     fn failing(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;

@@ -15,6 +15,7 @@
 //! - `deadline.rs`: the deadline of a call, fred's own thread.
 //! - `script.rs`: the scripts, `EVALSHA`/`EVAL`, errors and replies.
 //! - `batch.rs`: coalesced single-bucket checks.
+//! - `release.rs`: concurrency slots whose release failed, sent again.
 //! - `cluster.rs`: a pool per cluster primary.
 //! - `tls.rs`: `rediss://`.
 
@@ -24,6 +25,7 @@ mod cluster;
 pub(crate) mod connect;
 mod deadline;
 mod lease;
+mod release;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;

@@ -126,6 +126,8 @@ pub(crate) struct Inner {
     deadline: Duration,
     /// Slots that could not be given back (one WARN a second).
     pub(crate) release_log: crate::log_throttle::Throttle,
+    /// Releases that failed, to be sent again (see `release.rs`).
+    pub(crate) releases: super::release::Releases,
     options: Options,
     /// Script calls, checks and call durations (feature `metrics`).
     pub(crate) metrics: crate::metrics::StoreMetrics,
@@ -149,6 +151,7 @@ impl Inner {
             lease: Script::new(LEASE),
             deadline,
             release_log: crate::log_throttle::Throttle::default(),
+            releases: super::release::Releases::new(),
             metrics: crate::metrics::StoreMetrics::new(),
             options: Options {
                 // `within` bounds the caller's wait; this, how long an
@@ -388,24 +391,26 @@ impl Inner {
         self.metrics.precision(Precision::SettledCharged, 1);
         give_back(self, pool, check, &charged).await;
     }
-    /// [`release`](Self::release) within the deadline; a failure is logged
-    /// (a line a second) and the slot counts until its `max_hold`.
-    pub(crate) async fn release_bounded(&self, pool: &Pool, key: &str, slot: &str) {
+    /// [`release`](Self::release) within the deadline; a failure is
+    /// queued to be sent again (see `release.rs`).
+    pub(crate) async fn release_bounded(self: &Arc<Self>, pool: &Pool, key: &str, slot: &str) {
+        if let Err(e) = self.release_within(pool, key, slot).await {
+            self.release_failed(pool, key, slot, &e);
+        }
+    }
+
+    /// [`release`](Self::release), waited for within the deadline.
+    pub(crate) async fn release_within(
+        &self,
+        pool: &Pool,
+        key: &str,
+        slot: &str,
+    ) -> Result<(), StoreError> {
         let stamp = Stamp::new(self.deadline, &self.stalls);
         let mut release = std::pin::pin!(self.release(pool, key, slot));
-        let done = within(&mut release, self.deadline, stamp, &self.io, &self.stalls)
+        within(&mut release, self.deadline, stamp, &self.io, &self.stalls)
             .await
-            .unwrap_or(Err(StoreError::Timeout));
-        if let Err(e) = done {
-            if let Some(suppressed) = self.release_log.event() {
-                tracing::warn!(
-                    target: "fleetlimit",
-                    error = %e,
-                    suppressed,
-                    "could not release a concurrency slot: it counts until its max_hold"
-                );
-            }
-        }
+            .unwrap_or(Err(StoreError::Timeout))
     }
 
     /// `ZREM` of a concurrency slot from its key's set, on the primary
