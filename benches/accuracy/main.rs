@@ -11,7 +11,9 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod fleet;
 mod inprocess;
+mod redis;
 mod reference;
 mod report;
 mod score;
@@ -47,6 +49,21 @@ fn main() {
     let mut rows = Vec::new();
     rows.extend(inprocess::steady(&mut rng));
     rows.extend(inprocess::edges(&mut rng));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        rows.extend(redis::steady(&mut rng).await);
+        rows.extend(redis::freeze(&mut rng, "open").await);
+        rows.extend(redis::freeze(&mut rng, "local").await);
+        rows.extend(redis::cut(&mut rng).await);
+        rows.extend(redis::refused(&mut rng).await);
+        rows.extend(redis::coalesced().await);
+        rows.extend(redis::leases(&mut rng, 2000.0, 1.1).await);
+        rows.extend(redis::leases(&mut rng, 750.0, 3.0).await);
+    });
 
     let table = report::markdown(&rows);
     println!("{table}");

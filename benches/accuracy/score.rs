@@ -85,7 +85,10 @@ pub fn score(mut obs: Vec<Obs>, events: &[Event], algo: impl Fn(usize) -> Algo) 
         } else {
             t.wrong_refused += 1;
         }
-        if o.admitted {
+        // An admission the limit had no room for is counted once, here:
+        // charged, it would put the reference in debt and count again as
+        // every later admission the debt refuses.
+        if o.admitted && explained {
             r.charge(mid, o.cost);
         }
     }
