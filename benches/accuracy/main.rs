@@ -55,7 +55,8 @@ fn main() {
         .build()
         .expect("a runtime");
     rt.block_on(async {
-        rows.extend(redis::steady(&mut rng).await);
+        rows.extend(redis::steady(&mut rng, 0.5).await);
+        rows.extend(redis::steady(&mut rng, 1.5).await);
         rows.extend(redis::freeze(&mut rng, "open").await);
         rows.extend(redis::freeze(&mut rng, "local").await);
         rows.extend(redis::cut(&mut rng).await);

@@ -42,16 +42,18 @@ fn pct(n: u64, of: u64) -> String {
 
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| scenario | offered | wrongly admitted | wrongly refused | timing | bound: admitted / refused | within |\n\
-         |---|---:|---:|---:|---:|---|:-:|\n",
+        "| scenario | offered | admitted: layer / exact | wrongly admitted | wrongly refused | timing | bound: admitted / refused | within |\n\
+         |---|---:|---:|---:|---:|---:|---|:-:|\n",
     );
     for r in rows {
         let t = &r.tally;
         let _ = writeln!(
             s,
-            "| {} | {} | {} ({}) | {} ({}) | {} | {} / {}: {} | {} |",
+            "| {} | {} | {} / {} | {} ({}) | {} ({}) | {} | {} / {}: {} | {} |",
             r.scenario,
             t.offered,
+            t.admitted,
+            t.exact_admitted,
             t.wrong_admitted,
             pct(t.wrong_admitted, t.offered),
             t.wrong_refused,

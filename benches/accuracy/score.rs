@@ -36,6 +36,10 @@ pub struct Tally {
     /// Disagreements some moment between sending and answering explains:
     /// the reference takes the layer's decision and goes on.
     pub jitter: u64,
+    /// Admitted by the layer, and by the reference replaying the same
+    /// requests on its own (never following the layer): the net effect.
+    pub admitted: u64,
+    pub exact_admitted: u64,
 }
 
 /// Replays `obs` (in order of the middle of their intervals) through a
@@ -46,20 +50,37 @@ pub fn score(mut obs: Vec<Obs>, events: &[Event], algo: impl Fn(usize) -> Algo) 
     events.sort_by(|a, b| at(a).total_cmp(&at(b)));
     let mut events = events.into_iter().peekable();
     let mut refs: HashMap<usize, Reference> = HashMap::new();
+    let mut free: HashMap<usize, Reference> = HashMap::new();
     let mut t = Tally::default();
-    for o in obs {
+    // Later admissions of each key, for the lookahead below.
+    let mut of_key: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, o) in obs.iter().enumerate() {
+        of_key.entry(o.key).or_default().push(i);
+    }
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    // Each key's last admissions the reference took, for the same.
+    let mut taken: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
+    let half = obs.iter().map(|o| (o.t1 - o.t0) / 2.0).fold(0.0, f64::max);
+    for o in &obs {
+        let n = seen.entry(o.key).or_default();
+        let later = &of_key[&o.key][*n + 1..];
+        *n += 1;
         let mid = (o.t0 + o.t1) / 2.0;
         while let Some(e) = events.next_if(|e| at(e) <= mid) {
             match e {
                 Event::Reset { key, .. } => {
-                    if let Some(r) = refs.get_mut(&key) {
-                        r.reset();
+                    for m in [&mut refs, &mut free] {
+                        if let Some(r) = m.get_mut(&key) {
+                            r.reset();
+                        }
                     }
                 }
                 Event::Plan { key, algo: a, .. } => {
-                    refs.entry(key)
-                        .or_insert_with(|| Reference::new(a))
-                        .set_algo(a);
+                    for m in [&mut refs, &mut free] {
+                        m.entry(key)
+                            .or_insert_with(|| Reference::new(a))
+                            .set_algo(a);
+                    }
                 }
             }
         }
@@ -67,17 +88,43 @@ pub fn score(mut obs: Vec<Obs>, events: &[Event], algo: impl Fn(usize) -> Algo) 
             .entry(o.key)
             .or_insert_with(|| Reference::new(algo(o.key)));
         t.offered += 1;
+        t.admitted += u64::from(o.admitted);
+        let f = free
+            .entry(o.key)
+            .or_insert_with(|| Reference::new(algo(o.key)));
+        if f.fits(mid, o.cost) {
+            f.charge(mid, o.cost);
+            t.exact_admitted += 1;
+        }
         let exact = r.fits(mid, o.cost);
         if exact == o.admitted {
             if exact {
                 r.charge(mid, o.cost);
+                remember(&mut taken, o);
             }
             continue;
         }
         // Reachable at either end of the interval: timing, not a bend.
-        let explained = [o.t0, o.t1]
+        // A refusal is also explained by admissions of the key that come
+        // later in this order but were in flight before it was answered:
+        // Redis may have run them first.
+        let pending: f64 = later
             .iter()
-            .any(|&x| r.fits(x, o.cost) == o.admitted);
+            .map(|&j| &obs[j])
+            .take_while(|p| (p.t0 + p.t1) / 2.0 <= o.t1 + half)
+            .filter(|p| p.admitted && p.t0 <= o.t1)
+            .map(|p| p.cost)
+            .sum();
+        // An admission, by admissions the reference took before it that
+        // were answered after it was sent: Redis may have run it first.
+        let back: f64 = taken
+            .get(&o.key)
+            .map_or(0.0, |v| v.iter().filter(|p| p.0 >= o.t0).map(|p| p.1).sum());
+        let explained = [o.t0, o.t1].iter().any(|&x| {
+            r.fits(x, o.cost) == o.admitted
+                || (!o.admitted && !r.fits(x, o.cost + pending))
+                || (o.admitted && r.fits(x, o.cost - back))
+        });
         if explained {
             t.jitter += 1;
         } else if o.admitted {
@@ -85,11 +132,14 @@ pub fn score(mut obs: Vec<Obs>, events: &[Event], algo: impl Fn(usize) -> Algo) 
         } else {
             t.wrong_refused += 1;
         }
-        // An admission the limit had no room for is counted once, here:
-        // charged, it would put the reference in debt and count again as
-        // every later admission the debt refuses.
-        if o.admitted && explained {
+        // Timing: the reference takes the layer's decision. A bend: it
+        // keeps its own, so a unit the layer misplaced is counted once
+        // (an admission it had no room for does not put it in debt, a
+        // refusal it had room for spends that room), not again in every
+        // later request it would change.
+        if explained == o.admitted {
             r.charge(mid, o.cost);
+            remember(&mut taken, o);
         }
     }
     t
@@ -99,4 +149,13 @@ fn at(e: &Event) -> f64 {
     match *e {
         Event::Reset { t, .. } | Event::Plan { t, .. } => t,
     }
+}
+
+/// Keeps the last 64 admissions of a key the reference took.
+fn remember(taken: &mut HashMap<usize, Vec<(f64, f64)>>, o: &Obs) {
+    let v = taken.entry(o.key).or_default();
+    if v.len() == 64 {
+        v.remove(0);
+    }
+    v.push((o.t1, o.cost));
 }
