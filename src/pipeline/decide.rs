@@ -137,11 +137,7 @@ impl Limiter {
             if b.shadow {
                 continue;
             }
-            let Some(r) = self
-                .refused
-                .get(&b.key, f64::from(p.cost))
-                .filter(|r| r.rule == b.rule)
-            else {
+            let Some(r) = self.refused.get(&b.key, f64::from(p.cost), &b.rule) else {
                 continue;
             };
             let now = Instant::now();
@@ -448,6 +444,7 @@ impl Limiter {
                     rule: buckets[i].rule,
                     state: s,
                     at: now,
+                    answered: 0,
                 },
                 p.resets_seen,
             );
