@@ -185,6 +185,7 @@ impl Limiter {
         // Before Redis is asked: a refusal it answers from before a reset
         // must not be remembered after it.
         p.resets_seen = self.refused.resets();
+        p.asked_at = Some(Instant::now());
         let check = Check {
             slot: self.core.slot_ids.for_buckets(&buckets),
             cost: f64::from(p.cost),
@@ -447,6 +448,7 @@ impl Limiter {
                     answered: 0,
                 },
                 p.resets_seen,
+                p.asked_at,
             );
         }
         let retry = retry_after_secs(s.wait);

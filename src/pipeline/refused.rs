@@ -100,22 +100,29 @@ impl RefusedCache {
         self.resets.load(Ordering::Acquire)
     }
 
-    /// Remembers a refusal Redis answered to a call made when
+    /// Remembers a refusal Redis answered to a call made at `asked` when
     /// [`resets`](Self::resets) was `seen`; not if a reset came since (the
-    /// refusal may predate it).
+    /// refusal may predate it). It lasts `wait` from `asked`: Redis decided
+    /// it after then, so the entry never outlives the refusal by the
+    /// answer's way back (it may end a round trip early: one more call).
     pub(crate) fn insert(
         &self,
         key: &str,
         wait: Duration,
         entry_without_until: Refused,
         seen: u64,
+        asked: Option<Instant>,
     ) {
         let Some(map) = self.map.as_ref().filter(|_| !wait.is_zero()) else {
             return;
         };
         let now = Instant::now();
+        let until = asked.unwrap_or(now).min(now) + wait;
+        if until <= now {
+            return;
+        }
         let entry = Refused {
-            until: now + wait,
+            until,
             ..entry_without_until
         };
         let mut slot = map.slot(key);
@@ -199,7 +206,7 @@ mod tests {
     async fn refuses_until_the_retry_then_forgets() {
         let c = RefusedCache::new(100);
         assert!(c.get("k", 1.0, &RULE).is_none());
-        c.insert("k", Duration::from_secs(2), entry(2.0), c.resets());
+        c.insert("k", Duration::from_secs(2), entry(2.0), c.resets(), None);
         assert!(c.get("k", 2.0, &RULE).is_some());
         assert!(
             c.get("k", 1.0, &RULE).is_none(),
@@ -219,6 +226,7 @@ mod tests {
                 Duration::from_secs(60 + (i % 7)),
                 entry(1.0),
                 0,
+                None,
             );
         }
         assert!(c.len() <= 800 + SHARDS, "{}", c.len());
@@ -228,19 +236,19 @@ mod tests {
     async fn a_reset_forgets_the_keys_and_refusals_asked_before_it() {
         let c = RefusedCache::new(100);
         let seen = c.resets();
-        c.insert("a", Duration::from_secs(60), entry(1.0), seen);
-        c.insert("b", Duration::from_secs(60), entry(1.0), seen);
+        c.insert("a", Duration::from_secs(60), entry(1.0), seen, None);
+        c.insert("b", Duration::from_secs(60), entry(1.0), seen, None);
         c.forget(&["a", "nope"]);
         assert!(c.get("a", 1.0, &RULE).is_none());
         assert!(c.get("b", 1.0, &RULE).is_some());
         assert_eq!(c.len(), 1);
         // Redis refused before the reset, the answer arrives after it.
-        c.insert("a", Duration::from_secs(60), entry(1.0), seen);
+        c.insert("a", Duration::from_secs(60), entry(1.0), seen, None);
         assert!(
             c.get("a", 1.0, &RULE).is_none(),
             "a stale refusal is not kept"
         );
-        c.insert("a", Duration::from_secs(60), entry(1.0), c.resets());
+        c.insert("a", Duration::from_secs(60), entry(1.0), c.resets(), None);
         assert!(c.get("a", 1.0, &RULE).is_some());
         c.clear();
         assert_eq!(c.len(), 0);
@@ -248,9 +256,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_refusal_lasts_from_when_redis_was_asked() {
+        let c = RefusedCache::new(100);
+        let asked = Instant::now();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        c.insert(
+            "k",
+            Duration::from_secs(1),
+            entry(1.0),
+            c.resets(),
+            Some(asked),
+        );
+        tokio::time::advance(Duration::from_millis(699)).await;
+        assert!(c.get("k", 1.0, &RULE).is_some());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(c.get("k", 1.0, &RULE).is_none(), "not past Redis's moment");
+        // An answer that came after its refusal ended is not kept.
+        let asked = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        c.insert(
+            "k",
+            Duration::from_secs(1),
+            entry(1.0),
+            c.resets(),
+            Some(asked),
+        );
+        assert_eq!(c.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn answers_count_and_other_numbers_are_not_answered() {
         let c = RefusedCache::new(100);
-        c.insert("k", Duration::from_secs(60), entry(1.0), c.resets());
+        c.insert("k", Duration::from_secs(60), entry(1.0), c.resets(), None);
         let other = Rule::TokenBucket {
             capacity: 50.0,
             refill_per_sec: 1.0,
