@@ -110,7 +110,7 @@ pub fn svg(rows: &[Row]) -> String {
             .max(share(r.bound_refused, o));
     }
     let top = top.min(1.0);
-    let (label_w, plot_w, row_h) = (330.0, 420.0, 34.0);
+    let (label_w, plot_w, row_h) = (460.0, 400.0, 34.0);
     let h = 50.0 + row_h * rows.len() as f64 + 30.0;
     let w = label_w + plot_w + 30.0;
     let x = |f: f64| label_w + plot_w * (f / top).min(1.0);
@@ -180,7 +180,8 @@ pub fn svg(rows: &[Row]) -> String {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
+    s.replace('`', "")
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
