@@ -11,6 +11,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod cluster;
 mod fleet;
 mod inprocess;
 mod redis;
@@ -64,6 +65,7 @@ fn main() {
         rows.extend(redis::coalesced().await);
         rows.extend(redis::leases(&mut rng, 2000.0, 1.1).await);
         rows.extend(redis::leases(&mut rng, 750.0, 3.0).await);
+        rows.extend(cluster::cross_slot(&mut rng).await);
     });
 
     let table = report::markdown(&rows);
