@@ -633,3 +633,42 @@ fn example_counts_refusals_a_reset_voided() {
     assert_eq!(ex.statuses("GET", "/", &v, 1), [200]);
     assert_eq!(voided(&ex), 3.0, "no entry left to void");
 }
+
+/// Redis restarted: the reset listener subscribes again and forgets every
+/// remembered refusal (an announcement may have been missed meanwhile);
+/// what they answered is counted the same way.
+#[test]
+fn example_counts_refusals_a_resubscribe_voided() {
+    let server = RedisServer::start();
+    let ex = Example::start("metrics", &[], &[("REDIS_URL", &server.url())]);
+    assert!(ex.banner.contains("using Redis at"), "{}", ex.banner);
+    let w = [("x-api-key", "w")];
+    let mut want = vec![200; 5];
+    want.extend([429; 3]);
+    assert_eq!(ex.statuses("GET", "/", &w, 8), want);
+    let voided = |ex: &Example| {
+        scraped(
+            ex,
+            "fleetlimit_precision_events_total",
+            &[("event", "refused_cache_voided")],
+        )
+    };
+    assert_eq!(voided(&ex), 0.0);
+    server.restart();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while voided(&ex) < 2.0 && std::time::Instant::now() < give_up {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(voided(&ex), 2.0, "the two refusals the cache answered");
+    // The restarted Redis is empty: the key's bucket is full again.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut status = 0;
+    while std::time::Instant::now() < give_up {
+        status = ex.statuses("GET", "/", &w, 1)[0];
+        if status == 200 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(status, 200);
+}
