@@ -602,6 +602,22 @@ mod on {
         }
     }
 
+    /// Refusals the refused-key cache answered from entries a reset then
+    /// voided (`fleetlimit_precision_events_total{event="refused_cache_voided"}`).
+    #[derive(Debug)]
+    pub(crate) struct RefusedMetrics(Counter);
+
+    impl RefusedMetrics {
+        pub(crate) fn new() -> Self {
+            describe();
+            Self(::metrics::counter!(PRECISION, "event" => "refused_cache_voided"))
+        }
+
+        pub(crate) fn voided(&self, refusals: u64) {
+            self.0.increment(refusals);
+        }
+    }
+
     /// The fleet size gauge.
     #[derive(Debug)]
     pub(crate) struct FleetMetrics(Gauge);
@@ -726,6 +742,18 @@ mod off {
         pub(crate) fn hit(&self) {}
         #[inline(always)]
         pub(crate) fn miss(&self) {}
+    }
+
+    #[derive(Debug)]
+    pub(crate) struct RefusedMetrics;
+
+    impl RefusedMetrics {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn voided(&self, _: u64) {}
     }
 
     #[derive(Debug)]

@@ -646,3 +646,96 @@ fn example_counts_late_checks_and_the_write_back() {
     assert_eq!(late(&text, "unknown_outcome"), 0.0, "{text}");
     assert_eq!(late(&text, "settled_charged"), 0.0, "{text}");
 }
+
+/// A reset voids the refusals the refused-key cache remembered for the
+/// key: the refusals they answered are counted (an upper bound of those
+/// answered after the reset was made), as a scraper reads it.
+#[test]
+fn example_counts_refusals_a_reset_voided() {
+    let server = RedisServer::start();
+    let ex = Example::start("metrics", &[], &[("REDIS_URL", &server.url())]);
+    assert!(ex.banner.contains("using Redis at"), "{}", ex.banner);
+    let v = [("x-api-key", "v")];
+    // 5 admitted, then one refusal from Redis and three from the cache.
+    let mut want = vec![200; 5];
+    want.extend([429; 4]);
+    assert_eq!(ex.statuses("GET", "/", &v, 9), want);
+    let voided = |ex: &Example| {
+        scraped(
+            ex,
+            "fleetlimit_precision_events_total",
+            &[("event", "refused_cache_voided")],
+        )
+    };
+    assert_eq!(voided(&ex), 0.0);
+    assert_eq!(
+        scraped(
+            &ex,
+            "fleetlimit_refused_cache_hits_total",
+            &[("route", "/"), ("limit", "per-key")]
+        ),
+        3.0
+    );
+
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/metrics.toml");
+    let cfg = Config::from_toml_file(path)
+        .unwrap()
+        .with_redis_url(server.url());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let admin = fleetlimit::admin::Admin::connect(&cfg).await.unwrap();
+        assert_eq!(admin.reset("v", None).await, Ok(1));
+    });
+    // The announcement reaches the example's listener within a second on
+    // an idle host; polled for longer on a busy one.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while voided(&ex) < 3.0 && std::time::Instant::now() < give_up {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(voided(&ex), 3.0);
+    // The key goes to Redis again and finds its bucket full.
+    assert_eq!(ex.statuses("GET", "/", &v, 1), [200]);
+    assert_eq!(voided(&ex), 3.0, "no entry left to void");
+}
+
+/// Redis restarted: the reset listener subscribes again and forgets every
+/// remembered refusal (an announcement may have been missed meanwhile);
+/// what they answered is counted the same way.
+#[test]
+fn example_counts_refusals_a_resubscribe_voided() {
+    let server = RedisServer::start();
+    let ex = Example::start("metrics", &[], &[("REDIS_URL", &server.url())]);
+    assert!(ex.banner.contains("using Redis at"), "{}", ex.banner);
+    let w = [("x-api-key", "w")];
+    let mut want = vec![200; 5];
+    want.extend([429; 3]);
+    assert_eq!(ex.statuses("GET", "/", &w, 8), want);
+    let voided = |ex: &Example| {
+        scraped(
+            ex,
+            "fleetlimit_precision_events_total",
+            &[("event", "refused_cache_voided")],
+        )
+    };
+    assert_eq!(voided(&ex), 0.0);
+    server.restart();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while voided(&ex) < 2.0 && std::time::Instant::now() < give_up {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(voided(&ex), 2.0, "the two refusals the cache answered");
+    // The restarted Redis is empty: the key's bucket is full again.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut status = 0;
+    while std::time::Instant::now() < give_up {
+        status = ex.statuses("GET", "/", &w, 1)[0];
+        if status == 200 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(status, 200);
+}

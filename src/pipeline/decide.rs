@@ -136,11 +136,7 @@ impl Limiter {
             if b.shadow {
                 continue;
             }
-            let Some(r) = self
-                .refused
-                .get(&b.key, f64::from(p.cost))
-                .filter(|r| r.rule == b.rule)
-            else {
+            let Some(r) = self.refused.get(&b.key, f64::from(p.cost), &b.rule) else {
                 continue;
             };
             let now = Instant::now();
@@ -188,6 +184,7 @@ impl Limiter {
         // Before Redis is asked: a refusal it answers from before a reset
         // must not be remembered after it.
         p.resets_seen = self.refused.resets();
+        p.asked_at = Some(Instant::now());
         let check = Check {
             slot: self.core.slot_ids.for_buckets(&buckets),
             cost: f64::from(p.cost),
@@ -365,8 +362,10 @@ impl Limiter {
                     rule: buckets[i].rule,
                     state: s,
                     at: now,
+                    answered: 0,
                 },
                 p.resets_seen,
+                p.asked_at,
             );
         }
         let retry = retry_after_secs(s.wait);

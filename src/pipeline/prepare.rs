@@ -47,6 +47,9 @@ pub(crate) struct Pending {
     pub(super) keys: SmallVec<[PendingKey; 1]>,
     /// The refused cache's resets when Redis was asked (see `reset.rs`).
     pub(super) resets_seen: u64,
+    /// When Redis was asked: a refusal is remembered from then, as Redis
+    /// decided it after that (see `refused.rs`).
+    pub(super) asked_at: Option<tokio::time::Instant>,
     /// Each key's id for logs, kept after the keys move into the buckets.
     pub(super) log_ids: SmallVec<[LogId; 1]>,
     /// Each limit's numbers under the caller's plan, once known: the
@@ -180,6 +183,7 @@ impl Limiter {
             cost,
             keys,
             resets_seen: 0,
+            asked_at: None,
             log_ids,
             rules: SmallVec::new(),
             plans: SmallVec::new(),
