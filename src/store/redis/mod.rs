@@ -26,6 +26,7 @@ pub(crate) mod connect;
 mod deadline;
 mod lease;
 mod release;
+mod release_queue;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;

@@ -127,7 +127,7 @@ pub(crate) struct Inner {
     /// Slots that could not be given back (one WARN a second).
     pub(crate) release_log: crate::log_throttle::Throttle,
     /// Releases that failed, to be sent again (see `release.rs`).
-    pub(crate) releases: super::release::Releases,
+    pub(crate) releases: super::release_queue::Releases,
     options: Options,
     /// Script calls, checks and call durations (feature `metrics`).
     pub(crate) metrics: crate::metrics::StoreMetrics,
@@ -151,7 +151,7 @@ impl Inner {
             lease: Script::new(LEASE),
             deadline,
             release_log: crate::log_throttle::Throttle::default(),
-            releases: super::release::Releases::new(),
+            releases: super::release_queue::Releases::new(),
             metrics: crate::metrics::StoreMetrics::new(),
             options: Options {
                 // `within` bounds the caller's wait; this, how long an
