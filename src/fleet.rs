@@ -5,7 +5,7 @@
 #[cfg(feature = "redis")]
 use {
     crate::config::Heartbeat,
-    crate::store::redis::script::map_err,
+    crate::store::redis::reply::map_err,
     crate::store::{RedisStore, StoreError},
     fred::interfaces::ClientLike,
     fred::types::config::Options,

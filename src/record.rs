@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 use crate::log_throttle::Throttle;
 use crate::route::RecordConfig;
 #[cfg(feature = "redis")]
-use crate::store::redis::script::map_err;
+use crate::store::redis::reply::map_err;
 #[cfg(feature = "redis")]
 use crate::store::{RedisStore, StoreError};
 

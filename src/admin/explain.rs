@@ -12,7 +12,7 @@ use super::{keys_of, printable, Admin};
 use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::key::StoreKey;
 use crate::record::stream_key;
-use crate::store::redis::script::map_err;
+use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
 /// Entries read per `XRANGE` call.

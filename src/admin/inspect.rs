@@ -7,7 +7,7 @@ use fred::types::{CustomCommand, Value};
 use super::{keys_of, Admin};
 use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::config::Config;
-use crate::store::redis::script::map_err;
+use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
 /// One bucket as stored in Redis, as [`Admin::inspect`] reads it.

@@ -8,7 +8,7 @@ use fred::interfaces::KeysInterface;
 use fred::types::Expiration;
 
 use super::Admin;
-use crate::store::redis::script::map_err;
+use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
 impl Admin {

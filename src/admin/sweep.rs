@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::key::StoreKey;
 use crate::record::stream_key;
 use crate::route::RecordConfig;
-use crate::store::redis::script::map_err;
+use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
 /// What a sweep found and did ([`Admin::sweep`]).

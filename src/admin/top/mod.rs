@@ -23,7 +23,7 @@ use crate::algorithm::Stored;
 use crate::config::Config;
 use crate::key::StoreKey;
 use crate::record::stream_key;
-use crate::store::redis::script::map_err;
+use crate::store::redis::reply::map_err;
 use crate::store::{RedisStore, StoreError};
 
 mod frame;

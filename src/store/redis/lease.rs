@@ -11,7 +11,8 @@ use fred::clients::Pool;
 use fred::types::Value;
 
 use super::deadline::{within, Stamp};
-use super::script::{give_back, Answer, Inner, Which};
+use super::reply::Answer;
+use super::script::{Inner, Which};
 use crate::algorithm::LeanArgs;
 use crate::metrics::Precision;
 use crate::store::{Check, Lease, Outcome, StoreError};
@@ -72,7 +73,7 @@ impl Inner {
                     slot: None,
                     ..check
                 };
-                give_back(&inner, &pool, &taken, &[0]).await;
+                inner.give_back(&pool, &taken, &[0]).await;
             });
             return Err(StoreError::Timeout);
         };

@@ -30,11 +30,64 @@ use fred::clients::Pool;
 use tokio::time::Instant;
 
 use super::release_queue::{Queued, FIRST_PAUSE, MAX_PAUSE, MAX_QUEUED, RETRY_FOR, TICK};
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::deadline::{within, Stamp};
+use super::reply::map_err;
 use super::script::Inner;
 use crate::metrics::SlotRelease;
 use crate::store::StoreError;
 
 impl Inner {
+    /// [`release`](Self::release) within the deadline; a failure is
+    /// queued to be sent again (see `release.rs`).
+    pub(crate) async fn release_bounded(self: &Arc<Self>, pool: &Pool, key: &str, slot: &str) {
+        if let Err(e) = self.release_within(pool, key, slot).await {
+            self.release_failed(pool, key, slot, &e);
+        }
+    }
+
+    /// [`release`](Self::release), waited for within the deadline.
+    pub(crate) async fn release_within(
+        &self,
+        pool: &Pool,
+        key: &str,
+        slot: &str,
+    ) -> Result<(), StoreError> {
+        let stamp = Stamp::new(self.deadline, &self.stalls);
+        let mut release = std::pin::pin!(self.release(pool, key, slot));
+        within(&mut release, self.deadline, stamp, &self.io, &self.stalls)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    }
+
+    /// `ZREM` of a concurrency slot from its key's set, on the primary
+    /// owning the key on a cluster; fail-fast, one attempt, the caller
+    /// bounds it by the deadline.
+    pub(crate) async fn release(
+        &self,
+        pool: &Pool,
+        key: &str,
+        slot: &str,
+    ) -> Result<(), StoreError> {
+        let node;
+        let pool = match &self.nodes {
+            Some(nodes) => {
+                node = nodes.for_slot(fred::util::redis_keyslot(key.as_bytes()))?;
+                &node.pool
+            }
+            None => pool,
+        };
+        let zrem = CustomCommand::new_static("ZREM", ClusterHash::FirstKey, false);
+        let _removed: Value = pool
+            .with_options(&self.options)
+            .custom(zrem, vec![Value::from(key), Value::from(slot)])
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
     /// A release of `slot` from `key` failed with `e`: queued to be sent
     /// again, unless Redis refused it on the key's data.
     pub(crate) fn release_failed(
