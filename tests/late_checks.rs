@@ -26,9 +26,14 @@ use support::*;
 const TRIALS: usize = 20;
 /// The deadline of these tests' checks.
 const DEADLINE: &str = "20ms";
-/// Whole units a key holds: more than a trial sends, so nothing is
-/// refused and every admitted answer is one unit.
-const CAPACITY: u64 = 1_000;
+/// Rounds of requests a route's traffic task sends at most per trial, and
+/// requests per round at most (token-bucket routes send 4, to coalesce).
+const ROUNDS: usize = 2_000;
+const AT_ONCE: usize = 4;
+/// Whole units a key holds: more than a trial can send from its three
+/// instances however fast the machine (every task stops after [`ROUNDS`]),
+/// so nothing is refused and every admitted answer is one unit.
+const CAPACITY: u64 = (ROUNDS * AT_ONCE * 3) as u64;
 
 const ALGORITHMS: [&str; 4] = ["tb", "fw", "sw", "two"];
 const POLICIES: [&str; 3] = ["open", "closed", "local"];
@@ -42,10 +47,10 @@ fn body() -> String {
     let mut b = String::from("[fleet]\nsize = 3\n\n");
     for p in POLICIES {
         b += &format!(
-            "[limits.tb-{p}]\nkey = \"account:x-account\"\ncapacity = {CAPACITY}\nrefill = \"1/d\"\n\n\
+            "[limits.tb-{p}]\nkey = \"account:x-account\"\ncapacity = {CAPACITY}\nrefill = \"10/d\"\n\n\
              [limits.fw-{p}]\nkey = \"account:x-account\"\nalgorithm = \"fixed-window\"\nlimit = {CAPACITY}\nwindow = \"1d\"\n\n\
              [limits.sw-{p}]\nkey = \"account:x-account\"\nalgorithm = \"sliding-window\"\nlimit = {CAPACITY}\nwindow = \"1d\"\n\n\
-             [limits.two-tb-{p}]\nkey = \"account:x-account\"\ncapacity = {CAPACITY}\nrefill = \"1/d\"\n\n\
+             [limits.two-tb-{p}]\nkey = \"account:x-account\"\ncapacity = {CAPACITY}\nrefill = \"10/d\"\n\n\
              [limits.two-fw-{p}]\nkey = \"account:x-account\"\nalgorithm = \"fixed-window\"\nlimit = {CAPACITY}\nwindow = \"1d\"\n\n"
         );
         for a in ["tb", "fw", "sw"] {
@@ -102,10 +107,10 @@ impl Traffic {
                 for p in POLICIES {
                     let (app, stop, tally) = (app.clone(), Arc::clone(&stop), Arc::clone(&tally));
                     let (path, account) = (format!("/{a}/{p}"), account.to_owned());
-                    let at_once = if a == "tb" { 4 } else { 2 };
+                    let at_once = if a == "tb" { AT_ONCE } else { 2 };
                     tasks.push(tokio::spawn(async move {
                         // Bounded: stopped by the flag, and at most this many rounds.
-                        for _ in 0..2_000 {
+                        for _ in 0..ROUNDS {
                             if stop.load(Ordering::Relaxed) {
                                 break;
                             }
@@ -161,7 +166,7 @@ impl Traffic {
 }
 
 /// The units Redis holds charged for `account` under `limit` of algorithm
-/// `alg` (`tb`: a token bucket refilling one a day, `fw`, `sw`).
+/// `alg` (`tb`: a token bucket refilling ten a day, `fw`, `sw`).
 fn charged(server: &RedisServer, prefix: &str, limit: &str, alg: &str, account: &str) -> u64 {
     let key = format!("{prefix}:{limit}:{{a:{account}}}");
     let raw = server
@@ -180,13 +185,13 @@ fn charged(server: &RedisServer, prefix: &str, limit: &str, alg: &str, account: 
             .map(|n| n.parse::<u64>().unwrap())
             .sum(),
         _ => {
-            // The TAT, in µs: one token a day, so TAT − now is the units
-            // taken less the seconds since the first (a day per unit).
+            // The TAT, in µs: ten tokens a day, so TAT − now is the units
+            // taken less the seconds since the first (2.4 h per unit, far more than a test lasts).
             let time = server.cli(&["TIME"]).unwrap();
             let t: Vec<f64> = time.lines().map(|l| l.trim().parse().unwrap()).collect();
             let now = t[0] * 1e6 + t[1];
             let tat: f64 = raw.parse().unwrap();
-            ((tat - now) / 86_400e6).ceil() as u64
+            ((tat - now) / 8_640e6).ceil() as u64
         }
     }
 }
