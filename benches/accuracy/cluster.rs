@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::fleet::{observations, poisson, Fleet};
 use crate::reference::{Algo, Reference};
 use crate::report::Row;
-use crate::score::{Obs, Tally};
+use crate::score::{Bracket, Obs, Tally};
 use crate::support::{cluster_config, prefix, RedisCluster};
 use crate::Rng;
 
@@ -52,7 +52,7 @@ pub async fn cross_slot(rng: &mut Rng) -> Vec<Row> {
         schedule.extend(poisson(rng, 6.0, (0.2, 4.2), "/tb", k, 3));
     }
     let answers = fleet.replay(schedule).await;
-    let policy = answers.iter().filter(|a| !a.decided).count();
+    let policy = answers.iter().filter(|a| !a.obs.decided).count();
     let obs = observations(&answers);
     // A refund is one round trip after its charge: the requests whose
     // interval overlaps a refused one's may see its units spent.
@@ -86,9 +86,10 @@ pub async fn cross_slot(rng: &mut Rng) -> Vec<Row> {
 /// the tenant's bucket and one global bucket.
 fn score_pair(mut obs: Vec<Obs>) -> Tally {
     obs.sort_by(|a, b| (a.t0 + a.t1).total_cmp(&(b.t0 + b.t1)));
-    let mut tenants: HashMap<usize, Reference> = HashMap::new();
-    let mut global = Reference::new(GLOBAL);
+    let mut tenants: HashMap<usize, Bracket> = HashMap::new();
+    let mut global = Bracket::new(GLOBAL);
     let (mut free_t, mut free_g) = (HashMap::new(), Reference::new(GLOBAL));
+    let mut gaps: HashMap<usize, f64> = HashMap::new();
     let mut t = Tally::default();
     for o in &obs {
         let mid = (o.t0 + o.t1) / 2.0;
@@ -102,31 +103,27 @@ fn score_pair(mut obs: Vec<Obs>) -> Tally {
             free_g.charge(mid, o.cost);
             t.exact_admitted += 1;
         }
-        let r = tenants
-            .entry(o.key)
-            .or_insert_with(|| Reference::new(TENANT));
-        let fits = |x: f64| r.fits(x, o.cost) && global.fits(x, o.cost);
-        let exact = fits(mid);
-        let explained = exact == o.admitted || [o.t0, o.t1].iter().any(|&x| fits(x) == o.admitted);
-        if exact != o.admitted {
-            if explained {
-                t.jitter += 1;
-            } else if o.admitted {
-                t.wrong_admitted += 1;
-            } else {
-                t.wrong_refused += 1;
-            }
+        let r = tenants.entry(o.key).or_insert_with(|| Bracket::new(TENANT));
+        // The tenant's and the global reference charged alike (both mid,
+        // both early, both late).
+        let fits =
+            |v: usize, x: f64| r.refs()[v].fits(x, o.cost) && global.refs()[v].fits(x, o.cost);
+        let exact = fits(0, mid);
+        let explained = exact == o.admitted
+            || (0..3).any(|v| [o.t0, o.t1].iter().any(|&x| fits(v, x) == o.admitted));
+        if !explained {
+            // The echo of an earlier disagreement of the same tenant (its
+            // unit is on the global limit too).
+            t.count(gaps.entry(o.key).or_default(), o);
+        } else if exact != o.admitted {
+            t.jitter += 1;
         }
         // As `score`: timing takes the layer's decision, a bend keeps the
         // reference's own.
-        let charge = if exact == o.admitted || explained {
-            o.admitted
-        } else {
-            exact
-        };
+        let charge = if explained { o.admitted } else { exact };
         if charge {
-            r.charge(mid, o.cost);
-            global.charge(mid, o.cost);
+            r.charge(o);
+            global.charge(o);
         }
     }
     t

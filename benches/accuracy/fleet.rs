@@ -26,9 +26,6 @@ pub struct Req {
 pub struct Answer {
     pub req: Req,
     pub obs: Obs,
-    /// It carried rate-limit headers: a store decided it (Redis, or the
-    /// `local` share), not the failure policy alone.
-    pub decided: bool,
 }
 
 pub struct Fleet {
@@ -109,9 +106,9 @@ pub async fn send_one(app: &Router, req: Req, start: Instant, unix0: f64) -> Ans
             t1: on(t1),
             cost: 1.0,
             admitted,
+            decided,
         },
         req,
-        decided,
     }
 }
 

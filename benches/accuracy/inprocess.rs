@@ -103,6 +103,7 @@ fn replay(path: &str, schedule: &[(f64, usize)]) -> Vec<Obs> {
                 t1: t,
                 cost: 1.0,
                 admitted: res.status() == 200,
+                decided: true,
             });
         }
         obs

@@ -38,7 +38,7 @@ fn algos(url: &str, tag: &str, policy: &str) -> Config {
 }
 
 fn row(name: String, answers: &[Answer], algo_of: Algo, bounds: (u64, u64), why: &str) -> Row {
-    let policy = answers.iter().filter(|a| !a.decided).count();
+    let policy = answers.iter().filter(|a| !a.obs.decided).count();
     Row {
         scenario: name,
         tally: score(observations(answers), &[], |_| algo_of),
@@ -141,7 +141,7 @@ async fn outage(rng: &mut Rng, fault: Fault, policy: &'static str) -> Vec<Row> {
                 .count() as u64;
             let (bounds, why) = match policy {
                 "open" => {
-                    let policy = answers.iter().filter(|a| !a.decided).count() as u64;
+                    let policy = answers.iter().filter(|a| !a.obs.decided).count() as u64;
                     // A fixed window opens with its first counted request:
                     // uncounted ones move Redis's next window later, by at
                     // most one window (whose limit it may refuse).

@@ -42,14 +42,14 @@ fn pct(n: u64, of: u64) -> String {
 
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| scenario | offered | admitted: layer / exact | wrongly admitted | wrongly refused | timing | bound: admitted / refused | within |\n\
-         |---|---:|---:|---:|---:|---:|---|:-:|\n",
+        "| scenario | offered | admitted: layer / exact | wrongly admitted | wrongly refused | timing | echo | bound: admitted / refused | within |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|:-:|\n",
     );
     for r in rows {
         let t = &r.tally;
         let _ = writeln!(
             s,
-            "| {} | {} | {} / {} | {} ({}) | {} ({}) | {} | {} / {}: {} | {} |",
+            "| {} | {} | {} / {} | {} ({}) | {} ({}) | {} | {} | {} / {}: {} | {} |",
             r.scenario,
             t.offered,
             t.admitted,
@@ -59,6 +59,7 @@ pub fn markdown(rows: &[Row]) -> String {
             t.wrong_refused,
             pct(t.wrong_refused, t.offered),
             t.jitter,
+            t.echo,
             r.bound_admitted,
             r.bound_refused,
             r.bound_why,
