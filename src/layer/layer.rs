@@ -87,7 +87,7 @@ impl RateLimitLayer {
         }
     }
 
-    /// The layer on a store of your own (or a [`RedisStore`] you built).
+    /// The layer on a store of your own (or a [`RedisStore`](crate::store::RedisStore) you built).
     /// Its failures follow each route's `on_redis_error` policy. It starts
     /// no reset listener: `fleetlimit reset` reaches its refused-key cache
     /// only at each refusal's `Retry-After` (build from the configuration

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Changes;
 use crate::config::ConfigError;
 
-/// Why a [`ReloadHandle::reload`] was refused. The running configuration
+/// Why a [`ReloadHandle::reload`](crate::ReloadHandle::reload) was refused. The running configuration
 /// goes on unchanged.
 ///
 /// ```
@@ -57,8 +57,8 @@ pub enum ReloadError {
     Invalid(ConfigError),
     /// The new configuration would limit nothing where the running one
     /// limits something, or remove more of the limits and routes than
-    /// [`ReloadOptions::max_removed_share`] allows: an empty or
-    /// half-written file, most likely. [`ReloadOptions::force`] applies it.
+    /// [`ReloadOptions::max_removed_share`](crate::ReloadOptions::max_removed_share) allows: an empty or
+    /// half-written file, most likely. [`ReloadOptions::force`](crate::ReloadOptions::force) applies it.
     Drastic {
         /// Why, in words.
         why: String,
@@ -66,7 +66,7 @@ pub enum ReloadError {
         changes: Box<Changes>,
     },
     /// The file was not read and parsed within
-    /// [`ReloadOptions::read_timeout`] (a FIFO with no writer, a hung
+    /// [`ReloadOptions::read_timeout`](crate::ReloadOptions::read_timeout) (a FIFO with no writer, a hung
     /// mount); its thread is left to finish.
     ReadTimeout {
         /// The file.

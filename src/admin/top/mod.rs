@@ -99,7 +99,7 @@ impl fmt::Debug for Top {
 
 /// One frame of `top`, printed by its `Display`; its `Serialize` is the
 /// frame as `fleetlimit top --json` writes it (one JSON object a line),
-/// every name escaped as [`printable`] escapes it.
+/// every name escaped as [`printable`](crate::admin::printable) escapes it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct TopFrame {
     #[serde(serialize_with = "super::shown::one")]
