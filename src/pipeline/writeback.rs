@@ -31,7 +31,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::time::{Duration, Instant};
 
@@ -110,6 +110,10 @@ pub(crate) struct WriteBack {
     /// The drain task runs.
     running: AtomicBool,
     units: Arc<WriteBackUnits>,
+    /// Reloads that forgot entries so far. Units taken out before one and
+    /// put back after may be a removed limit's: they are counted lost, not
+    /// put back (a put-back and a forgetting hold this lock in turn).
+    forgets: Mutex<u64>,
 }
 
 impl WriteBack {
@@ -118,6 +122,7 @@ impl WriteBack {
             ledger: Bounded::new(max_keys),
             running: AtomicBool::new(false),
             units: Arc::new(WriteBackUnits::new()),
+            forgets: Mutex::new(0),
         }
     }
 
@@ -151,6 +156,8 @@ impl WriteBack {
     /// their numbers or removed them): counted lost. Store keys are
     /// `<prefix>:<limit>:{…}`.
     pub(crate) fn retain_limits(&self, prefix: &str, keep: impl Fn(&str) -> bool) {
+        let mut forgets = crate::sync::lock(&self.forgets);
+        *forgets += 1;
         self.ledger.retain(|key| {
             let limit = key
                 .strip_prefix(prefix)
@@ -160,9 +167,11 @@ impl WriteBack {
         });
     }
 
-    /// Up to `n` entries taken out of the ledger (their units with them);
-    /// stale ones are counted expired instead.
-    fn take(&self, n: usize) -> Vec<(Bucket, f64)> {
+    /// Up to `n` entries taken out of the ledger (their units with them),
+    /// and the forgettings so far, for [`put_back`](Self::put_back); stale
+    /// ones are counted expired instead.
+    fn take(&self, n: usize) -> (Vec<(Bucket, f64)>, u64) {
+        let forgets = *crate::sync::lock(&self.forgets);
         let now = Instant::now();
         let mut out = Vec::new();
         for (_, mut e) in self.ledger.take_some(n) {
@@ -173,11 +182,18 @@ impl WriteBack {
                 out.push((e.bucket.clone(), units));
             }
         }
-        out
+        (out, forgets)
     }
 
-    /// Puts back what could not be written back (the store failed).
-    fn put_back(&self, bucket: Bucket, units: f64) {
+    /// Puts back what could not be written back (the store failed), taken
+    /// out after `forgets` forgettings: lost instead when a reload forgot
+    /// entries since (its limit may be gone).
+    fn put_back(&self, bucket: Bucket, units: f64, forgets: u64) {
+        let now_forgets = crate::sync::lock(&self.forgets);
+        if *now_forgets != forgets {
+            self.units.lost(units);
+            return;
+        }
         let mut slot = self.ledger.slot(&bucket.key);
         self.entry(&mut slot, &bucket, Instant::now()).units += units;
     }
@@ -214,8 +230,9 @@ impl WriteBack {
     fn waiting(&self) -> f64 {
         let all = self.ledger.take_some(usize::MAX);
         let total = all.iter().map(|(_, e)| e.units).sum();
+        let forgets = *crate::sync::lock(&self.forgets);
         for (_, mut e) in all {
-            self.put_back(e.bucket.clone(), e.take());
+            self.put_back(e.bucket.clone(), e.take(), forgets);
         }
         total
     }
@@ -245,7 +262,7 @@ async fn drain<P: Primary>(core: Weak<P>, first: Duration) {
     loop {
         let Some(c) = core.upgrade() else { return };
         let wb = c.write_back();
-        let batch = wb.take(BATCH);
+        let (batch, forgets) = wb.take(BATCH);
         if batch.is_empty() {
             if wb.stop_if_empty() {
                 return;
@@ -257,14 +274,14 @@ async fn drain<P: Primary>(core: Weak<P>, first: Duration) {
         let mut failed = false;
         for (bucket, units) in batch {
             if failed {
-                wb.put_back(bucket, units);
+                wb.put_back(bucket, units, forgets);
                 continue;
             }
-            match charge(&*c, &bucket, units).await {
+            match charge(&*c, &bucket, units, forgets).await {
                 Ok(()) => {}
                 Err(()) => {
                     failed = true;
-                    wb.put_back(bucket, units);
+                    wb.put_back(bucket, units, forgets);
                 }
             }
         }
@@ -280,7 +297,7 @@ async fn drain<P: Primary>(core: Weak<P>, first: Duration) {
 
 /// Charges `units` of `bucket`; when it holds less, what it holds. `Err`:
 /// the store failed (nothing known charged: try again later).
-async fn charge<P: Primary>(core: &P, bucket: &Bucket, units: f64) -> Result<(), ()> {
+async fn charge<P: Primary>(core: &P, bucket: &Bucket, units: f64, forgets: u64) -> Result<(), ()> {
     let wb = core.write_back();
     let check = |cost: f64| Check {
         cost,
@@ -303,7 +320,7 @@ async fn charge<P: Primary>(core: &P, bucket: &Bucket, units: f64) -> Result<(),
             }
             Ok(_) => {}
             Err(_) => {
-                wb.put_back(bucket.clone(), units);
+                wb.put_back(bucket.clone(), units, forgets);
                 return Ok(());
             }
         }
@@ -348,14 +365,14 @@ mod tests {
         );
         wb.refunded("rl:a:{x}", 1.0);
         assert_eq!(wb.waiting(), 4.0);
-        let taken = wb.take(BATCH);
+        let (taken, _) = wb.take(BATCH);
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].1, 4.0);
         assert_eq!(wb.waiting(), 0.0);
         // Past the bucket's full refill (100 s), units no longer weigh.
         wb.admitted(&bucket("rl:a:{y}", TB), 7.0);
         tokio::time::advance(Duration::from_secs(101)).await;
-        assert!(wb.take(BATCH).is_empty());
+        assert!(wb.take(BATCH).0.is_empty());
         wb.running.store(true, Ordering::Release);
         assert!(wb.stop_if_empty());
     }
@@ -366,9 +383,29 @@ mod tests {
         wb.admitted(&bucket("rl:a:{x}", TB), 2.0);
         wb.admitted(&bucket("rl:b:{x}", TB), 3.0);
         wb.retain_limits("rl", |limit| limit != "a");
-        let taken = wb.take(BATCH);
+        let (taken, _) = wb.take(BATCH);
         assert_eq!(taken.len(), 1);
         assert_eq!((taken[0].0.key.as_str(), taken[0].1), ("rl:b:{x}", 3.0));
+    }
+
+    /// Units the drain held while a reload forgot entries (a failed
+    /// charge, put back after) do not come back: their limit may be gone.
+    #[tokio::test(start_paused = true)]
+    async fn units_in_flight_across_a_reload_are_not_put_back() {
+        let wb = WriteBack::new(1_000);
+        wb.admitted(&bucket("rl:a:{x}", TB), 2.0);
+        let (taken, forgets) = wb.take(BATCH);
+        assert_eq!(taken.len(), 1);
+        wb.retain_limits("rl", |limit| limit != "a");
+        let (b, units) = taken.into_iter().next().unwrap();
+        wb.put_back(b.clone(), units, forgets);
+        assert_eq!(wb.waiting(), 0.0, "forgotten, not revived");
+        // Without a reload between, a failed charge is put back whole.
+        wb.admitted(&b, 2.0);
+        let (taken, forgets) = wb.take(BATCH);
+        let (b, units) = taken.into_iter().next().unwrap();
+        wb.put_back(b, units, forgets);
+        assert_eq!(wb.waiting(), 2.0);
     }
 
     #[tokio::test(start_paused = true)]
