@@ -41,7 +41,21 @@ impl Example {
     /// Starts example `name` with `args` on a free port (`FLEETLIMIT_ADDR`),
     /// the environment's `REDIS_URL` and `FLEETLIMIT_CONFIG` removed and
     /// `env` set, and waits for its banner.
+    ///
+    /// A free port can be taken by another test between `free_port` and
+    /// the example's bind: an example that exits before its banner is
+    /// started again on another port, three times at most.
     pub fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        for _ in 0..2 {
+            if let Some(ex) = Self::try_start(name, args, env) {
+                return ex;
+            }
+        }
+        Self::try_start(name, args, env)
+            .unwrap_or_else(|| panic!("example {name} exited before serving, three times"))
+    }
+
+    fn try_start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Self> {
         let port = free_port();
         let mut cmd = Command::new(example_binary(name));
         cmd.args(args)
@@ -56,7 +70,10 @@ impl Example {
         let mut banner = String::new();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         stdout.read_line(&mut banner).unwrap();
-        assert!(!banner.is_empty(), "example {name} exited before serving");
+        if banner.is_empty() {
+            let _ = child.wait();
+            return None;
+        }
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in stdout.lines() {
@@ -66,12 +83,12 @@ impl Example {
                 }
             }
         });
-        Self {
+        Some(Self {
             child,
             lines,
             port,
             banner,
-        }
+        })
     }
 
     /// The process id (to send it signals).
