@@ -336,26 +336,36 @@ async fn more_failed_releases_than_the_queue_holds_drop_the_oldest_counted() {
     assert!(rest, "{} slots left, over {over}", zcard(&s.server, &s.key));
     #[cfg(feature = "metrics")]
     {
-        // A snapshot takes the counters' values (and resets them): one,
-        // once every queued release has been sent again.
-        assert!(eventually(Duration::from_secs(30), || zcard(&s.server, &s.key) <= over).await);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let snapshot = snapshotter.snapshot().into_vec();
-        let releases = |result: &str| -> u64 {
-            (snapshot.iter())
-                .filter(|(k, ..)| {
-                    let key = k.key();
-                    key.name() == "fleetlimit_slot_releases_total"
-                        && key
-                            .labels()
-                            .any(|l| l.key() == "result" && l.value() == result)
-                })
-                .map(|(.., v)| match v {
-                    metrics_util::debugging::DebugValue::Counter(c) => *c,
+        // A snapshot takes the counters' values (and resets them): summed
+        // over snapshots until every queued release was sent again and
+        // answered (a retry that timed out on a busy host is queued again
+        // and counted when it succeeds), 30 s at most.
+        let mut counts: std::collections::HashMap<String, u64> = Default::default();
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            for (k, _, _, v) in snapshotter.snapshot().into_vec() {
+                let key = k.key();
+                if key.name() != "fleetlimit_slot_releases_total" {
+                    continue;
+                }
+                let Some(result) = key.labels().find(|l| l.key() == "result") else {
+                    continue;
+                };
+                let c = match v {
+                    metrics_util::debugging::DebugValue::Counter(c) => c,
                     other => panic!("{other:?}"),
-                })
-                .sum()
-        };
+                };
+                *counts.entry(result.value().to_owned()).or_default() += c;
+            }
+            let settled = counts.get("retried").copied().unwrap_or(0)
+                + counts.get("dropped").copied().unwrap_or(0)
+                >= n;
+            if settled || std::time::Instant::now() > give_up {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let releases = |result: &str| counts.get(result).copied().unwrap_or(0);
         assert_eq!(releases("failed"), n);
         assert_eq!(releases("dropped"), over);
         assert_eq!(releases("retried"), MAX_QUEUED);
