@@ -647,6 +647,16 @@ fn example_counts_late_checks_and_the_write_back() {
     assert_eq!(late(&text, "settled_charged"), 0.0, "{text}");
 }
 
+/// Refusals the refused-key cache answered from entries a reset (or a
+/// re-subscription) voided, as the example's scrape says.
+fn voided(ex: &Example) -> f64 {
+    scraped(
+        ex,
+        "fleetlimit_precision_events_total",
+        &[("event", "refused_cache_voided")],
+    )
+}
+
 /// A reset voids the refusals the refused-key cache remembered for the
 /// key: the refusals they answered are counted (an upper bound of those
 /// answered after the reset was made), as a scraper reads it.
@@ -660,13 +670,6 @@ fn example_counts_refusals_a_reset_voided() {
     let mut want = vec![200; 5];
     want.extend([429; 4]);
     assert_eq!(ex.statuses("GET", "/", &v, 9), want);
-    let voided = |ex: &Example| {
-        scraped(
-            ex,
-            "fleetlimit_precision_events_total",
-            &[("event", "refused_cache_voided")],
-        )
-    };
     assert_eq!(voided(&ex), 0.0);
     assert_eq!(
         scraped(
@@ -713,13 +716,6 @@ fn example_counts_refusals_a_resubscribe_voided() {
     let mut want = vec![200; 5];
     want.extend([429; 3]);
     assert_eq!(ex.statuses("GET", "/", &w, 8), want);
-    let voided = |ex: &Example| {
-        scraped(
-            ex,
-            "fleetlimit_precision_events_total",
-            &[("event", "refused_cache_voided")],
-        )
-    };
     assert_eq!(voided(&ex), 0.0);
     server.restart();
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
