@@ -69,6 +69,7 @@ pub async fn cross_slot(rng: &mut Rng) -> Vec<Row> {
     vec![Row {
         scenario: "cross-slot route (tenant + global) on a 3-primary Cluster".into(),
         tally,
+        net: false,
         bound_admitted: 0,
         bound_refused: exposed,
         bound_why: format!(

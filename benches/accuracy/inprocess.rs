@@ -114,6 +114,7 @@ fn row(scenario: &str, tally: Tally, why: &str) -> Row {
     Row {
         scenario: scenario.into(),
         tally,
+        net: false,
         bound_admitted: 0,
         bound_refused: 0,
         bound_why: why.into(),

@@ -42,6 +42,7 @@ fn row(name: String, answers: &[Answer], algo_of: Algo, bounds: (u64, u64), why:
     Row {
         scenario: name,
         tally: score(observations(answers), &[], |_| algo_of),
+        net: false,
         bound_admitted: bounds.0,
         bound_refused: bounds.1,
         bound_why: why.into(),
@@ -155,17 +156,31 @@ async fn outage(rng: &mut Rng, fault: Fault, policy: &'static str) -> Vec<Row> {
                     )
                 }
                 _ => {
-                    let (limit, late) = match algo(path) {
+                    // The shares admit at most the limit on top of Redis:
+                    // a bucket's burst once (both refill alike), a
+                    // window's limit in each window the outage touches
+                    // (each instance's share is a window of its own, which
+                    // knows nothing of what Redis counted in it).
+                    let (admitted, shares, late) = match algo(path) {
                         // Written back after up to 1 s more: refilled from then.
-                        Algo::Token { capacity, refill } => {
-                            (capacity, (refill * (outage_s + 1.0)).ceil())
+                        Algo::Token { capacity, refill } => (
+                            capacity,
+                            format!("the limit ({capacity})"),
+                            (refill * (outage_s + 1.0)).ceil(),
+                        ),
+                        Algo::Fixed { limit, window } | Algo::Sliding { limit, window } => {
+                            let windows = (outage_s / window).ceil() + 1.0;
+                            (
+                                limit * windows,
+                                format!("the limit ({limit}) in each of the {windows} windows the outage touches"),
+                                limit,
+                            )
                         }
-                        Algo::Fixed { limit, .. } | Algo::Sliding { limit, .. } => (limit, limit),
                     };
                     (
-                        (limit as u64, during + late as u64),
+                        (admitted as u64, during + late as u64),
                         format!(
-                            "admitted: the shares, the limit ({limit}); refused: what the shares refuse during it ({during}) and the units charged late ({late})"
+                            "admitted: the shares, {shares}; refused: what the shares refuse during it ({during}) and the units charged late ({late})"
                         ),
                     )
                 }
@@ -255,6 +270,7 @@ on_redis_error = "closed"
     vec![Row {
         scenario: "refused-key cache across a reset and a plan upgrade".into(),
         tally,
+        net: false,
         bound_admitted: 0,
         bound_refused: reach,
         bound_why: format!(
@@ -341,7 +357,7 @@ pub async fn leases(rng: &mut Rng, refill: f64, times: f64) -> Vec<Row> {
     let schedule = poisson(rng, refill * times, (0.1, 2.1), "/tb", 0, N);
     let answers = fleet.replay(schedule).await;
     let calls = server.script_calls();
-    let bound = 100 * N as u64;
+    let k = 100 * N as u64;
     let mut r = row(
         format!("hot key, leases, {times}× its refill ({refill}/s)"),
         &answers,
@@ -349,9 +365,12 @@ pub async fn leases(rng: &mut Rng, refill: f64, times: f64) -> Vec<Row> {
             capacity: 400.0,
             refill,
         },
-        (bound, bound),
-        "lease_batch per instance (300): tokens leased ahead, or stranded on another",
+        (k, k + 100),
+        "admitted: lease_batch per instance (300), tokens leased ahead; refused, net of the \
+         admissions that repay them (echo): (N + 1) × lease_batch (400), tokens sitting in \
+         another instance's lease or refilling in Redis while the instances wait",
     );
+    r.net = true;
     let n = answers.len();
     r.note = format!(
         "{n} requests in {calls} script calls ({:.1} per 10 requests; the issue asks at most 1)",
