@@ -75,8 +75,10 @@ pub(crate) fn stream_key(prefix: &str, limit: &str) -> String {
 /// How a decision was made, as the record's `via` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Via {
-    /// Redis decided.
-    Redis,
+    /// The primary store decided (Redis, or the in-process store for the
+    /// metrics; a record is always Redis's: records need Redis, and keep
+    /// the name `redis`).
+    Store,
     /// A refusal Redis gave, repeated by this instance until its Retry-After.
     Remembered,
     /// From this instance's lease of a hot key's tokens.
@@ -92,7 +94,7 @@ pub(crate) enum Via {
 impl Via {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Self::Redis => "redis",
+            Self::Store => "redis",
             Self::Remembered => "remembered",
             Self::Lease => "lease",
             Self::Local => "local",
@@ -397,7 +399,7 @@ mod tests {
                 allowed: true,
                 remaining: Some(0.0),
                 enough: Some(true),
-                via: Via::Redis,
+                via: Via::Store,
             });
         }
         assert_eq!(
@@ -419,7 +421,7 @@ mod tests {
             allowed: false,
             remaining: Some(0.0),
             enough: Some(false),
-            via: Via::Redis,
+            via: Via::Store,
         }
     }
 

@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::pipeline::{Decided, Decision, DecisionFuture, Prepared};
+use crate::pipeline::Decided;
 use crate::reload::Live;
 
 /// Middleware that rate limits requests: what [`RateLimitLayer`](crate::RateLimitLayer) wraps a
@@ -62,63 +62,19 @@ where
         // The running configuration, loaded once: this request is decided
         // under it even if a reload swaps another in meanwhile.
         let limiter = self.live.load();
-        // Shedding (off: `None`, nothing else to do) comes before any limit
-        // is charged; an admitted request's ticket rides on its decision.
-        let route = limiter.route(&req);
-        let ticket = match limiter.shed(&req, &route) {
-            None => None,
-            Some(Ok(ticket)) => Some(ticket),
-            Some(Err(shed)) => {
-                let shed = limiter.shape(shed);
-                return ResponseFuture::decided(shed, &mut self.inner, req);
+        match limiter.handle(&req) {
+            Decided::Unlimited => ResponseFuture::serving(self.inner.call(req)),
+            // Decided already (in-process store, remembered refusal): call
+            // the ready service now, keeping the request out of the future.
+            Decided::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
+            Decided::Later(decision) => {
+                // The service is called later: take the one that was driven
+                // to ready and leave a fresh clone behind (calling an
+                // unready clone breaks backpressure).
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::deciding(decision, inner, req)
             }
-        };
-        match limiter.prepare_routed(&req, &route) {
-            Prepared::Unlimited if ticket.is_none() => {
-                ResponseFuture::serving(self.inner.call(req))
-            }
-            Prepared::Unlimited => {
-                let decision = Decision::admit(None).with_ticket(ticket);
-                ResponseFuture::decided(decision, &mut self.inner, req)
-            }
-            Prepared::Now(mut decision) => {
-                if limiter.shapes() {
-                    decision = limiter.shape(decision);
-                }
-                decision.keep_ticket(ticket);
-                ResponseFuture::decided(decision, &mut self.inner, req)
-            }
-            Prepared::Ask(pending) => match limiter.decide_traced(pending, route.matched) {
-                // Decided already (in-process store, remembered refusal):
-                // call the ready service now, keeping the request out of the
-                // future.
-                Decided::Now(mut decision) => {
-                    if limiter.shapes() {
-                        decision = limiter.shape(decision);
-                    }
-                    decision.keep_ticket(ticket);
-                    ResponseFuture::decided(decision, &mut self.inner, req)
-                }
-                Decided::Later(decision) => {
-                    let decision: DecisionFuture = if limiter.shapes() {
-                        let limiter = Arc::clone(&*limiter);
-                        Box::pin(async move { limiter.shape(decision.await) })
-                    } else {
-                        decision
-                    };
-                    let decision: DecisionFuture = match ticket {
-                        None => decision,
-                        // Resolved as the service is called (same poll).
-                        Some(t) => Box::pin(async move { decision.await.with_ticket(Some(t)) }),
-                    };
-                    // The service is called later: take the one that was
-                    // driven to ready and leave a fresh clone behind (calling
-                    // an unready clone breaks backpressure).
-                    let clone = self.inner.clone();
-                    let inner = std::mem::replace(&mut self.inner, clone);
-                    ResponseFuture::deciding(decision, inner, req)
-                }
-            },
         }
     }
 }

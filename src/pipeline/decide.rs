@@ -22,16 +22,15 @@ use tokio::time::Instant;
 
 use smallvec::SmallVec;
 
-use super::escalate;
 use super::fallback::Answer;
 use super::refused::Refused;
 use super::slot::{Asking, Release};
+use super::{account, escalate, failures, headers, lease};
 use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, Refund};
-use crate::algorithm::{LimitState, Rule};
+use crate::algorithm::LimitState;
 use crate::answer::{self as response, refusing, retry_after_secs, Item, RateHeaders, Rejection};
-use crate::metrics::Outcome;
-use crate::record::{Entry, Via};
-use crate::route::{FailurePolicy, Policy};
+use crate::record::Via;
+use crate::route::FailurePolicy;
 use crate::store::{Bucket, Check, StoreError};
 
 impl Limiter {
@@ -58,6 +57,7 @@ impl Limiter {
         match self.decide_in_store(p) {
             Decided::Now(d) => Decided::Now(with_refund(d)),
             Decided::Later(f) => Decided::Later(Box::pin(async move { with_refund(f.await) })),
+            Decided::Unlimited => Decided::Unlimited,
         }
     }
 
@@ -160,11 +160,11 @@ impl Limiter {
             }
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
             let mut headers = RateHeaders::new(self.header_style, items, Some(i)).aged(elapsed);
-            self.route_policy(&p.policy, &p.rules, p.cost, &mut headers);
+            headers::route_policy(self, &p.policy, &p.rules, p.cost, &mut headers);
             let retry = retry_after_secs(left(r.until));
             let remaining = r.state.remaining.floor().max(0.0);
             let state = |j: usize| (j == at).then_some((remaining, false));
-            self.record(p, buckets, false, state, Via::Remembered);
+            account::record(self, p, buckets, false, state, Via::Remembered);
             return Some(response::refusal(
                 &**limit,
                 id.of(&b.key),
@@ -190,7 +190,7 @@ impl Limiter {
             cost: f64::from(p.cost),
             buckets: buckets.into_vec(),
         };
-        if let Some(d) = self.leased(&p, &check).await {
+        if let Some(d) = lease::take::leased(self, &p, &check).await {
             return d;
         }
         // Cancelled, timed out or failed, the script may still have taken
@@ -227,8 +227,12 @@ impl Limiter {
         super::trace::degraded();
         // `local` is recorded with its buckets' answer, in `decision`.
         match p.policy.on_redis_error {
-            FailurePolicy::Open => self.record(p, &check.buckets, true, |_| None, Via::Open),
-            FailurePolicy::Closed => self.record(p, &check.buckets, false, |_| None, Via::Closed),
+            FailurePolicy::Open => {
+                account::record(self, p, &check.buckets, true, |_| None, Via::Open)
+            }
+            FailurePolicy::Closed => {
+                account::record(self, p, &check.buckets, false, |_| None, Via::Closed)
+            }
             FailurePolicy::Local => {}
         }
         match self.fallback.answer(&p.policy, check, p.log_ids[0], e) {
@@ -261,9 +265,9 @@ impl Limiter {
             charged,
         } = answered;
         let degraded = by.degraded();
-        let via = if degraded { Via::Local } else { Via::Redis };
+        let via = if degraded { Via::Local } else { Via::Store };
         let state = |i: usize| Some((limits[i].remaining, limits[i].enough));
-        self.record(p, &buckets, allowed, state, via);
+        account::record(self, p, &buckets, allowed, state, via);
         // Soft in the store: in shadow mode, or escalating instead of refusing.
         let shadow = |i: usize| buckets[i].shadow;
         let in_shadow_mode = |i: usize| p.policy.shadow || p.policy.limits[i].shadow;
@@ -301,7 +305,7 @@ impl Limiter {
                 ..Admitted::default()
             });
         }
-        let headers = self.headers(p, limits, refused_by, by);
+        let headers = headers::headers(self, p, limits, refused_by, by);
         let Some(i) = refused_by else {
             let mut admitted = Admitted {
                 headers: Some(headers),
@@ -310,10 +314,10 @@ impl Limiter {
             };
             let counts_failures = p.policy.traits.counts_failures;
             if counts_failures {
-                admitted.after = self.settle(p, &buckets, limits, charged, by);
+                admitted.after = failures::settle(self, p, &buckets, limits, charged, by);
             }
             if p.policy.traits.escalates {
-                self.escalate(p, &buckets, limits, by, &mut admitted);
+                escalate::escalate(&self.core.delayed, p, &buckets, limits, by, &mut admitted);
                 admitted.on_refusal.clone_from(&self.on_refusal);
             }
             // Opt-in per route: the handle is an allocation and an
@@ -378,72 +382,6 @@ impl Limiter {
             false,
         ))
     }
-
-    /// The headers of a decision: every limit of the route with its state
-    /// (`limits`, in order), `X-RateLimit-*` reporting limit `refused_by`
-    /// of a refusal, or on an admission the one that refuses first.
-    pub(super) fn headers(
-        &self,
-        p: &Pending,
-        limits: &[LimitState],
-        refused_by: Option<usize>,
-        by: DecidedBy,
-    ) -> RateHeaders {
-        let cost = f64::from(p.cost);
-        let items = p
-            .policy
-            .limits
-            .iter()
-            .zip(&p.rules)
-            .zip(limits)
-            .map(|((l, rule), s)| {
-                Item::new(&l.name, rule, p.policy.shadow || l.shadow, cost).with(s)
-            })
-            .collect();
-        let mut h = RateHeaders::new(self.header_style, items, refused_by);
-        h.local = by.degraded();
-        self.route_policy(&p.policy, &p.rules, p.cost, &mut h);
-        h
-    }
-
-    /// `RateLimit-Policy` serialised once per route, not per response,
-    /// for a caller whose plan leaves the route's numbers as they are
-    /// (`rules`: each limit's under the caller's plan) and a request of the
-    /// route's own cost (its `q` counts requests of that cost).
-    pub(super) fn route_policy(
-        &self,
-        policy: &Policy,
-        rules: &[Rule],
-        cost: u32,
-        h: &mut RateHeaders,
-    ) {
-        let own = || {
-            cost == policy.cost
-                && rules.len() == policy.limits.len()
-                && (policy.limits.iter().zip(rules)).all(|(l, rule)| *rule == l.rule)
-        };
-        if self.header_style.ietf() && own() {
-            let v = policy
-                .ietf_policy
-                .get_or_init(|| response::policy_value(&h.items).map(Arc::new));
-            h.policy.clone_from(v);
-        }
-    }
-
-    /// The headers of a route's only limit (a hot key's lease), for a
-    /// request of `cost`.
-    pub(super) fn one_limit(
-        &self,
-        limit: &crate::route::Limit,
-        rule: &Rule,
-        cost: f64,
-        remaining: f64,
-        reset: f64,
-    ) -> RateHeaders {
-        let mut item = Item::new(&limit.name, rule, false, cost);
-        item.state = Some((remaining, reset));
-        RateHeaders::new(self.header_style, smallvec::smallvec![item], None)
-    }
 }
 
 /// A store's answer for one request.
@@ -465,49 +403,6 @@ impl<'a> Answered<'a> {
             limits,
             slot,
             charged,
-        }
-    }
-}
-
-impl Limiter {
-    /// Counts the decision (feature `metrics`) and hands the decision about
-    /// each limit that records (see `record.rs`) to the recorder: `state(i)`, limit `i`'s remaining and whether it
-    /// had room for the request (`None`: not known).
-    pub(super) fn record(
-        &self,
-        p: &Pending,
-        buckets: &[Bucket],
-        allowed: bool,
-        state: impl Fn(usize) -> Option<(f64, bool)>,
-        via: Via,
-    ) {
-        let policy = &p.policy;
-        crate::metrics::decided(
-            &policy.metrics,
-            policy.limits.iter().map(|l| &l.name),
-            buckets.iter().enumerate().map(|(i, b)| {
-                let enough = state(i).map(|s| s.1);
-                let outcome = outcome_of(policy, b.shadow, i, allowed, enough, via);
-                let remembered = via == Via::Remembered && outcome == Outcome::Refused;
-                (outcome, remembered)
-            }),
-        );
-        let Some(recorder) = self.core.recorder.get() else {
-            return;
-        };
-        let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
-        for (i, ((limit, b), id)) in limits.enumerate() {
-            let Some(record) = limit.record else { continue };
-            recorder.record(Entry {
-                limit: Arc::clone(&limit.name),
-                record,
-                key: id.of(&b.key).to_string(),
-                plan: p.plans.get(i).cloned().flatten(),
-                allowed,
-                remaining: state(i).map(|s| s.0),
-                enough: state(i).map(|s| s.1),
-                via,
-            });
         }
     }
 }
@@ -545,44 +440,14 @@ fn with_refund(mut d: Decision) -> Decision {
     d
 }
 
-/// Limit `i`'s part in a decision `via` that `allowed` the request or not
-/// (the metrics' `outcome`); `enough`: whether the limit had room (`None`:
-/// not known); `soft`: the limit only counts in the store (shadow, or an
-/// escalation instead of a refusal, see escalate.rs).
-pub(super) fn outcome_of(
-    policy: &Policy,
-    soft: bool,
-    i: usize,
-    allowed: bool,
-    enough: Option<bool>,
-    via: Via,
-) -> Outcome {
-    let no_room = enough == Some(false);
-    match via {
-        Via::Open => Outcome::DegradedOpen,
-        Via::Closed => Outcome::DegradedClosed,
-        Via::Local if !allowed && no_room && !soft => Outcome::DegradedLocalRefused,
-        Via::Local => Outcome::DegradedLocal,
-        _ if no_room && soft => {
-            if policy.shadow || policy.limits[i].shadow {
-                Outcome::ShadowRefused
-            } else {
-                Outcome::Escalated
-            }
-        }
-        _ if allowed => Outcome::Admitted,
-        _ if no_room => Outcome::Refused,
-        _ => Outcome::RefusedByOther,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::pipeline::{Extras, Prepared};
+    use crate::pipeline::{prepare, Extras};
     use crate::store::{Outcome, Store, StoreFuture};
     use http::StatusCode;
+    use std::ops::ControlFlow;
 
     /// A store that refuses every request for 10 s.
     #[derive(Debug)]
@@ -612,13 +477,14 @@ mod tests {
             .header("x-api-key", "k")
             .body(())
             .unwrap();
-        let Prepared::Ask(mut p) = limiter.prepare(&req) else {
+        let ControlFlow::Continue(mut p) = prepare::prepare(limiter, &req) else {
             panic!("the default policy applies");
         };
         p.cost = cost;
         let (d, now) = match limiter.decide(p) {
             Decided::Now(d) => (d, true),
             Decided::Later(f) => (f.await, false),
+            Decided::Unlimited => panic!("a limited route"),
         };
         match d {
             Decision::Reject(r) => (r.status, now),

@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::challenge::Challenge;
-use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending};
+use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Pending};
 use crate::algorithm::LimitState;
 use crate::route::OnExceed;
 
@@ -25,68 +25,66 @@ struct Delay {
     _permit: Arc<OwnedSemaphorePermit>,
 }
 
-impl Limiter {
-    /// The escalations of an admitted request: each limit that escalates,
-    /// is not in shadow mode, and had no room. Challenges go into the
-    /// request's extensions; the longest delay is held by [`held`], or,
-    /// with no place left among the held requests, challenged.
-    pub(super) fn escalate(
-        &self,
-        p: &Pending,
-        buckets: &Buckets,
-        limits: &[LimitState],
-        by: DecidedBy,
-        admitted: &mut Admitted,
-    ) {
-        let mut challenged = Vec::new();
-        let mut delay: Option<(Duration, usize)> = None;
-        for (i, (limit, s)) in p.policy.limits.iter().zip(limits).enumerate() {
-            if s.enough || !limit.escalates() || limit.shadow || p.policy.shadow {
-                continue;
-            }
-            let what = match limit.on_exceed {
-                OnExceed::Challenge => {
-                    challenged.push(Arc::clone(&limit.name));
-                    "challenged"
-                }
-                OnExceed::Delay(d) => {
-                    if delay.is_none_or(|(longest, _)| d > longest) {
-                        delay = Some((d, i));
-                    }
-                    "delayed"
-                }
-                OnExceed::Refuse => continue,
-            };
-            let key = p.log_ids[i].of(&buckets[i].key);
-            let degraded = by.degraded();
-            match limit.escalation_log[0].event() {
-                Some(suppressed) => tracing::info!(
-                    target: "fleetlimit", limit = %limit.name, %key, reason = "limit-exceeded",
-                    degraded, suppressed, "{what}"
-                ),
-                None => tracing::debug!(
-                    target: "fleetlimit", limit = %limit.name, %key, reason = "limit-exceeded",
-                    degraded, "{what}"
-                ),
-            }
+/// The escalations of an admitted request: each limit that escalates,
+/// is not in shadow mode, and had no room. Challenges go into the
+/// request's extensions; the longest delay is held by [`held`], or,
+/// with no place left among the held requests (`delayed`), challenged.
+pub(super) fn escalate(
+    delayed: &Arc<Semaphore>,
+    p: &Pending,
+    buckets: &Buckets,
+    limits: &[LimitState],
+    by: DecidedBy,
+    admitted: &mut Admitted,
+) {
+    let mut challenged = Vec::new();
+    let mut delay: Option<(Duration, usize)> = None;
+    for (i, (limit, s)) in p.policy.limits.iter().zip(limits).enumerate() {
+        if s.enough || !limit.escalates() || limit.shadow || p.policy.shadow {
+            continue;
         }
-        if let Some((hold, i)) = delay {
-            match Arc::clone(&self.core.delayed).try_acquire_owned() {
-                Ok(permit) => {
-                    admitted.extensions.insert(Delay {
-                        hold,
-                        _permit: Arc::new(permit),
-                    });
-                }
-                // Every place is taken: challenged instead. Refusing would
-                // let whoever fills the places (100 requests on one account)
-                // lock everyone else out, the account's owner included.
-                Err(_) => challenged.push(Arc::clone(&p.policy.limits[i].name)),
+        let what = match limit.on_exceed {
+            OnExceed::Challenge => {
+                challenged.push(Arc::clone(&limit.name));
+                "challenged"
             }
+            OnExceed::Delay(d) => {
+                if delay.is_none_or(|(longest, _)| d > longest) {
+                    delay = Some((d, i));
+                }
+                "delayed"
+            }
+            OnExceed::Refuse => continue,
+        };
+        let key = p.log_ids[i].of(&buckets[i].key);
+        let degraded = by.degraded();
+        match limit.escalation_log[0].event() {
+            Some(suppressed) => tracing::info!(
+                target: "fleetlimit", limit = %limit.name, %key, reason = "limit-exceeded",
+                degraded, suppressed, "{what}"
+            ),
+            None => tracing::debug!(
+                target: "fleetlimit", limit = %limit.name, %key, reason = "limit-exceeded",
+                degraded, "{what}"
+            ),
         }
-        if !challenged.is_empty() {
-            admitted.extensions.insert(Challenge::new(challenged));
+    }
+    if let Some((hold, i)) = delay {
+        match Arc::clone(delayed).try_acquire_owned() {
+            Ok(permit) => {
+                admitted.extensions.insert(Delay {
+                    hold,
+                    _permit: Arc::new(permit),
+                });
+            }
+            // Every place is taken: challenged instead. Refusing would
+            // let whoever fills the places (100 requests on one account)
+            // lock everyone else out, the account's owner included.
+            Err(_) => challenged.push(Arc::clone(&p.policy.limits[i].name)),
         }
+    }
+    if !challenged.is_empty() {
+        admitted.extensions.insert(Challenge::new(challenged));
     }
 }
 
@@ -101,7 +99,7 @@ pub(super) fn held(d: Decided) -> Decided {
             })),
             None => Decided::Now(Decision::Admit(a)),
         },
-        Decided::Now(d) => Decided::Now(d),
+        d @ (Decided::Now(_) | Decided::Unlimited) => d,
         Decided::Later(f) => Decided::Later(Box::pin(async move {
             let mut d = f.await;
             if let Decision::Admit(a) = &mut d {

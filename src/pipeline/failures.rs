@@ -14,85 +14,84 @@ use crate::algorithm::LimitState;
 use crate::route::Limit;
 use crate::store::{Bucket, Check};
 
-impl Limiter {
-    /// The work to run with the handler's status: refund the charged
-    /// buckets of limits that count failures (`each` units each), when
-    /// the status is not one.
-    /// `None` when no such limit was charged.
-    pub(super) fn settle(
-        self: &Arc<Self>,
-        p: &Pending,
-        buckets: &Buckets,
-        limits: &[LimitState],
-        each: f64,
-        by: DecidedBy,
-    ) -> Option<After> {
-        let charged: Vec<(Arc<Limit>, Bucket)> = p
-            .policy
-            .limits
-            .iter()
-            .zip(buckets)
-            .zip(limits)
-            .filter(|((l, _), s)| l.failures.is_some() && s.enough)
-            .map(|((l, b), _)| (Arc::clone(l), b.clone()))
-            .collect();
-        if charged.is_empty() {
+/// The work to run with the handler's status: refund the charged
+/// buckets of limits that count failures (`each` units each), when
+/// the status is not one.
+/// `None` when no such limit was charged.
+pub(super) fn settle(
+    l: &Arc<Limiter>,
+    p: &Pending,
+    buckets: &Buckets,
+    limits: &[LimitState],
+    each: f64,
+    by: DecidedBy,
+) -> Option<After> {
+    let charged: Vec<(Arc<Limit>, Bucket)> = p
+        .policy
+        .limits
+        .iter()
+        .zip(buckets)
+        .zip(limits)
+        .filter(|((l, _), s)| l.failures.is_some() && s.enough)
+        .map(|((l, b), _)| (Arc::clone(l), b.clone()))
+        .collect();
+    if charged.is_empty() {
+        return None;
+    }
+    let this = Arc::clone(l);
+    // What was charged, not the route's cost: `local` may charge less.
+    let cost = each;
+    Some(Box::new(move |status, extensions| {
+        // A challenge asked for (`ChallengeRequired`) is not a failed
+        // attempt: nothing was tried. Counting it would turn a
+        // challenge, meant to spare the owner, into a lockout.
+        let prompted = extensions.get::<Prompted>().is_some();
+        let (back, limits): (Vec<Bucket>, Vec<Arc<Limit>>) = charged
+            .into_iter()
+            .filter(|(l, _)| prompted || !l.counts(status))
+            .map(|(l, b)| (b, l))
+            .unzip();
+        if back.is_empty() {
             return None;
         }
-        let this = Arc::clone(self);
-        // What was charged, not the route's cost: `local` may charge less.
-        let cost = each;
-        Some(Box::new(move |status, extensions| {
-            // A challenge asked for (`ChallengeRequired`) is not a failed
-            // attempt: nothing was tried. Counting it would turn a
-            // challenge, meant to spare the owner, into a lockout.
-            let prompted = extensions.get::<Prompted>().is_some();
-            let (back, limits): (Vec<Bucket>, Vec<Arc<Limit>>) = charged
-                .into_iter()
-                .filter(|(l, _)| prompted || !l.counts(status))
-                .map(|(l, b)| (b, l))
-                .unzip();
-            if back.is_empty() {
-                return None;
-            }
-            let refund = Check {
-                cost: -cost,
-                buckets: back,
-                slot: None,
+        let refund = Check {
+            cost: -cost,
+            buckets: back,
+            slot: None,
+        };
+        Some(Box::pin(async move {
+            let answer = match by {
+                DecidedBy::Fallback => this.fallback.refund(&refund).await,
+                // Behind the breaker: while it is open this fails at
+                // once instead of waiting out the deadline.
+                DecidedBy::Primary => this.ask(&refund).await.map(|_| ()),
             };
-            Some(Box::pin(async move {
-                let answer = match by {
-                    DecidedBy::Fallback => this.fallback.refund(&refund).await,
-                    // Behind the breaker: while it is open this fails at
-                    // once instead of waiting out the deadline.
-                    DecidedBy::Primary => this.ask(&refund).await.map(|_| ()),
-                };
-                if let Err(e) = answer {
-                    for l in &limits {
-                        match l.escalation_log[1].event() {
-                            Some(suppressed) => tracing::warn!(
-                                target: "fleetlimit", limit = %l.name, error = %e, suppressed,
-                                "a success could not be given back: counted as a failure"
-                            ),
-                            None => tracing::debug!(
-                                target: "fleetlimit", limit = %l.name, error = %e,
-                                "a success could not be given back: counted as a failure"
-                            ),
-                        }
+            if let Err(e) = answer {
+                for l in &limits {
+                    match l.escalation_log[1].event() {
+                        Some(suppressed) => tracing::warn!(
+                            target: "fleetlimit", limit = %l.name, error = %e, suppressed,
+                            "a success could not be given back: counted as a failure"
+                        ),
+                        None => tracing::debug!(
+                            target: "fleetlimit", limit = %l.name, error = %e,
+                            "a success could not be given back: counted as a failure"
+                        ),
                     }
                 }
-            }) as _)
-        }))
-    }
+            }
+        }) as _)
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::pipeline::{Decided, Decision, Extras, Prepared};
+    use crate::pipeline::{prepare, Decided, Decision, Extras};
     use crate::store::{MemoryStore, Outcome, Store, StoreError, StoreFuture};
     use http::StatusCode;
+    use std::ops::ControlFlow;
 
     /// The in-process store, except that every refund (negative cost)
     /// fails, as a frozen or lost Redis would. (Each failed refund follows
@@ -116,12 +115,13 @@ mod tests {
             .header("x-account", "alice")
             .body(())
             .unwrap();
-        let Prepared::Ask(p) = limiter.prepare(&req) else {
+        let ControlFlow::Continue(p) = prepare::prepare(limiter, &req) else {
             panic!("the default policy applies");
         };
         let d = match limiter.decide(p) {
             Decided::Now(d) => d,
             Decided::Later(f) => f.await,
+            Decided::Unlimited => panic!("a limited route"),
         };
         let Decision::Admit(a) = d else {
             return false;

@@ -1,22 +1,26 @@
 //! Steps 1 and 2 at once for the commonest route: one limit on the
-//! in-process store that needs nothing beside its bucket (see
-//! [`Traits::lone`](crate::route::Traits)), on a route with no refund
-//! handle, no shadow mode and no cost function. Its key is written into a
-//! per-thread buffer and its bucket decided in place: no [`Pending`], no
-//! key of its own, no bucket list, no boxed decision. Every answer is built
-//! by the functions the general path (`prepare.rs`, `decide.rs`) builds it
-//! with; the tests below hold the two side by side.
+//! in-process store that needs nothing beside its bucket, on a route with
+//! no refund handle and no shadow mode ([`Traits::lone`], worked out when
+//! the policy is built from every field of its limit), without a cost
+//! function. Its key is written into a per-thread buffer and its bucket
+//! decided in place: no [`Pending`], no key of its own, no bucket list, no
+//! boxed decision. Every answer is built by the functions the general path
+//! (`prepare.rs`, `decide.rs`) builds it with; the tests below hold the two
+//! side by side. On every log level: a subscriber that takes `DEBUG` gets
+//! the decision's span around the same code.
 //!
 //! [`Pending`]: super::Pending
+//! [`Traits::lone`]: crate::route::Traits
 
 use std::cell::RefCell;
 use std::net::IpAddr;
 
 use http::Request;
 use smallvec::smallvec;
+use tracing::Span;
 
-use super::decide::outcome_of;
-use super::{Admitted, Decision, Limiter};
+use super::account::outcome_of;
+use super::{headers, prepare, trace, Admitted, Decided, Decision, Limiter};
 use crate::answer::{self as response, retry_after_secs, Item, RateHeaders};
 use crate::record::Via;
 use crate::route::Policy;
@@ -29,72 +33,81 @@ thread_local! {
     static KEY: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-impl Limiter {
-    /// The in-process store, when it decides `policy` here.
-    #[inline]
-    pub(super) fn lone(&self, policy: &Policy) -> Option<&MemoryStore> {
-        let plain = policy.traits.lone && !policy.refund && !policy.shadow;
-        // A subscriber that takes DEBUG gets the general path's span.
-        if !plain || !self.cost_fns.is_empty() || tracing::level_enabled!(tracing::Level::DEBUG) {
-            return None;
-        }
-        self.core.in_process.as_deref()
-    }
+/// The decision of a request on a lone route (see the module guide);
+/// `route`: its `MatchedPath`.
+#[inline]
+pub(super) fn decide<B>(
+    l: &Limiter,
+    req: &Request<B>,
+    route: Option<&str>,
+    policy: &Policy,
+    memory: &MemoryStore,
+) -> Decided {
+    let Some(span) = trace::span(route) else {
+        return Decided::Now(in_place(l, req, policy, memory, None));
+    };
+    span.record("limit", &*policy.limits[0].name);
+    let d = span.in_scope(|| in_place(l, req, policy, memory, Some(&span)));
+    trace::outcome(&span, &d);
+    Decided::Now(d)
+}
 
-    /// The decision of a request on a `lone` route (see the module guide).
-    pub(super) fn decide_lone<B>(
-        &self,
-        req: &Request<B>,
-        policy: &Policy,
-        memory: &MemoryStore,
-    ) -> Decision {
-        let limit = &policy.limits[0];
-        let (headers, ext) = (req.headers(), req.extensions());
-        let mut ip: Option<Option<IpAddr>> = None;
-        let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
-        let material = match self.material(limit, &RequestRef::new(req), &mut client_ip) {
-            Ok(m) => m,
-            Err(r) => return Decision::Reject(r),
-        };
-        let rule = limit.rule;
-        // As `buckets` in decide.rs: a cost no bucket can ever hold (the
-        // configuration refuses one above the route's own numbers; kept so
-        // that both paths answer alike whatever it lets through).
-        if f64::from(policy.cost) > rule.capacity() {
-            return Decision::Reject(response::too_costly(&**limit, policy.cost, rule.capacity()));
-        }
-        let decide = |key: &mut String| {
-            let (prefix, secret) = (&self.core.prefix, self.core.key_secret.as_ref());
-            let (_, id) = material.write_key(key, prefix, &limit.name, secret);
-            let cost = f64::from(policy.cost);
-            let (allowed, s) = memory.check_key(key, rule, false, cost);
-            let outcome = outcome_of(policy, false, 0, allowed, Some(s.enough), Via::Redis);
-            crate::metrics::decided(
-                &policy.metrics,
-                std::iter::once(&limit.name),
-                std::iter::once((outcome, false)),
-            );
-            let refused_by = (!allowed).then_some(0);
-            let items = smallvec![Item::new(&limit.name, &rule, false, cost).with(&s)];
-            let mut headers = RateHeaders::new(self.header_style, items, refused_by);
-            self.route_policy(policy, &[rule], policy.cost, &mut headers);
-            if allowed {
-                return Decision::Admit(Admitted {
-                    headers: Some(headers),
-                    ..Admitted::default()
-                });
-            }
-            let retry = retry_after_secs(s.wait);
-            let refusal = response::refusal(&**limit, id.of(key), headers, retry, false, false);
-            Decision::Reject(refusal)
-        };
-        // Taken already only if a log line of this thread's decision came
-        // back here (a subscriber calling the layer): then a key of its own.
-        KEY.with(|key| match key.try_borrow_mut() {
-            Ok(mut key) => decide(&mut key),
-            Err(_) => decide(&mut String::new()),
-        })
+fn in_place<B>(
+    l: &Limiter,
+    req: &Request<B>,
+    policy: &Policy,
+    memory: &MemoryStore,
+    span: Option<&Span>,
+) -> Decision {
+    let limit = &policy.limits[0];
+    let (headers, ext) = (req.headers(), req.extensions());
+    let mut ip: Option<Option<IpAddr>> = None;
+    let mut client_ip = || *ip.get_or_insert_with(|| l.client_ip.client_ip(headers, ext));
+    let material = match prepare::material(l, limit, &RequestRef::new(req), &mut client_ip) {
+        Ok(m) => m,
+        Err(r) => return Decision::Reject(r),
+    };
+    let rule = limit.rule;
+    // As `buckets` in decide.rs: a cost no bucket can ever hold (the
+    // configuration refuses one above the route's own numbers; kept so
+    // that both paths answer alike whatever it lets through).
+    if f64::from(policy.cost) > rule.capacity() {
+        return Decision::Reject(response::too_costly(&**limit, policy.cost, rule.capacity()));
     }
+    let decide = |key: &mut String| {
+        let (prefix, secret) = (&l.core.prefix, l.core.key_secret.as_ref());
+        let (_, id) = material.write_key(key, prefix, &limit.name, secret);
+        if let Some(span) = span {
+            trace::key(span, id, key);
+        }
+        let cost = f64::from(policy.cost);
+        let (allowed, s) = memory.check_key(key, rule, false, cost);
+        let outcome = outcome_of(policy, false, 0, allowed, Some(s.enough), Via::Store);
+        crate::metrics::decided(
+            &policy.metrics,
+            std::iter::once(&limit.name),
+            std::iter::once((outcome, false)),
+        );
+        let refused_by = (!allowed).then_some(0);
+        let items = smallvec![Item::new(&limit.name, &rule, false, cost).with(&s)];
+        let mut headers = RateHeaders::new(l.header_style, items, refused_by);
+        headers::route_policy(l, policy, &[rule], policy.cost, &mut headers);
+        if allowed {
+            return Decision::Admit(Admitted {
+                headers: Some(headers),
+                ..Admitted::default()
+            });
+        }
+        let retry = retry_after_secs(s.wait);
+        let refusal = response::refusal(&**limit, id.of(key), headers, retry, false, false);
+        Decision::Reject(refusal)
+    };
+    // Taken already only if a log line of this thread's decision came back
+    // here (a subscriber calling the layer): then a key of its own.
+    KEY.with(|key| match key.try_borrow_mut() {
+        Ok(mut key) => decide(&mut key),
+        Err(_) => decide(&mut String::new()),
+    })
 }
 
 #[cfg(test)]
@@ -106,7 +119,9 @@ mod tests {
     use bytes::Bytes;
     use http::{HeaderMap, StatusCode};
 
-    use super::super::{Decided, Extras, Prepared};
+    use std::ops::ControlFlow;
+
+    use super::super::{Decided, Extras};
     use super::*;
     use crate::config::Config;
 
@@ -148,26 +163,28 @@ mod tests {
 
     /// The general path's answer (`prepare.rs`, then `decide.rs`).
     fn general(l: &Arc<Limiter>, req: &Request<()>) -> Seen {
-        let route = l.route(req);
-        let policy = route.policy.unwrap();
-        seen(match l.prepare_keys(req, route.matched, policy) {
-            Prepared::Now(d) => d,
-            Prepared::Ask(p) => match l.decide(p) {
+        seen(match prepare::prepare(l, req) {
+            ControlFlow::Break(d) => d,
+            ControlFlow::Continue(p) => match l.decide(p) {
                 Decided::Now(d) => d,
-                Decided::Later(_) => panic!("the in-process store decides at once"),
+                _ => panic!("the in-process store decides at once"),
             },
-            Prepared::Unlimited => panic!("the route is limited"),
         })
     }
 
-    /// This module's answer.
+    /// This module's answer, through the spine.
     fn lone(l: &Arc<Limiter>, req: &Request<()>) -> Seen {
-        let route = l.route(req);
-        assert!(l.lone(route.policy.unwrap()).is_some(), "a lone route");
-        match l.prepare_routed(req, &route) {
-            Prepared::Now(d) => seen(d),
+        assert!(is_lone(l, req), "a lone route");
+        match l.handle(req) {
+            Decided::Now(d) => seen(d),
             _ => panic!("decided at once"),
         }
+    }
+
+    /// Whether the spine decides `req` here.
+    fn is_lone(l: &Limiter, req: &Request<()>) -> bool {
+        let policy = prepare::route(l, req).policy.unwrap();
+        l.lone.is_some() && policy.traits.lone
     }
 
     fn req(key: Option<&str>, peer: Option<&str>) -> Request<()> {
@@ -272,15 +289,11 @@ mod tests {
             let toml =
                 format!("[limits.k]\n{base}\n{limit}\n[default]\nlimits = [\"k\"]\n{route}\n");
             let l = limiter(&toml);
-            let r = req(Some("a"), None);
-            let route = l.route(&r);
-            assert!(l.lone(route.policy.unwrap()).is_none(), "{toml}");
+            assert!(!is_lone(&l, &req(Some("a"), None)), "{toml}");
         }
         let two =
             format!("[limits.k]\n{base}\n[limits.j]\n{base}\n[default]\nlimits = [\"k\", \"j\"]\n");
         let l = limiter(&two);
-        assert!(l
-            .lone(l.route(&req(Some("a"), None)).policy.unwrap())
-            .is_none());
+        assert!(!is_lone(&l, &req(Some("a"), None)));
     }
 }

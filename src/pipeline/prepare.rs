@@ -1,5 +1,6 @@
-//! Step 1, synchronous: route → policy → each limit's key (custom keys
-//! from the application's extractors) → cost.
+//! Steps 0 and 1, synchronous: route → policy (and shedding) → each
+//! limit's key (custom keys from the application's extractors) → cost, as
+//! functions of the limiter.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -8,6 +9,8 @@ use std::sync::Arc;
 use axum::extract::MatchedPath;
 use http::Request;
 use smallvec::SmallVec;
+
+use std::ops::ControlFlow;
 
 use super::{Decision, Limiter};
 use crate::algorithm::Rule;
@@ -26,17 +29,6 @@ pub(crate) struct Routed<'r> {
     pub(crate) matched: Option<&'r str>,
     /// Its entry's policy, else the default one (limits or not).
     pub(super) policy: Option<&'r Arc<Policy>>,
-}
-
-/// What the synchronous half found.
-pub(crate) enum Prepared {
-    /// No limit applies to this route.
-    Unlimited,
-    /// Answered already: without the store (missing key, unknown client
-    /// IP), or by the in-process store for a lone limit (see `lone.rs`).
-    Now(Decision),
-    /// Decide (see `decide.rs`).
-    Ask(Pending),
 }
 
 /// A request to decide: its route's policy, cost and keys.
@@ -68,179 +60,167 @@ pub(super) struct PendingKey {
     pub(super) plan: Option<Arc<str>>,
 }
 
-impl Limiter {
-    /// The request's route: its `MatchedPath` and the policy of its entry
-    /// (or the default one), with or without limits. Looked up once, for
-    /// shedding and for the limits.
-    pub(crate) fn route<'r, B>(&'r self, req: &'r Request<B>) -> Routed<'r> {
-        let matched = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map(MatchedPath::as_str);
-        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
-            self.check_unrouted(req.uri().path());
-        }
-        Routed {
-            matched,
-            policy: self.routes.policy_of(matched, req.method()),
-        }
+/// The request's route: its `MatchedPath` and the policy of its entry (or
+/// the default one), with or without limits. Looked up once, for shedding
+/// and for the limits.
+pub(super) fn route<'r, B>(l: &'r Limiter, req: &'r Request<B>) -> Routed<'r> {
+    let matched = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    if matched.is_none() && !l.unrouted_logged.load(Ordering::Relaxed) {
+        check_unrouted(l, req.uri().path());
     }
-
-    /// Step 0, with `[shedding]` only: shed the request by its route's
-    /// priority, before any key is charged, or count it in flight. `None`
-    /// when shedding is off.
-    pub(crate) fn shed<B>(
-        &self,
-        req: &Request<B>,
-        route: &Routed<'_>,
-    ) -> Option<Result<Ticket, Decision>> {
-        let shedder = self.core.shed.as_ref()?;
-        let priority = route.policy.map_or(Priority::Normal, |p| p.priority);
-        let accepted = req.extensions().get::<Accepted>().map(|a| a.0);
-        // Held by `on_exceed = "delay"`: parked on purpose (a login attack
-        // can fill every place), not load on the handlers.
-        let held = self
-            .core
-            .max_delayed
-            .saturating_sub(self.core.delayed.available_permits());
-        let held = u32::try_from(held).unwrap_or(u32::MAX);
-        Some(shedder.admit(priority, accepted, held).map_err(|s| {
-            Decision::Reject(response::overloaded(
-                s.priority.as_str(),
-                s.signal.as_str(),
-                s.pressure,
-                s.retry_after,
-            ))
-        }))
+    Routed {
+        matched,
+        policy: l.routes.policy_of(matched, req.method()),
     }
+}
 
-    /// Route → policy → keys → cost.
-    #[cfg(test)]
-    pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared {
-        self.prepare_routed(req, &self.route(req))
-    }
+/// Step 0, with `[shedding]` only: shed the request by its route's
+/// priority, before any key is charged, or count it in flight. `None`
+/// when shedding is off.
+pub(super) fn shed<B>(
+    l: &Limiter,
+    req: &Request<B>,
+    route: &Routed<'_>,
+) -> Option<Result<Ticket, Decision>> {
+    let shedder = l.core.shed.as_ref()?;
+    let priority = route.policy.map_or(Priority::Normal, |p| p.priority);
+    let accepted = req.extensions().get::<Accepted>().map(|a| a.0);
+    // Held by `on_exceed = "delay"`: parked on purpose (a login attack
+    // can fill every place), not load on the handlers.
+    let held = l
+        .core
+        .max_delayed
+        .saturating_sub(l.core.delayed.available_permits());
+    let held = u32::try_from(held).unwrap_or(u32::MAX);
+    Some(shedder.admit(priority, accepted, held).map_err(|s| {
+        Decision::Reject(response::overloaded(
+            s.priority.as_str(),
+            s.signal.as_str(),
+            s.pressure,
+            s.retry_after,
+        ))
+    }))
+}
 
-    /// Policy → keys → cost, the route known.
-    pub(crate) fn prepare_routed<B>(&self, req: &Request<B>, route: &Routed<'_>) -> Prepared {
-        let matched = route.matched;
-        let Some(policy) = route.policy.filter(|p| !p.limits.is_empty()) else {
-            return Prepared::Unlimited;
+/// Keys → cost, the route's policy known and limited.
+pub(super) fn keys<B>(
+    l: &Limiter,
+    req: &Request<B>,
+    matched: Option<&str>,
+    policy: &Arc<Policy>,
+) -> ControlFlow<Decision, Pending> {
+    let (headers, ext) = (req.headers(), req.extensions());
+    let view = RequestRef::new(req);
+    // The client IP is resolved once, and only if some limit needs it.
+    let mut ip: Option<Option<IpAddr>> = None;
+    let mut client_ip = || *ip.get_or_insert_with(|| l.client_ip.client_ip(headers, ext));
+    let reject = |r| ControlFlow::Break(Decision::Reject(r));
+
+    let mut keys = SmallVec::with_capacity(policy.limits.len());
+    let mut log_ids = SmallVec::with_capacity(policy.limits.len());
+    for limit in &policy.limits {
+        let material = match material(l, limit, &view, &mut client_ip) {
+            Ok(m) => m,
+            Err(r) => return reject(r),
         };
-        if let Some(memory) = self.lone(policy) {
-            return Prepared::Now(self.decide_lone(req, policy, memory));
-        }
-        self.prepare_keys(req, matched, policy)
-    }
-
-    /// Keys → cost, the route's policy known and limited.
-    pub(super) fn prepare_keys<B>(
-        &self,
-        req: &Request<B>,
-        matched: Option<&str>,
-        policy: &Arc<Policy>,
-    ) -> Prepared {
-        let (headers, ext) = (req.headers(), req.extensions());
-        let view = RequestRef::new(req);
-        // The client IP is resolved once, and only if some limit needs it.
-        let mut ip: Option<Option<IpAddr>> = None;
-        let mut client_ip = || *ip.get_or_insert_with(|| self.client_ip.client_ip(headers, ext));
-        let reject = |r| Prepared::Now(Decision::Reject(r));
-
-        let mut keys = SmallVec::with_capacity(policy.limits.len());
-        let mut log_ids = SmallVec::with_capacity(policy.limits.len());
-        for limit in &policy.limits {
-            let material = match self.material(limit, &view, &mut client_ip) {
-                Ok(m) => m,
-                Err(r) => return reject(r),
-            };
-            let plans = !limit.plans.is_empty();
-            let k = material.store_key(
-                &self.core.prefix,
-                &limit.name,
-                self.core.key_secret.as_ref(),
-                plans,
-            );
-            log_ids.push(k.log_id());
-            keys.push(PendingKey {
-                key: k.key,
-                plan_key: k.plan_key,
-                plan: None,
-            });
-        }
-        let cost_fn = if self.cost_fns.is_empty() {
-            None
-        } else {
-            matched.and_then(|m| self.cost_fns.get(m))
-        };
-        let cost = match cost_fn {
-            // At least one unit, as a fixed cost must be: a computed 0 would
-            // be free and never refused (`?pages=0`).
-            Some(f) => f(&view).max(1),
-            None => policy.cost,
-        };
-        Prepared::Ask(Pending {
-            policy: Arc::clone(policy),
-            cost,
-            keys,
-            resets_seen: 0,
-            asked_at: None,
-            log_ids,
-            rules: SmallVec::new(),
-            plans: SmallVec::new(),
-        })
-    }
-
-    /// What `limit` is keyed by in this request, or the answer to a request
-    /// without it. `client_ip`: the request's, resolved at the first call.
-    // The refusal is rare; boxing it would cost every caller.
-    #[allow(clippy::result_large_err)]
-    pub(super) fn material<'v>(
-        &self,
-        limit: &Limit,
-        view: &RequestRef<'v>,
-        client_ip: &mut impl FnMut() -> Option<IpAddr>,
-    ) -> Result<KeyMaterial<'v>, Rejection> {
-        let peer = if limit.key.needs_ip() {
-            client_ip()
-        } else {
-            None
-        };
-        match limit.key.extract(view, peer, &self.custom_keys) {
-            Extracted::Found(m) => Ok(m),
-            Extracted::Missing => match limit.on_missing {
-                OnMissing::Ip => match client_ip() {
-                    Some(ip) => Ok(KeyMaterial::ip(ip)),
-                    None => Err(response::no_client_ip(limit)),
-                },
-                OnMissing::Reject => Err(response::missing_key(limit, &self.www_authenticate)),
-            },
-            Extracted::NoClientIp => Err(response::no_client_ip(limit)),
-            Extracted::Invalid => Err(response::invalid_key(limit)),
-            Extracted::Failed(why) => Err(response::key_unavailable(limit, why)),
-        }
-    }
-
-    /// A request without `MatchedPath` for a path a configured route names:
-    /// the layer is outside the `Router` (the router sets `MatchedPath`
-    /// after it), so no route entry can ever apply. Said once per layer.
-    /// Paths no route names stay quiet: inside a `Router` they are its
-    /// fallback (404s), which carry no `MatchedPath` either.
-    #[cold]
-    fn check_unrouted(&self, path: &str) {
-        let Some(template) = self.routes.template_for(path) else {
-            return;
-        };
-        if self.unrouted_logged.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        tracing::error!(
-            target: "fleetlimit",
-            path,
-            route = template,
-            reason = "no-matched-path",
-            "the request carries no axum MatchedPath, so route {template:?} of the configuration cannot apply \
-             and only [default] (if any) limits it: add the layer with `Router::layer` or `Router::route_layer`, \
-             not around the Router (ServiceBuilder, `layer.layer(router)`); logged once"
+        let plans = !limit.plans.is_empty();
+        let k = material.store_key(
+            &l.core.prefix,
+            &limit.name,
+            l.core.key_secret.as_ref(),
+            plans,
         );
+        log_ids.push(k.log_id());
+        keys.push(PendingKey {
+            key: k.key,
+            plan_key: k.plan_key,
+            plan: None,
+        });
     }
+    let cost_fn = if l.cost_fns.is_empty() {
+        None
+    } else {
+        matched.and_then(|m| l.cost_fns.get(m))
+    };
+    let cost = match cost_fn {
+        // At least one unit, as a fixed cost must be: a computed 0 would
+        // be free and never refused (`?pages=0`).
+        Some(f) => f(&view).max(1),
+        None => policy.cost,
+    };
+    ControlFlow::Continue(Pending {
+        policy: Arc::clone(policy),
+        cost,
+        keys,
+        resets_seen: 0,
+        asked_at: None,
+        log_ids,
+        rules: SmallVec::new(),
+        plans: SmallVec::new(),
+    })
+}
+
+/// What `limit` is keyed by in this request, or the answer to a request
+/// without it. `client_ip`: the request's, resolved at the first call.
+// The refusal is rare; boxing it would cost every caller.
+#[allow(clippy::result_large_err)]
+pub(super) fn material<'v>(
+    l: &Limiter,
+    limit: &Limit,
+    view: &RequestRef<'v>,
+    client_ip: &mut impl FnMut() -> Option<IpAddr>,
+) -> Result<KeyMaterial<'v>, Rejection> {
+    let peer = if limit.key.needs_ip() {
+        client_ip()
+    } else {
+        None
+    };
+    match limit.key.extract(view, peer, &l.custom_keys) {
+        Extracted::Found(m) => Ok(m),
+        Extracted::Missing => match limit.on_missing {
+            OnMissing::Ip => match client_ip() {
+                Some(ip) => Ok(KeyMaterial::ip(ip)),
+                None => Err(response::no_client_ip(limit)),
+            },
+            OnMissing::Reject => Err(response::missing_key(limit, &l.www_authenticate)),
+        },
+        Extracted::NoClientIp => Err(response::no_client_ip(limit)),
+        Extracted::Invalid => Err(response::invalid_key(limit)),
+        Extracted::Failed(why) => Err(response::key_unavailable(limit, why)),
+    }
+}
+
+/// A request without `MatchedPath` for a path a configured route names:
+/// the layer is outside the `Router` (the router sets `MatchedPath`
+/// after it), so no route entry can ever apply. Said once per layer.
+/// Paths no route names stay quiet: inside a `Router` they are its
+/// fallback (404s), which carry no `MatchedPath` either.
+#[cold]
+fn check_unrouted(l: &Limiter, path: &str) {
+    let Some(template) = l.routes.template_for(path) else {
+        return;
+    };
+    if l.unrouted_logged.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::error!(
+        target: "fleetlimit",
+        path,
+        route = template,
+        reason = "no-matched-path",
+        "the request carries no axum MatchedPath, so route {template:?} of the configuration cannot apply \
+         and only [default] (if any) limits it: add the layer with `Router::layer` or `Router::route_layer`, \
+         not around the Router (ServiceBuilder, `layer.layer(router)`); logged once"
+    );
+}
+
+/// Route → policy → keys → cost, on the general path (unit tests).
+#[cfg(test)]
+pub(super) fn prepare<B>(l: &Limiter, req: &Request<B>) -> ControlFlow<Decision, Pending> {
+    let route = route(l, req);
+    let policy = route.policy.expect("a route with limits");
+    keys(l, req, route.matched, policy)
 }

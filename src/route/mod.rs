@@ -317,7 +317,7 @@ mod tests {
         };
         let limits: Vec<Arc<Limit>> = names.iter().map(limit).collect();
         Arc::new(Policy {
-            traits: Traits::of(&limits),
+            traits: Traits::of(&limits, false, false),
             limits,
             cost: 1,
             on_redis_error: FailurePolicy::Open,

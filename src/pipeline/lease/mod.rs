@@ -23,7 +23,7 @@
 //! with neither a live lease nor a hit in the last second first, then
 //! those whose hit window began longest ago.
 
-mod take;
+pub(super) mod take;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

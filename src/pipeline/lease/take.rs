@@ -10,187 +10,195 @@ use super::{Grant, LeaseUse};
 use crate::algorithm::{LimitState, Rule};
 use crate::answer::{self as response, retry_after_secs};
 use crate::metrics::LeaseRefusal;
-use crate::pipeline::{DecidedBy, Decision, Limiter, Pending};
+use crate::pipeline::{account, headers, DecidedBy, Decision, Limiter, Pending};
 use crate::record::Via;
 use crate::store::{Check, Lease};
 
-impl Limiter {
-    /// Hot-key leases (see `lease/`): a request of a hot key is admitted
-    /// from this instance's lease, refused here until a short lease's next
-    /// tokens come, or takes a new lease for the next ones. `None`: ask the
-    /// store as usual.
-    pub(in crate::pipeline) async fn leased(
-        self: &Arc<Self>,
-        p: &Pending,
-        check: &Check,
-    ) -> Option<Decision> {
-        let ([limit], [bucket]) = (p.policy.limits.as_slice(), check.buckets.as_slice()) else {
+/// Hot-key leases (see `lease/`): a request of a hot key is admitted
+/// from this instance's lease, refused here until a short lease's next
+/// tokens come, or takes a new lease for the next ones. `None`: ask the
+/// store as usual.
+pub(in crate::pipeline) async fn leased(
+    l: &Arc<Limiter>,
+    p: &Pending,
+    check: &Check,
+) -> Option<Decision> {
+    let ([limit], [bucket]) = (p.policy.limits.as_slice(), check.buckets.as_slice()) else {
+        return None;
+    };
+    let lease = limit.lease.filter(|_| !bucket.shadow && check.cost > 0.0)?;
+    let Rule::TokenBucket {
+        capacity,
+        refill_per_sec,
+    } = bucket.rule
+    else {
+        return None;
+    };
+    let names = || p.policy.limits.iter().map(|l| &l.name);
+    let leases = &l.core.leases;
+    let (mut what, stranded) = leases.use_for(&bucket.key, check.cost, lease.above);
+    crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+    if what == LeaseUse::Pending {
+        // Spent from the lease being taken, or refused by its answer,
+        // rather than one Redis call per request meanwhile.
+        if !leases.wait_taken(&bucket.key).await {
             return None;
-        };
-        let lease = limit.lease.filter(|_| !bucket.shadow && check.cost > 0.0)?;
-        let Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } = bucket.rule
-        else {
-            return None;
-        };
-        let names = || p.policy.limits.iter().map(|l| &l.name);
-        let leases = &self.core.leases;
-        let (mut what, stranded) = leases.use_for(&bucket.key, check.cost, lease.above);
+        }
+        let (again, stranded) = leases.use_again(&bucket.key, check.cost, lease.above);
         crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
-        if what == LeaseUse::Pending {
-            // Spent from the lease being taken, or refused by its answer,
-            // rather than one Redis call per request meanwhile.
-            if !leases.wait_taken(&bucket.key).await {
-                return None;
-            }
-            let (again, stranded) = leases.use_again(&bucket.key, check.cost, lease.above);
-            crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
-            what = again;
-        }
-        match what {
-            // Another lease is being taken again: ask Redis as usual.
-            LeaseUse::Normal | LeaseUse::Pending => None,
-            LeaseUse::Spent {
-                lease_left,
-                shared_left,
-            } => {
-                // What this key can still spend: its lease here, and what
-                // Redis had left when the lease was taken.
-                let remaining = response::apart(lease_left, shared_left, check.cost).min(capacity);
-                self.record(
-                    p,
-                    &check.buckets,
-                    true,
-                    |_| Some((remaining, true)),
-                    Via::Lease,
-                );
-                let reset = (capacity - remaining) / refill_per_sec;
-                Some(Decision::admit(Some(self.one_limit(
-                    limit,
-                    &bucket.rule,
-                    check.cost,
-                    remaining,
-                    reset,
-                ))))
-            }
-            LeaseUse::Wait {
-                left,
-                empty,
-                shared_left,
-            } => {
-                let why = if empty {
-                    LeaseRefusal::Elsewhere
-                } else {
-                    LeaseRefusal::Waiting
-                };
-                crate::metrics::lease_refused(&p.policy.metrics, names(), why);
-                let state = LimitState {
-                    enough: false,
-                    remaining: shared_left.min(capacity),
-                    wait: left.as_secs_f64(),
-                    reset: (capacity - shared_left.min(capacity)) / refill_per_sec,
-                    capacity,
-                };
-                Some(self.refused_here_by_lease(p, check, state))
-            }
-            LeaseUse::Take => {
-                // Whole requests of this cost: a part of one left in the
-                // lease could be spent neither here nor in Redis.
-                let most = (f64::from(lease.batch) / check.cost).floor().max(1.0);
-                let take = Check {
-                    slot: check.slot.clone(),
-                    cost: most * check.cost,
-                    buckets: check.buckets.clone(),
-                };
-                // Clears the key's "taking" mark however this ends, even if
-                // this future is dropped while Redis is asked.
-                let claim = self.core.leases.claim(&bucket.key);
-                let seen = self.core.leases.resets();
-                match self.core.lease(&take, check.cost).await {
-                    Ok(l) => {
-                        claim.disarm();
-                        Some(self.lease_taken(p, check, &take, l, seen))
-                    }
-                    // Redis failed: the failure policy answers now, rather
-                    // than a second call into the same outage.
-                    Err(e) => Some(self.fall_back(p, check.clone(), &e)),
-                }
-            }
-        }
+        what = again;
     }
-
-    /// Redis answered a lease of `take` (`l`): the request is admitted
-    /// when it got its cost, and what is left goes to the table; short of
-    /// a whole batch, no lease is asked for until a whole one fits.
-    fn lease_taken(
-        self: &Arc<Self>,
-        p: &Pending,
-        check: &Check,
-        take: &Check,
-        l: Lease,
-        seen: u64,
-    ) -> Decision {
-        let (limit, bucket) = (&p.policy.limits[0], &check.buckets[0]);
-        let admitted = l.granted >= check.cost;
-        let extra = if admitted {
-            l.granted - check.cost
-        } else {
-            0.0
-        };
-        let s = l.state;
-        let short = l.granted < take.cost;
-        let grant = Grant {
-            tokens: extra,
-            shared_left: s.remaining,
-            wait: short.then(|| Duration::from_secs_f64(s.wait.clamp(0.0, 3600.0))),
-            empty: l.granted <= 0.0,
-        };
-        let names = || p.policy.limits.iter().map(|l| &l.name);
-        let stranded = self.core.leases.granted(&bucket.key, grant, seen);
-        crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
-        if !admitted {
-            // Not even this request's cost was free: refused until the
-            // instance asks again.
-            let wait = s.wait.min(super::LEASE_TTL.as_secs_f64());
+    match what {
+        // Another lease is being taken again: ask Redis as usual.
+        LeaseUse::Normal | LeaseUse::Pending => None,
+        LeaseUse::Spent {
+            lease_left,
+            shared_left,
+        } => {
+            // What this key can still spend: its lease here, and what
+            // Redis had left when the lease was taken.
+            let remaining = response::apart(lease_left, shared_left, check.cost).min(capacity);
+            account::record(
+                l,
+                p,
+                &check.buckets,
+                true,
+                |_| Some((remaining, true)),
+                Via::Lease,
+            );
+            let reset = (capacity - remaining) / refill_per_sec;
+            Some(Decision::admit(Some(headers::one_limit(
+                l,
+                limit,
+                &bucket.rule,
+                check.cost,
+                remaining,
+                reset,
+            ))))
+        }
+        LeaseUse::Wait {
+            left,
+            empty,
+            shared_left,
+        } => {
+            let why = if empty {
+                LeaseRefusal::Elsewhere
+            } else {
+                LeaseRefusal::Waiting
+            };
+            crate::metrics::lease_refused(&p.policy.metrics, names(), why);
             let state = LimitState {
                 enough: false,
-                wait,
-                ..s
+                remaining: shared_left.min(capacity),
+                wait: left.as_secs_f64(),
+                reset: (capacity - shared_left.min(capacity)) / refill_per_sec,
+                capacity,
             };
-            return self.refused_here_by_lease(p, check, state);
+            Some(refused_here_by_lease(l, p, check, state))
         }
-        crate::metrics::lease_granted(&p.policy.metrics, names(), 0);
-        // The lease is this key's to spend here; no refund handle (it would
-        // give back the whole lease).
-        let left = response::apart(extra, s.remaining, check.cost);
-        self.record(p, &check.buckets, true, |_| Some((left, true)), Via::Lease);
-        let headers = self.one_limit(limit, &bucket.rule, check.cost, left, s.reset);
-        Decision::admit(Some(headers))
+        LeaseUse::Take => {
+            // Whole requests of this cost: a part of one left in the
+            // lease could be spent neither here nor in Redis.
+            let most = (f64::from(lease.batch) / check.cost).floor().max(1.0);
+            let take = Check {
+                slot: check.slot.clone(),
+                cost: most * check.cost,
+                buckets: check.buckets.clone(),
+            };
+            // Clears the key's "taking" mark however this ends, even if
+            // this future is dropped while Redis is asked.
+            let claim = l.core.leases.claim(&bucket.key);
+            let seen = l.core.leases.resets();
+            match l.core.lease(&take, check.cost).await {
+                Ok(got) => {
+                    claim.disarm();
+                    Some(lease_taken(l, p, check, &take, got, seen))
+                }
+                // Redis failed: the failure policy answers now, rather
+                // than a second call into the same outage.
+                Err(e) => Some(l.fall_back(p, check.clone(), &e)),
+            }
+        }
     }
+}
 
-    /// A refusal of the lease's key decided here (`state.wait`: until this
-    /// instance asks Redis again, the `Retry-After`).
-    fn refused_here_by_lease(&self, p: &Pending, check: &Check, state: LimitState) -> Decision {
-        let (limit, bucket) = (&p.policy.limits[0], &check.buckets[0]);
-        let remaining = state.remaining.floor().max(0.0);
-        self.record(
-            p,
-            &check.buckets,
-            false,
-            |_| Some((remaining, false)),
-            Via::Lease,
-        );
-        let headers = self.headers(p, &[state], Some(0), DecidedBy::Primary);
-        let retry = retry_after_secs(state.wait);
-        Decision::Reject(response::refusal(
-            &**limit,
-            p.log_ids[0].of(&bucket.key),
-            headers,
-            retry,
-            false,
-            false,
-        ))
+/// Redis answered a lease of `take` (`got`): the request is admitted
+/// when it got its cost, and what is left goes to the table; short of
+/// a whole batch, no lease is asked for until a whole one fits.
+fn lease_taken(
+    l: &Arc<Limiter>,
+    p: &Pending,
+    check: &Check,
+    take: &Check,
+    got: Lease,
+    seen: u64,
+) -> Decision {
+    let (limit, bucket) = (&p.policy.limits[0], &check.buckets[0]);
+    let admitted = got.granted >= check.cost;
+    let extra = if admitted {
+        got.granted - check.cost
+    } else {
+        0.0
+    };
+    let s = got.state;
+    let short = got.granted < take.cost;
+    let grant = Grant {
+        tokens: extra,
+        shared_left: s.remaining,
+        wait: short.then(|| Duration::from_secs_f64(s.wait.clamp(0.0, 3600.0))),
+        empty: got.granted <= 0.0,
+    };
+    let names = || p.policy.limits.iter().map(|l| &l.name);
+    let stranded = l.core.leases.granted(&bucket.key, grant, seen);
+    crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+    if !admitted {
+        // Not even this request's cost was free: refused until the
+        // instance asks again.
+        let wait = s.wait.min(super::LEASE_TTL.as_secs_f64());
+        let state = LimitState {
+            enough: false,
+            wait,
+            ..s
+        };
+        return refused_here_by_lease(l, p, check, state);
     }
+    crate::metrics::lease_granted(&p.policy.metrics, names(), 0);
+    // The lease is this key's to spend here; no refund handle (it would
+    // give back the whole lease).
+    let left = response::apart(extra, s.remaining, check.cost);
+    account::record(
+        l,
+        p,
+        &check.buckets,
+        true,
+        |_| Some((left, true)),
+        Via::Lease,
+    );
+    let headers = headers::one_limit(l, limit, &bucket.rule, check.cost, left, s.reset);
+    Decision::admit(Some(headers))
+}
+
+/// A refusal of the lease's key decided here (`state.wait`: until this
+/// instance asks Redis again, the `Retry-After`).
+fn refused_here_by_lease(l: &Limiter, p: &Pending, check: &Check, state: LimitState) -> Decision {
+    let (limit, bucket) = (&p.policy.limits[0], &check.buckets[0]);
+    let remaining = state.remaining.floor().max(0.0);
+    account::record(
+        l,
+        p,
+        &check.buckets,
+        false,
+        |_| Some((remaining, false)),
+        Via::Lease,
+    );
+    let headers = headers::headers(l, p, &[state], Some(0), DecidedBy::Primary);
+    let retry = retry_after_secs(state.wait);
+    Decision::Reject(response::refusal(
+        &**limit,
+        p.log_ids[0].of(&bucket.key),
+        headers,
+        retry,
+        false,
+        false,
+    ))
 }

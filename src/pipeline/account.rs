@@ -1,0 +1,82 @@
+//! Every decision accounted: counted (feature `metrics`) and, for limits
+//! with `record`, handed to the decision recorder (`crate::record`).
+
+use std::sync::Arc;
+
+use super::{Limiter, Pending};
+use crate::metrics::Outcome;
+use crate::record::{Entry, Via};
+use crate::route::Policy;
+use crate::store::Bucket;
+
+/// Counts the decision (feature `metrics`) and hands the decision about
+/// each limit that records (see `record.rs`) to the recorder: `state(i)`, limit `i`'s remaining and whether it
+/// had room for the request (`None`: not known).
+pub(super) fn record(
+    l: &Limiter,
+    p: &Pending,
+    buckets: &[Bucket],
+    allowed: bool,
+    state: impl Fn(usize) -> Option<(f64, bool)>,
+    via: Via,
+) {
+    let policy = &p.policy;
+    crate::metrics::decided(
+        &policy.metrics,
+        policy.limits.iter().map(|l| &l.name),
+        buckets.iter().enumerate().map(|(i, b)| {
+            let enough = state(i).map(|s| s.1);
+            let outcome = outcome_of(policy, b.shadow, i, allowed, enough, via);
+            let remembered = via == Via::Remembered && outcome == Outcome::Refused;
+            (outcome, remembered)
+        }),
+    );
+    let Some(recorder) = l.core.recorder.get() else {
+        return;
+    };
+    let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
+    for (i, ((limit, b), id)) in limits.enumerate() {
+        let Some(record) = limit.record else { continue };
+        recorder.record(Entry {
+            limit: Arc::clone(&limit.name),
+            record,
+            key: id.of(&b.key).to_string(),
+            plan: p.plans.get(i).cloned().flatten(),
+            allowed,
+            remaining: state(i).map(|s| s.0),
+            enough: state(i).map(|s| s.1),
+            via,
+        });
+    }
+}
+
+/// Limit `i`'s part in a decision `via` that `allowed` the request or not
+/// (the metrics' `outcome`); `enough`: whether the limit had room (`None`:
+/// not known); `soft`: the limit only counts in the store (shadow, or an
+/// escalation instead of a refusal, see escalate.rs).
+pub(super) fn outcome_of(
+    policy: &Policy,
+    soft: bool,
+    i: usize,
+    allowed: bool,
+    enough: Option<bool>,
+    via: Via,
+) -> Outcome {
+    let no_room = enough == Some(false);
+    match via {
+        Via::Open => Outcome::DegradedOpen,
+        Via::Closed => Outcome::DegradedClosed,
+        Via::Local if !allowed && no_room && !soft => Outcome::DegradedLocalRefused,
+        Via::Local => Outcome::DegradedLocal,
+        _ if no_room && soft => {
+            if policy.shadow || policy.limits[i].shadow {
+                Outcome::ShadowRefused
+            } else {
+                Outcome::Escalated
+            }
+        }
+        _ if allowed => Outcome::Admitted,
+        _ if no_room => Outcome::Refused,
+        _ => Outcome::RefusedByOther,
+    }
+}

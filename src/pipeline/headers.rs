@@ -1,0 +1,73 @@
+//! The rate headers of a decision, from the store's states and the route's
+//! policy (built by `crate::answer`, which knows no limiter).
+
+use std::sync::Arc;
+
+use super::{DecidedBy, Limiter, Pending};
+use crate::algorithm::{LimitState, Rule};
+use crate::answer::{self as response, Item, RateHeaders};
+use crate::route::Policy;
+
+/// The headers of a decision: every limit of the route with its state
+/// (`limits`, in order), `X-RateLimit-*` reporting limit `refused_by`
+/// of a refusal, or on an admission the one that refuses first.
+pub(super) fn headers(
+    l: &Limiter,
+    p: &Pending,
+    limits: &[LimitState],
+    refused_by: Option<usize>,
+    by: DecidedBy,
+) -> RateHeaders {
+    let cost = f64::from(p.cost);
+    let items = p
+        .policy
+        .limits
+        .iter()
+        .zip(&p.rules)
+        .zip(limits)
+        .map(|((l, rule), s)| Item::new(&l.name, rule, p.policy.shadow || l.shadow, cost).with(s))
+        .collect();
+    let mut h = RateHeaders::new(l.header_style, items, refused_by);
+    h.local = by.degraded();
+    route_policy(l, &p.policy, &p.rules, p.cost, &mut h);
+    h
+}
+
+/// `RateLimit-Policy` serialised once per route, not per response,
+/// for a caller whose plan leaves the route's numbers as they are
+/// (`rules`: each limit's under the caller's plan) and a request of the
+/// route's own cost (its `q` counts requests of that cost).
+pub(super) fn route_policy(
+    l: &Limiter,
+    policy: &Policy,
+    rules: &[Rule],
+    cost: u32,
+    h: &mut RateHeaders,
+) {
+    let own = || {
+        cost == policy.cost
+            && rules.len() == policy.limits.len()
+            && (policy.limits.iter().zip(rules)).all(|(l, rule)| *rule == l.rule)
+    };
+    if l.header_style.ietf() && own() {
+        let v = policy
+            .ietf_policy
+            .get_or_init(|| response::policy_value(&h.items).map(Arc::new));
+        h.policy.clone_from(v);
+    }
+}
+
+/// The headers of a route's only limit (a hot key's lease), for a
+/// request of `cost`.
+pub(super) fn one_limit(
+    l: &Limiter,
+    limit: &crate::route::Limit,
+    rule: &Rule,
+    cost: f64,
+    remaining: f64,
+    reset: f64,
+) -> RateHeaders {
+    let mut item = Item::new(&limit.name, rule, false, cost);
+    item.state = Some((remaining, reset));
+    RateHeaders::new(l.header_style, smallvec::smallvec![item], None)
+}
