@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{Limiter, Pending};
-use crate::metrics::Outcome;
+use crate::metrics::Verdict;
 use crate::record::{Entry, Via};
 use crate::route::Policy;
 use crate::store::Bucket;
@@ -27,7 +27,7 @@ pub(super) fn record(
         buckets.iter().enumerate().map(|(i, b)| {
             let enough = state(i).map(|s| s.1);
             let outcome = outcome_of(policy, b.shadow, i, allowed, enough, via);
-            let remembered = via == Via::Remembered && outcome == Outcome::Refused;
+            let remembered = via == Via::Remembered && outcome == Verdict::Refused;
             (outcome, remembered)
         }),
     );
@@ -61,22 +61,22 @@ pub(super) fn outcome_of(
     allowed: bool,
     enough: Option<bool>,
     via: Via,
-) -> Outcome {
+) -> Verdict {
     let no_room = enough == Some(false);
     match via {
-        Via::Open => Outcome::DegradedOpen,
-        Via::Closed => Outcome::DegradedClosed,
-        Via::Local if !allowed && no_room && !soft => Outcome::DegradedLocalRefused,
-        Via::Local => Outcome::DegradedLocal,
+        Via::Open => Verdict::DegradedOpen,
+        Via::Closed => Verdict::DegradedClosed,
+        Via::Local if !allowed && no_room && !soft => Verdict::DegradedLocalRefused,
+        Via::Local => Verdict::DegradedLocal,
         _ if no_room && soft => {
             if policy.shadow || policy.limits[i].shadow {
-                Outcome::ShadowRefused
+                Verdict::ShadowRefused
             } else {
-                Outcome::Escalated
+                Verdict::Escalated
             }
         }
-        _ if allowed => Outcome::Admitted,
-        _ if no_room => Outcome::Refused,
-        _ => Outcome::RefusedByOther,
+        _ if allowed => Verdict::Admitted,
+        _ if no_room => Verdict::Refused,
+        _ => Verdict::RefusedByOther,
     }
 }

@@ -1,0 +1,459 @@
+//! The metrics, registered with the `metrics` facade (feature `metrics`).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use ::metrics::{Counter, Gauge, Histogram, SharedString, Unit};
+
+use super::labels::{LeaseRefusal, Precision, Script, SlotRelease, Verdict};
+
+pub(crate) const DECISIONS: &str = "fleetlimit_decisions_total";
+pub(crate) const REFUSED_CACHE_HITS: &str = "fleetlimit_refused_cache_hits_total";
+pub(crate) const LEASE_GRANTS: &str = "fleetlimit_lease_grants_total";
+pub(crate) const LEASE_STRANDED: &str = "fleetlimit_lease_stranded_tokens_total";
+pub(crate) const LEASE_REFUSALS: &str = "fleetlimit_lease_local_refusals_total";
+pub(crate) const STORE_CALL: &str = "fleetlimit_store_call_duration_seconds";
+pub(crate) const SCRIPT_CALLS: &str = "fleetlimit_script_calls_total";
+pub(crate) const SCRIPT_CHECKS: &str = "fleetlimit_script_checks_total";
+pub(crate) const BREAKER_STATE: &str = "fleetlimit_breaker_state";
+pub(crate) const BREAKER_TRANSITIONS: &str = "fleetlimit_breaker_transitions_total";
+pub(crate) const PLAN_CACHE: &str = "fleetlimit_plan_cache_lookups_total";
+pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
+pub(crate) const PRECISION: &str = "fleetlimit_precision_events_total";
+pub(crate) const WRITE_BACK: &str = "fleetlimit_writeback_units_total";
+pub(crate) const SLOT_RELEASES: &str = "fleetlimit_slot_releases_total";
+
+/// The help texts, given to the recorder with each set of handles
+/// (a recorder keeps the last; they never change).
+fn describe() {
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        DECISIONS,
+        Unit::Count,
+        "Decisions per route and limit, by outcome (docs/metrics.md)"
+    );
+    describe_counter!(
+        REFUSED_CACHE_HITS,
+        Unit::Count,
+        "Refusals answered from this instance's refused-key cache, without Redis"
+    );
+    describe_counter!(
+        LEASE_GRANTS,
+        Unit::Count,
+        "Hot-key token leases Redis granted this instance"
+    );
+    describe_counter!(
+        LEASE_STRANDED,
+        Unit::Count,
+        "Leased tokens that lapsed unspent on this instance (whole tokens)"
+    );
+    describe_counter!(
+        LEASE_REFUSALS,
+        Unit::Count,
+        "Refusals of a hot key answered by this instance's lease table, without Redis"
+    );
+    describe_histogram!(
+        STORE_CALL,
+        Unit::Seconds,
+        "Duration of Redis script calls deciding checks, by result"
+    );
+    describe_counter!(
+        SCRIPT_CALLS,
+        Unit::Count,
+        "Decision script calls sent to Redis"
+    );
+    describe_counter!(
+        SCRIPT_CHECKS,
+        Unit::Count,
+        "Request checks carried by decision script calls (coalesced calls carry several)"
+    );
+    describe_gauge!(
+        BREAKER_STATE,
+        Unit::Count,
+        "1 for the circuit breaker's current state, 0 for the others"
+    );
+    describe_counter!(
+        BREAKER_TRANSITIONS,
+        Unit::Count,
+        "Circuit breaker transitions, by the state entered"
+    );
+    describe_counter!(
+        PLAN_CACHE,
+        Unit::Count,
+        "Plan lookups of the plan resolver's cache, by result"
+    );
+    describe_counter!(
+        PRECISION,
+        Unit::Count,
+        "Checks whose precision was spent or settled, by event (docs/accuracy.md)"
+    );
+    describe_counter!(
+        SLOT_RELEASES,
+        Unit::Count,
+        "Concurrency slot releases that failed, by what became of them"
+    );
+    describe_counter!(
+        WRITE_BACK,
+        Unit::Count,
+        "Units the local policy admitted, by what the write-back did with them"
+    );
+    describe_gauge!(
+        FLEET_SIZE,
+        Unit::Count,
+        "Live instances counted by the fleet heartbeat (the local policy's N)"
+    );
+}
+
+/// One limit's handles within one route.
+#[derive(Debug)]
+struct LimitMetrics {
+    decisions: [Counter; Verdict::ALL.len()],
+    refused_cache_hits: Counter,
+    lease_grants: Counter,
+    lease_stranded: Counter,
+    lease_refusals: [Counter; LeaseRefusal::ALL.len()],
+}
+
+/// A route's handles: its label, and each limit's handles once the
+/// route has decided a request.
+#[derive(Debug)]
+pub(crate) struct PolicyMetrics {
+    route: SharedString,
+    limits: OnceLock<Box<[LimitMetrics]>>,
+}
+
+impl PolicyMetrics {
+    /// `route`: the route template, or `default` for the default policy.
+    pub(crate) fn new(route: &str) -> Self {
+        Self {
+            route: SharedString::from(Arc::<str>::from(route)),
+            limits: OnceLock::new(),
+        }
+    }
+
+    /// `names`: the route's limits, read when its handles are made.
+    fn limits<'n>(&self, names: impl Iterator<Item = &'n Arc<str>>) -> &[LimitMetrics] {
+        self.limits.get_or_init(|| {
+            describe();
+            let route = &self.route;
+            let one = |limit: &Arc<str>| {
+                let limit = SharedString::from(Arc::clone(limit));
+                let labels = |o: Verdict| {
+                    [
+                        ("route", route.clone()),
+                        ("limit", limit.clone()),
+                        ("outcome", SharedString::from(o.as_str())),
+                    ]
+                };
+                let plain = [("route", route.clone()), ("limit", limit.clone())];
+                LimitMetrics {
+                    decisions: Verdict::ALL.map(|o| ::metrics::counter!(DECISIONS, &labels(o))),
+                    refused_cache_hits: ::metrics::counter!(REFUSED_CACHE_HITS, &plain),
+                    lease_grants: ::metrics::counter!(LEASE_GRANTS, &plain),
+                    lease_stranded: ::metrics::counter!(LEASE_STRANDED, &plain),
+                    lease_refusals: LeaseRefusal::ALL.map(|r| {
+                        let labels = [
+                            ("route", route.clone()),
+                            ("limit", limit.clone()),
+                            ("reason", SharedString::from(r.as_str())),
+                        ];
+                        ::metrics::counter!(LEASE_REFUSALS, &labels)
+                    }),
+                }
+            };
+            names.map(one).collect()
+        })
+    }
+}
+
+/// Counts a decision of a route (its handles `m`, its limits `names`):
+/// each limit's outcome, and whether it was a refusal remembered from
+/// Redis (a refused-cache hit). Lazy: without the feature, `outcomes`
+/// is never read.
+pub(crate) fn decided<'n>(
+    m: &PolicyMetrics,
+    names: impl Iterator<Item = &'n Arc<str>>,
+    outcomes: impl Iterator<Item = (Verdict, bool)>,
+) {
+    for (m, (outcome, remembered)) in m.limits(names).iter().zip(outcomes) {
+        m.decisions[outcome as usize].increment(1);
+        if remembered {
+            m.refused_cache_hits.increment(1);
+        }
+    }
+}
+
+/// Redis granted a lease to limit `i` of a route.
+pub(crate) fn lease_granted<'n>(
+    m: &PolicyMetrics,
+    names: impl Iterator<Item = &'n Arc<str>>,
+    i: usize,
+) {
+    if let Some(m) = m.limits(names).get(i) {
+        m.lease_grants.increment(1);
+    }
+}
+
+/// `tokens` of limit 0's lease lapsed unspent (or were replaced).
+/// Lazy: without the feature, nothing is read.
+pub(crate) fn lease_stranded<'n>(
+    m: &PolicyMetrics,
+    names: impl Iterator<Item = &'n Arc<str>>,
+    tokens: f64,
+) {
+    if tokens <= 0.0 || !tokens.is_finite() {
+        return;
+    }
+    // Whole requests' worth: a lease holds whole costs.
+    if let Some(m) = m.limits(names).first() {
+        m.lease_stranded.increment(tokens.round() as u64);
+    }
+}
+
+/// Limit 0's lease table refused a request, without Redis.
+pub(crate) fn lease_refused<'n>(
+    m: &PolicyMetrics,
+    names: impl Iterator<Item = &'n Arc<str>>,
+    why: LeaseRefusal,
+) {
+    if let Some(m) = m.limits(names).first() {
+        m.lease_refusals[why as usize].increment(1);
+    }
+}
+
+/// The store's handles: call durations by result, calls and checks by
+/// script.
+pub(crate) struct StoreMetrics {
+    ok: Histogram,
+    /// By `StoreError::reason`, registered at the first such error.
+    errors: [OnceLock<Histogram>; REASONS.len()],
+    calls: [Counter; 3],
+    checks: [Counter; 3],
+    precision: [Counter; Precision::ALL.len()],
+    releases: [Counter; SlotRelease::ALL.len()],
+}
+
+const REASONS: [&str; 8] = [
+    "timeout",
+    "late",
+    "unavailable",
+    "redis-error",
+    "protocol",
+    "script-error",
+    "overloaded",
+    "circuit-open",
+];
+
+impl StoreMetrics {
+    pub(crate) fn new() -> Self {
+        describe();
+        let script = |s: &'static str| [("script", s)];
+        Self {
+            ok: ::metrics::histogram!(STORE_CALL, "result" => "ok"),
+            errors: Default::default(),
+            calls: [
+                ::metrics::counter!(SCRIPT_CALLS, &script("lean")),
+                ::metrics::counter!(SCRIPT_CALLS, &script("decide")),
+                ::metrics::counter!(SCRIPT_CALLS, &script("lease")),
+            ],
+            checks: [
+                ::metrics::counter!(SCRIPT_CHECKS, &script("lean")),
+                ::metrics::counter!(SCRIPT_CHECKS, &script("decide")),
+                ::metrics::counter!(SCRIPT_CHECKS, &script("lease")),
+            ],
+            precision: Precision::ALL
+                .map(|p| ::metrics::counter!(PRECISION, "event" => p.as_str())),
+            releases: SlotRelease::ALL
+                .map(|r| ::metrics::counter!(SLOT_RELEASES, "result" => r.as_str())),
+        }
+    }
+
+    /// `n` failed slot releases came to `result`.
+    pub(crate) fn slot_release(&self, result: SlotRelease, n: u64) {
+        self.releases[result as usize].increment(n);
+    }
+
+    /// `checks` checks spent or settled precision as `event` says.
+    pub(crate) fn precision(&self, event: Precision, checks: u64) {
+        self.precision[event as usize].increment(checks);
+    }
+
+    /// A script call carrying `checks` checks is sent.
+    pub(crate) fn sent(&self, script: Script, checks: usize) {
+        let i = script as usize;
+        self.calls[i].increment(1);
+        self.checks[i].increment(checks as u64);
+    }
+
+    /// Starts timing a store call.
+    pub(crate) fn start(&self) -> CallTimer {
+        CallTimer(Instant::now())
+    }
+
+    /// A store call timed by `t` answered: `Ok`, or the error's
+    /// `StoreError::reason`.
+    pub(crate) fn answered(&self, t: CallTimer, result: Result<(), &'static str>) {
+        let secs = t.0.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => self.ok.record(secs),
+            Err(reason) => {
+                let Some(i) = REASONS.iter().position(|r| *r == reason) else {
+                    return;
+                };
+                self.errors[i]
+                    .get_or_init(|| ::metrics::histogram!(STORE_CALL, "result" => reason))
+                    .record(secs);
+            }
+        }
+    }
+}
+
+/// When a store call was sent.
+pub(crate) struct CallTimer(Instant);
+
+/// The `local` write-back's units (whole or fractional), by result.
+#[derive(Debug)]
+pub(crate) struct WriteBackUnits {
+    charged: Counter,
+    clamped: Counter,
+    lost: Counter,
+    expired: Counter,
+}
+
+impl WriteBackUnits {
+    pub(crate) fn new() -> Self {
+        describe();
+        let c = |r: &'static str| ::metrics::counter!(WRITE_BACK, "result" => r);
+        Self {
+            charged: c("charged"),
+            clamped: c("clamped"),
+            lost: c("lost"),
+            expired: c("expired"),
+        }
+    }
+
+    /// Charged to the primary store.
+    pub(crate) fn charged(&self, units: f64) {
+        self.charged.increment(whole(units));
+    }
+
+    /// Not charged: the key held less.
+    pub(crate) fn clamped(&self, units: f64) {
+        self.clamped.increment(whole(units));
+    }
+
+    /// Forgotten before they were written back (bounded ledger, reload).
+    pub(crate) fn lost(&self, units: f64) {
+        self.lost.increment(whole(units));
+    }
+
+    /// No longer weighing on the key when their turn came.
+    pub(crate) fn expired(&self, units: f64) {
+        self.expired.increment(whole(units));
+    }
+}
+
+/// Units as a count: rounded up (a fraction spent is spent).
+fn whole(units: f64) -> u64 {
+    units.max(0.0).ceil() as u64
+}
+
+/// One circuit breaker's state gauges and transition counters (the
+/// `node` label: `store`, or a cluster primary's `host:port`).
+#[derive(Debug)]
+pub(crate) struct BreakerMetrics {
+    state: [Gauge; 3],
+    transitions: [Counter; 3],
+}
+
+/// The `state` label of a breaker's state byte (0 closed, 1 open, 2
+/// half-open, as breaker.rs stores it).
+const STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+impl BreakerMetrics {
+    pub(crate) fn new(node: &str) -> Self {
+        describe();
+        let node = SharedString::from(Arc::<str>::from(node));
+        let labels = |s: &'static str, key: &'static str| {
+            [("node", node.clone()), (key, SharedString::from(s))]
+        };
+        let m = Self {
+            state: STATES.map(|s| ::metrics::gauge!(BREAKER_STATE, &labels(s, "state"))),
+            transitions: STATES.map(|s| ::metrics::counter!(BREAKER_TRANSITIONS, &labels(s, "to"))),
+        };
+        m.show(0);
+        m
+    }
+
+    fn show(&self, state: u8) {
+        for (i, g) in self.state.iter().enumerate() {
+            g.set(if i == usize::from(state) { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// The breaker entered `state`.
+    pub(crate) fn entered(&self, state: u8) {
+        if let Some(c) = self.transitions.get(usize::from(state)) {
+            c.increment(1);
+        }
+        self.show(state);
+    }
+}
+
+/// The plan cache's hit and miss counters.
+#[derive(Debug)]
+pub(crate) struct PlanMetrics {
+    hit: Counter,
+    miss: Counter,
+}
+
+impl PlanMetrics {
+    pub(crate) fn new() -> Self {
+        describe();
+        Self {
+            hit: ::metrics::counter!(PLAN_CACHE, "result" => "hit"),
+            miss: ::metrics::counter!(PLAN_CACHE, "result" => "miss"),
+        }
+    }
+
+    /// Answered from the cache.
+    pub(crate) fn hit(&self) {
+        self.hit.increment(1);
+    }
+
+    /// The resolver is asked (or already being asked) for this key.
+    pub(crate) fn miss(&self) {
+        self.miss.increment(1);
+    }
+}
+
+/// Refusals the refused-key cache answered from entries a reset then
+/// voided (`fleetlimit_precision_events_total{event="refused_cache_voided"}`).
+#[derive(Debug)]
+pub(crate) struct RefusedMetrics(Counter);
+
+impl RefusedMetrics {
+    pub(crate) fn new() -> Self {
+        describe();
+        Self(::metrics::counter!(PRECISION, "event" => "refused_cache_voided"))
+    }
+
+    pub(crate) fn voided(&self, refusals: u64) {
+        self.0.increment(refusals);
+    }
+}
+
+/// The fleet size gauge.
+#[derive(Debug)]
+pub(crate) struct FleetMetrics(Gauge);
+
+impl FleetMetrics {
+    pub(crate) fn new() -> Self {
+        describe();
+        Self(::metrics::gauge!(FLEET_SIZE))
+    }
+
+    pub(crate) fn set(&self, n: u32) {
+        self.0.set(f64::from(n));
+    }
+}
