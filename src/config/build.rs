@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::builder::{ConfigBuilder, SecretSource};
-use super::redis::check_redis;
 use super::validate::Validator;
 use super::DEFAULT_MAX_DELAYED;
 
@@ -28,8 +27,7 @@ impl ConfigBuilder {
         let src = at.src.0.as_str();
         let mut v = Validator::new(src);
         if let Some(r) = &self.redis {
-            check_redis(src, r, &at.redis)?;
-            v.at_least_one("pool_size", r.pool_size, at.pool_size.clone())?;
+            v.redis(r, &at.redis)?;
         }
         let deadline = match self.deadline {
             Some(d) => {
@@ -38,11 +36,6 @@ impl ConfigBuilder {
             }
             None => DEFAULT_DEADLINE,
         };
-        if let Some(r) = &self.redis {
-            let span = at.connect_timeout.clone();
-            v.longer_than_zero("connect_timeout", r.connect_timeout, span.clone())?;
-            v.not_too_long("connect_timeout", r.connect_timeout, span)?;
-        }
         let closed_retry_after = match self.closed_retry_after {
             Some(d) => {
                 let span = at.closed_retry_after.clone();

@@ -47,15 +47,15 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
             ca_file: span(&r.tls_ca_file),
             client_cert: span(&r.tls_client_cert),
             client_key: span(&r.tls_client_key),
+            pool_size: span(&r.pool_size),
+            connect_timeout: span(&r.connect_timeout),
         };
         if let Some(n) = &r.pool_size {
             s.pool_size = *n.get_ref();
         }
-        b.at.pool_size = span(&r.pool_size);
         if let Some(d) = &r.connect_timeout {
             s.connect_timeout = duration(d)?;
         }
-        b.at.connect_timeout = span(&r.connect_timeout);
         if let Some(c) = r.coalesce {
             s.coalesce = c;
         }

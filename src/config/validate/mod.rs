@@ -12,6 +12,7 @@ use crate::route::{FailurePolicy, Limit};
 use crate::shed::Priority;
 
 mod limit;
+mod redis;
 mod route;
 
 pub(crate) use self::route::unknown_limit;
