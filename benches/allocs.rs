@@ -122,8 +122,7 @@ fn main() {
     let refused_keys = header_keys("abuser", REFUSED_KEYS);
     let huge = "capacity = 1000000000\nrefill = \"1000000/s\"";
     let tight = "capacity = 1\nrefill = \"1/h\"";
-    let mut cases =
-        vec![
+    let mut cases = vec![
             Case::new("bare axum (baseline)", app(router()), &admitted_keys),
             Case::new(
                 "memory, admitted",

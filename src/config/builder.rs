@@ -1,6 +1,6 @@
 //! Building a [`Config`](super::Config) in code. The TOML loader lowers a
 //! file into this same builder, so [`build`](ConfigBuilder::build) is the
-//! one place a configuration is checked and assembled.
+//! one place a configuration is assembled (its checks: `validate/`).
 
 use std::time::Duration;
 

@@ -222,37 +222,6 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Every limit keyed by a custom key has its extractor among
-    /// `registered`; else the error names the limit, the key, and where it
-    /// was written.
-    pub(crate) fn check_custom_keys(
-        &self,
-        registered: impl Fn(&str) -> bool,
-    ) -> Result<(), ConfigError> {
-        for l in &self.limits {
-            let crate::KeySource::Custom(name) = &l.key else {
-                continue;
-            };
-            if registered(name) {
-                continue;
-            }
-            let at = self.custom_key_at.get(&l.name).copied().flatten();
-            let mut e = ConfigError::placed(
-                at,
-                format!(
-                    "limit {:?} is keyed by custom key {name:?}, but no extractor of that name \
-                     was registered: add `.key_fn({name:?}, ..)` to the layer's builder",
-                    l.name
-                ),
-            );
-            if let Some(f) = &self.file {
-                e = e.in_file(f);
-            }
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// Whether no request is limited: no `[[routes]]` entry and no
     /// `[default]` names a limit (an empty or truncated file, say).
     /// `fleetlimit check-config` warns about it, and a reload to it is
