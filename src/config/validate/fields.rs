@@ -13,26 +13,17 @@ pub(in crate::config) fn heartbeat(
     discover: bool,
     written: Span,
 ) -> Result<(), ConfigError> {
-    match written {
-        Some(at) if !discover => Err(ConfigError::at(
-            src,
-            Some(at),
-            "heartbeat settings need `discover = true`",
-        )),
-        _ => Ok(()),
-    }
+    needs(
+        src,
+        discover,
+        written,
+        "heartbeat settings need `discover = true`",
+    )
 }
 
 /// `lease_above` (at `above`) needs `lease_batch`.
 pub(in crate::config) fn lease(src: &str, batch: bool, above: Span) -> Result<(), ConfigError> {
-    match above {
-        Some(at) if !batch => Err(ConfigError::at(
-            src,
-            Some(at),
-            "lease_above needs lease_batch",
-        )),
-        _ => Ok(()),
-    }
+    needs(src, batch, above, "lease_above needs lease_batch")
 }
 
 /// Limit `name`'s `failure_statuses` (at `statuses`) need
@@ -43,13 +34,19 @@ pub(in crate::config) fn failure_statuses(
     counts_failures: bool,
     statuses: Span,
 ) -> Result<(), ConfigError> {
-    match statuses {
-        Some(at) if !counts_failures => Err(limit_err(
-            src,
-            name,
-            Some(at),
-            "`failure_statuses` needs `count = \"failures\"`",
-        )),
+    let m = format!("limit {name:?}: `failure_statuses` needs `count = \"failures\"`");
+    needs(src, counts_failures, statuses, m)
+}
+
+/// A field, if `written`, needs what `present` says is there.
+fn needs(
+    src: &str,
+    present: bool,
+    written: Span,
+    message: impl Into<String>,
+) -> Result<(), ConfigError> {
+    match written {
+        Some(at) if !present => Err(ConfigError::at(src, Some(at), message)),
         _ => Ok(()),
     }
 }
