@@ -123,19 +123,21 @@ fn main() {
     let huge = "capacity = 1000000000\nrefill = \"1000000/s\"";
     let tight = "capacity = 1\nrefill = \"1/h\"";
     let mut cases = vec![
-        Case::new("bare axum (baseline)", app(router()), &admitted_keys),
-        Case::new(
-            "memory, admitted",
-            app(router().layer(RateLimitLayer::in_memory(&config(huge, None)))),
-            &admitted_keys,
-        ),
-        Case::new(
-            "memory, refused",
-            app(router().layer(RateLimitLayer::in_memory(&config(tight, None)))),
-            &refused_keys,
-        )
-        .refused(),
-    ];
+            Case::new("bare axum (baseline)", app(router()), &admitted_keys),
+            Case::new(
+                "memory, admitted",
+                app(router()
+                    .layer(RateLimitLayer::in_memory(&config(huge, None)).expect("the layer"))),
+                &admitted_keys,
+            ),
+            Case::new(
+                "memory, refused",
+                app(router()
+                    .layer(RateLimitLayer::in_memory(&config(tight, None)).expect("the layer"))),
+                &refused_keys,
+            )
+            .refused(),
+        ];
     let on_redis = |limit: &str| {
         let cfg = config(limit, Some(&url));
         let layer = rt

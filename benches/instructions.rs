@@ -115,7 +115,7 @@ fn main() {
         let (keys, expect) = match mode.as_str() {
             "bare" => (10_000, StatusCode::OK),
             "layer" => {
-                app = app.layer(RateLimitLayer::in_memory(&limit(huge)));
+                app = app.layer(RateLimitLayer::in_memory(&limit(huge)).expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "governor" => {
@@ -125,36 +125,39 @@ fn main() {
                 (10_000, StatusCode::OK)
             }
             "refused" => {
-                app = app.layer(RateLimitLayer::in_memory(&limit(tight)));
+                app = app.layer(RateLimitLayer::in_memory(&limit(tight)).expect("the layer"));
                 (50, StatusCode::TOO_MANY_REQUESTS)
             }
             "remembered" => {
-                app = app.layer(RateLimitLayer::with_store(
-                    &limit(tight),
-                    Arc::new(Refusing),
-                ));
+                app = app.layer(
+                    RateLimitLayer::with_store(&limit(tight), Arc::new(Refusing))
+                        .expect("the layer"),
+                );
                 (50, StatusCode::TOO_MANY_REQUESTS)
             }
             "two" => {
-                app = app.layer(RateLimitLayer::in_memory(&shape("", "")));
+                app = app.layer(RateLimitLayer::in_memory(&shape("", "")).expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "shadow" => {
-                app = app.layer(RateLimitLayer::in_memory(&shape("mode = \"shadow\"", "")));
+                app = app.layer(
+                    RateLimitLayer::in_memory(&shape("mode = \"shadow\"", "")).expect("the layer"),
+                );
                 (10_000, StatusCode::OK)
             }
             "refund" => {
-                app = app.layer(RateLimitLayer::in_memory(&one("refund = true")));
+                app =
+                    app.layer(RateLimitLayer::in_memory(&one("refund = true")).expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "failures" => {
                 let cfg = limit(&format!("{huge}\ncount = \"failures\""));
-                app = app.layer(RateLimitLayer::in_memory(&cfg));
+                app = app.layer(RateLimitLayer::in_memory(&cfg).expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "lease" => {
                 let cfg = limit(&format!("{huge}\nlease_batch = 100\nlease_above = 1"));
-                app = app.layer(RateLimitLayer::in_memory(&cfg));
+                app = app.layer(RateLimitLayer::in_memory(&cfg).expect("the layer"));
                 (10, StatusCode::OK)
             }
             other => panic!(

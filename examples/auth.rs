@@ -81,7 +81,7 @@ async fn report(
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = Config::from_toml_str(POLICY)?;
     if let Ok(url) = std::env::var("REDIS_URL") {
-        cfg = cfg.with_redis_url(url);
+        cfg = cfg.try_with_redis_url(url)?;
     }
     let app = Router::new()
         .route("/reports", get(report))

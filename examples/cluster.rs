@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let mut cfg = Config::from_toml_file(&path)?;
     if let Ok(url) = std::env::var("REDIS_URL") {
-        cfg = cfg.with_redis_url(url);
+        cfg = cfg.try_with_redis_url(url)?;
     }
     // A Redis that is down at start-up is no error: the pool keeps
     // reconnecting and the route's on_redis_error answers meanwhile.

@@ -52,7 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
     let mut cfg = Config::from_toml_file(&path)?;
     if let Ok(url) = std::env::var("REDIS_URL") {
-        cfg = cfg.with_redis_url(url);
+        cfg = cfg.try_with_redis_url(url)?;
     }
     let store = match cfg.redis_url() {
         Some(url) => format!("Redis at {}", fleetlimit::redact_url(url)),

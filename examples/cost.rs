@@ -37,7 +37,7 @@ cost = 5
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = Config::from_toml_str(POLICY)?;
     if let Ok(url) = std::env::var("REDIS_URL") {
-        cfg = cfg.with_redis_url(url);
+        cfg = cfg.try_with_redis_url(url)?;
     }
     let layer = RateLimitLayer::builder(cfg)
         // ?pages=N costs N (1 without it, and 0 counts as 1). A cost above

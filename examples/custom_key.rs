@@ -109,7 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = Config::from_toml_str(POLICY)?;
     let store = match std::env::var("REDIS_URL") {
         Ok(url) => {
-            cfg = cfg.with_redis_url(url.clone());
+            cfg = cfg.try_with_redis_url(url.clone())?;
             format!("Redis at {}", fleetlimit::redact_url(&url))
         }
         Err(_) => "the in-process store".to_owned(),

@@ -52,7 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut cfg = Config::from_toml_str(CONFIG)?;
     if let Ok(url) = std::env::var("REDIS_URL") {
-        cfg = cfg.with_redis_url(url);
+        cfg = cfg.try_with_redis_url(url)?;
     }
     let db = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());

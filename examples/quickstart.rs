@@ -21,13 +21,14 @@ use std::net::SocketAddr;
 
 use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::{Config, RateLimitLayer, ReloadOptions};
+use fleetlimit::{Config, ConfigError, RateLimitLayer, ReloadOptions};
 
-/// The configuration on Redis when `REDIS_URL` is set.
-fn on_env_redis(cfg: Config) -> Config {
+/// The configuration on Redis when `REDIS_URL` is set, its URL checked as
+/// the file's would be.
+fn on_env_redis(cfg: Config) -> Result<Config, ConfigError> {
     match std::env::var("REDIS_URL") {
-        Ok(url) => cfg.with_redis_url(url),
-        Err(_) => cfg,
+        Ok(url) => cfg.try_with_redis_url(url),
+        Err(_) => Ok(cfg),
     }
 }
 
@@ -48,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| {
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart.toml").to_owned()
         });
-    let cfg = on_env_redis(Config::from_toml_file(&path)?);
+    let cfg = on_env_redis(Config::from_toml_file(&path)?)?;
     let store = match cfg.redis_url() {
         Some(url) => format!("Redis at {}", fleetlimit::redact_url(url)),
         None => "the in-process store (set REDIS_URL to use Redis)".to_owned(),

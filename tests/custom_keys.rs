@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
+use fleetlimit::store::MemoryStore;
 use fleetlimit::{
     BuildError, Config, KeyAnswer, KeySource, LimitConfig, Rate, RateLimitLayer, RefusalReason,
     RequestRef, RouteConfig,
@@ -407,23 +408,40 @@ async fn a_panicking_extractor_charges_nothing_on_redis() {
     assert_eq!(statuses(&app, "acme", 3).await, [200, 200, 429]);
 }
 
-/// `in_memory` takes no extractors: its custom-keyed limits answer 503
-/// rather than admit uncounted.
+/// `in_memory` and `with_store` take no extractors: a custom-keyed limit
+/// is refused when the layer is made, with the builder's error (placed
+/// where the key was written), never answered at request time.
 #[tokio::test]
 async fn layers_built_without_the_builder_refuse_custom_keys() {
-    let _one_at_a_time = FAILING_EXTRACTOR.lock().await;
-    let layer = RateLimitLayer::in_memory(&Config::from_toml_str(PER_TENANT).unwrap());
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer);
-    let res = send(
-        &app,
-        request("GET", "/", "127.0.0.1:1", &[("x-tenant", "acme")]),
-    )
-    .await;
-    assert_eq!(res.status(), 503);
-    let body = body_text(res).await;
-    assert!(body.contains("urn:fleetlimit:key-unavailable"), "{body}");
+    let cfg = Config::from_toml_str(PER_TENANT).unwrap();
+    let built = RateLimitLayer::new(cfg.clone()).await.unwrap_err();
+    let in_memory = RateLimitLayer::in_memory(&cfg).unwrap_err();
+    let on_memory = RateLimitLayer::with_store(&cfg, Arc::new(MemoryStore::new(10))).unwrap_err();
+    let on_own = RateLimitLayer::with_store(&cfg, Arc::new(Own(MemoryStore::new(10)))).unwrap_err();
+    let BuildError::Config(e) = &built else {
+        panic!("{built}");
+    };
+    assert_eq!((e.line(), e.column()), (Some(3), Some(7)), "{e}");
+    assert!(
+        e.message().starts_with(
+            "limit \"per-tenant\" is keyed by custom key \"tenant\", but no extractor of that \
+             name was registered"
+        ),
+        "{e}"
+    );
+    assert_eq!(in_memory, built);
+    assert_eq!(on_memory, built);
+    assert_eq!(on_own, built);
+}
+
+/// A store of the application's own (around the in-process one).
+#[derive(Debug)]
+struct Own(MemoryStore);
+
+impl fleetlimit::store::Store for Own {
+    fn check(&self, check: &fleetlimit::store::Check) -> fleetlimit::store::StoreFuture {
+        self.0.check(check)
+    }
 }
 
 #[test]

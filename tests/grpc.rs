@@ -257,7 +257,7 @@ async fn redis_refusals_are_grpc_statuses() {
 
 #[tokio::test]
 async fn in_process_refusals_are_grpc_statuses() {
-    let layer = RateLimitLayer::in_memory(&bare_config(None));
+    let layer = RateLimitLayer::in_memory(&bare_config(None)).unwrap();
     let addr = serve_bare(layer).await;
     let mut c = client(addr).await;
     admits_two_then_exhausted(&mut c, "k1").await;
@@ -435,7 +435,7 @@ async fn ip_keyed_limits_on_a_bare_tonic_server() {
     let server = Server::builder()
         .layer(GrpcRefusalLayer::new())
         .layer(peer_addr)
-        .layer(RateLimitLayer::in_memory(&cfg))
+        .layer(RateLimitLayer::in_memory(&cfg).unwrap())
         .add_service(health);
     tokio::spawn(server.serve_with_incoming(TcpIncoming::from(listener)));
     let mut c = client(addr).await;

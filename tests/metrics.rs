@@ -182,7 +182,7 @@ async fn decisions_are_counted_per_route_limit_and_outcome() {
         inner: MemoryStore::new(1000),
         down: AtomicBool::new(false),
     });
-    let app = app(RateLimitLayer::with_store(&cfg, store.clone()));
+    let app = app(RateLimitLayer::with_store(&cfg, store.clone()).unwrap());
 
     // "/": per-key 2 then refused; "watch" (shadow) has room for one.
     assert_eq!(statuses(&app, "/", "a", 4).await, [200, 200, 429, 429]);
@@ -302,12 +302,12 @@ async fn a_recorder_costs_no_allocation_per_request() {
         assert_eq!(statuses(app, "/", "k", 100).await, [200; 100]);
         ALLOCATIONS.with(Cell::get) - before
     }
-    let plain = app(RateLimitLayer::in_memory(&cfg()));
+    let plain = app(RateLimitLayer::in_memory(&cfg()).unwrap());
     let without = per_request(&plain).await;
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let counted = app(RateLimitLayer::in_memory(&cfg()));
+    let counted = app(RateLimitLayer::in_memory(&cfg()).unwrap());
     let with = per_request(&counted).await;
     let s = snapshot(&snapshotter);
     let admitted = [
@@ -683,7 +683,8 @@ fn example_counts_refusals_a_reset_voided() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/metrics.toml");
     let cfg = Config::from_toml_file(path)
         .unwrap()
-        .with_redis_url(server.url());
+        .try_with_redis_url(server.url())
+        .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -51,7 +51,7 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/both", get(|| async { "ok" }))
-        .layer(RateLimitLayer::with_store(&cfg, Arc::new(store)))
+        .layer(RateLimitLayer::with_store(&cfg, Arc::new(store)).unwrap())
 }
 
 #[tokio::test]

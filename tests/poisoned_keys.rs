@@ -554,7 +554,7 @@ async fn script_errors_do_not_open_the_breaker() {
         redis,
         bad: "broken",
     });
-    let layer = RateLimitLayer::with_store(&cfg, store);
+    let layer = RateLimitLayer::with_store(&cfg, store).unwrap();
     let app = Router::new()
         .route("/sign-in", post(|| async { "ok" }))
         .layer(layer.clone());

@@ -101,7 +101,7 @@ pub fn quota() -> Quota {
 /// middleware.
 pub fn routers() -> (Router, Router, Router) {
     (
-        app(router().layer(RateLimitLayer::in_memory(&config()))),
+        app(router().layer(RateLimitLayer::in_memory(&config()).expect("the layer"))),
         app(router()),
         app(router().layer(GovernorLayer::new(quota()))),
     )

@@ -218,7 +218,7 @@ pub fn router() -> Router {
 
 /// fleetlimit's configuration: one token-bucket limit keyed by the
 /// `x-api-key` header on route `/`, Redis settings when `redis` is given
-/// (the URL is set with `with_redis_url`). `in_flight`: the route's limit
+/// (the URL is set with `try_with_redis_url`). `in_flight`: the route's limit
 /// is a concurrency limit of `capacity` slots per key instead (one slot
 /// taken per request, given back when its response ends).
 pub fn fleet_config(
@@ -272,9 +272,10 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
     match c {
         Contender::Bare => (router(), None),
         Contender::FleetMemory => (
-            router().layer(RateLimitLayer::in_memory(&fleet_config(
-                numbers, None, false, false,
-            ))),
+            router().layer(
+                RateLimitLayer::in_memory(&fleet_config(numbers, None, false, false))
+                    .expect("fleetlimit's in-process layer"),
+            ),
             None,
         ),
         Contender::FleetRedis {
@@ -285,7 +286,8 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
             ..
         } => {
             let cfg = fleet_config(numbers, Some((deadline, on_redis_error)), lease, in_flight)
-                .with_redis_url(redis_url);
+                .try_with_redis_url(redis_url)
+                .expect("the load bench's Redis URL");
             let layer = RateLimitLayer::new(cfg)
                 .await
                 .expect("fleetlimit's Redis layer");

@@ -40,10 +40,9 @@ pub enum RefusalReason {
     /// (`urn:fleetlimit:invalid-key`).
     InvalidKey,
     /// `503`: a limit's [custom key extractor](crate::KeyExtractor)
-    /// panicked, or the layer has no extractor of its name (built with
-    /// [`RateLimitLayer::in_memory`](crate::RateLimitLayer::in_memory) or
-    /// [`with_store`](crate::RateLimitLayer::with_store), which take none)
-    /// (`urn:fleetlimit:key-unavailable`).
+    /// panicked (`urn:fleetlimit:key-unavailable`). A limit whose
+    /// extractor is not registered never gets here: every way of making a
+    /// layer refuses it ([`BuildError::Config`](crate::BuildError::Config)).
     KeyUnavailable,
 }
 

@@ -1,24 +1,19 @@
-//! [`ConfigBuilder::build`]: every check of a configuration, from code or
-//! from TOML (whose errors point at the file through the builder's spans),
-//! and the one place a [`Config`] is assembled.
+//! [`ConfigBuilder::build`]: the one place a [`Config`] is assembled, from
+//! code or from TOML, each setting put through its check in `validate/`
+//! (whose errors point at the file through the builder's spans).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::builder::{ConfigBuilder, SecretSource};
-use super::redis::check_redis;
+use super::builder::ConfigBuilder;
 use super::validate::Validator;
 use super::DEFAULT_MAX_DELAYED;
-
-/// The most requests `delay` may hold at once per instance (each is a
-/// parked request and its connection).
-const MAX_DELAYED: usize = 1_000_000;
 use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MEMORY_KEYS, DEFAULT_PLAN_CACHE_KEYS,
     DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
 };
-use crate::key::{check_custom_name, KeySecret, KeySource, SecretOrigin, MIN_SECRET_BYTES};
+use crate::key::KeySource;
 use crate::route::{Limit, RouteEntry};
 
 impl ConfigBuilder {
@@ -28,8 +23,7 @@ impl ConfigBuilder {
         let src = at.src.0.as_str();
         let mut v = Validator::new(src);
         if let Some(r) = &self.redis {
-            check_redis(src, r, &at.redis)?;
-            v.at_least_one("pool_size", r.pool_size, at.pool_size.clone())?;
+            v.redis(r, &at.redis)?;
         }
         let deadline = match self.deadline {
             Some(d) => {
@@ -38,11 +32,6 @@ impl ConfigBuilder {
             }
             None => DEFAULT_DEADLINE,
         };
-        if let Some(r) = &self.redis {
-            let span = at.connect_timeout.clone();
-            v.longer_than_zero("connect_timeout", r.connect_timeout, span.clone())?;
-            v.not_too_long("connect_timeout", r.connect_timeout, span)?;
-        }
         let closed_retry_after = match self.closed_retry_after {
             Some(d) => {
                 let span = at.closed_retry_after.clone();
@@ -56,17 +45,7 @@ impl ConfigBuilder {
         };
         let prefix = self.key_prefix.unwrap_or_else(|| "rl".into());
         v.check_name("key_prefix", &prefix, at.key_prefix.clone())?;
-        let key_secret = match &self.key_secret {
-            None => KeySecret::default_for(&prefix),
-            Some(SecretSource::Env(name)) => {
-                let secret = secret_from_env(name).map_err(|e| v.err(at.secret_env.clone(), e))?;
-                KeySecret::new(secret.as_bytes(), SecretOrigin::Env(name.clone()))
-            }
-            Some(SecretSource::Code(Hidden(s))) => {
-                check_secret_len(s.len()).map_err(ConfigError::new)?;
-                KeySecret::new(s, SecretOrigin::Code)
-            }
-        };
+        let key_secret = v.key_secret(self.key_secret.as_ref(), &prefix, at.secret_env.clone())?;
         let fleet_size = self.fleet_size.unwrap_or(1);
         v.at_least_one("fleet size", fleet_size, at.fleet_size.clone())?;
         if let Some(h) = &self.heartbeat {
@@ -88,16 +67,13 @@ impl ConfigBuilder {
         v.longer_than_zero("cool_off", breaker.cool_off, cool_off.clone())?;
         v.not_too_long("breaker cool_off", breaker.cool_off, cool_off)?;
         v.at_least_one("probes", breaker.probes, at.breaker_probes)?;
-        if self.client_ip.ipv6_prefix > 128 {
-            return Err(v.err(at.ipv6_prefix, "ipv6_prefix must be between 0 and 128"));
-        }
+        v.ipv6_prefix(self.client_ip.ipv6_prefix, at.ipv6_prefix)?;
 
         let mut custom_key_at = HashMap::new();
         for (name, l) in &self.limits {
             if let KeySource::Custom(custom) = &l.key {
                 let span = l.at.login.key.clone();
-                check_custom_name(custom)
-                    .map_err(|e| v.err(span.clone(), format!("limit {name:?}: {e}")))?;
+                v.custom_key_name(name, custom, span.clone())?;
                 custom_key_at.insert(
                     Arc::<str>::from(name.as_str()),
                     super::error::position(src, span),
@@ -143,14 +119,7 @@ impl ConfigBuilder {
         }
         let mut plan_assignments = HashMap::new();
         for (key, plan, span) in self.plan_assignments.0 {
-            if !v.plans.contains(&plan) {
-                let mut known: Vec<&String> = v.plans.iter().collect();
-                known.sort();
-                return Err(v.err(
-                    span,
-                    format!("unknown plan {plan:?} (defined under [plans]: {known:?})"),
-                ));
-            }
+            v.assigned_plan(&plan, span)?;
             plan_assignments.insert(key, Arc::<str>::from(plan));
         }
 
@@ -178,25 +147,15 @@ impl ConfigBuilder {
         v.not_too_long("plan cache ttl", plan_cache_ttl, None)?;
         let plan_cache_keys = self.plan_cache_keys.unwrap_or(DEFAULT_PLAN_CACHE_KEYS);
         v.at_least_one("max_keys", plan_cache_keys, at.plan_cache_keys)?;
-        let max_delayed = self.max_delayed.unwrap_or(DEFAULT_MAX_DELAYED);
-        v.at_least_one(
-            "[escalation] max_delayed",
-            max_delayed,
-            at.max_delayed.clone(),
+        let max_delayed = v.max_delayed(
+            self.max_delayed.unwrap_or(DEFAULT_MAX_DELAYED),
+            at.max_delayed,
         )?;
-        if max_delayed > MAX_DELAYED {
-            return Err(v.err(
-                at.max_delayed,
-                format!("[escalation] max_delayed must be at most {MAX_DELAYED}"),
-            ));
-        }
         if let Some(s) = &self.shedding {
-            super::shedding::check(&v, s, &at.shedding)?;
+            v.shedding(s, &at.shedding)?;
         }
-        let www_authenticate = match &self.www_authenticate {
-            Some(c) => challenge(c).map_err(|e| v.err(at.www_authenticate.clone(), e))?,
-            None => http::HeaderValue::from_static(DEFAULT_WWW_AUTHENTICATE),
-        };
+        let www_authenticate =
+            v.www_authenticate(self.www_authenticate.as_deref(), at.www_authenticate)?;
         Ok(Config {
             redis: self.redis,
             deadline,
@@ -225,61 +184,4 @@ impl ConfigBuilder {
             custom_key_at,
         })
     }
-}
-
-/// The challenge of a missing key's `401` when none is configured.
-const DEFAULT_WWW_AUTHENTICATE: &str = "ApiKey";
-
-/// A `WWW-Authenticate` challenge (RFC 9110 §11.6.1): an auth-scheme (a
-/// token), then optionally a space and its parameters, all visible ASCII.
-fn challenge(c: &str) -> Result<http::HeaderValue, String> {
-    let scheme = c.split(' ').next().unwrap_or("");
-    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if scheme.is_empty() || !scheme.bytes().all(tchar) {
-        return Err(format!(
-            "www_authenticate {c:?} must start with an auth-scheme (letters, digits, \
-             '-', '.', ...), e.g. \"ApiKey\" or \"Bearer realm=\\\"api\\\"\""
-        ));
-    }
-    if c.len() > 1024 || !c.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) || c.ends_with(' ') {
-        return Err(format!(
-            "www_authenticate {c:?} must be at most 1024 characters of visible ASCII and single spaces"
-        ));
-    }
-    http::HeaderValue::from_str(c).map_err(|e| format!("www_authenticate {c:?}: {e}"))
-}
-
-/// The key secret from environment variable `name`, checked.
-fn secret_from_env(name: &str) -> Result<String, String> {
-    if name.is_empty() {
-        return Err("secret_env must name an environment variable".into());
-    }
-    let secret = match std::env::var(name) {
-        Ok(s) if !s.is_empty() => s,
-        Ok(_) | Err(std::env::VarError::NotPresent) => {
-            return Err(format!(
-                "environment variable {name} (keys.secret_env) is not set; it holds the secret \
-                 API keys are hashed with in Redis key names, and every instance and the \
-                 fleetlimit CLI need the same value"
-            ))
-        }
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(format!(
-                "environment variable {name} (keys.secret_env) is not valid UTF-8"
-            ))
-        }
-    };
-    check_secret_len(secret.len()).map_err(|e| format!("environment variable {name}: {e}"))?;
-    Ok(secret)
-}
-
-/// A key secret must be long enough not to be guessed.
-fn check_secret_len(len: usize) -> Result<(), String> {
-    if len < MIN_SECRET_BYTES {
-        return Err(format!(
-            "the key secret is {len} bytes; it must be at least {MIN_SECRET_BYTES} \
-             (for example `openssl rand -hex 32`)"
-        ));
-    }
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Building a [`Config`](super::Config) in code. The TOML loader lowers a
 //! file into this same builder, so [`build`](ConfigBuilder::build) is the
-//! one place a configuration is checked and assembled.
+//! one place a configuration is assembled (its checks: `validate/`).
 
 use std::time::Duration;
 
@@ -79,9 +79,7 @@ pub(super) struct Spans {
     /// Hidden: it may hold callers' API keys (`[plan_assignments]`).
     pub(super) src: Hidden<String>,
     pub(super) redis: RedisSpans,
-    pub(super) pool_size: Span,
     pub(super) deadline: Span,
-    pub(super) connect_timeout: Span,
     pub(super) closed_retry_after: Span,
     pub(super) key_prefix: Span,
     pub(super) secret_env: Span,

@@ -222,37 +222,6 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Every limit keyed by a custom key has its extractor among
-    /// `registered`; else the error names the limit, the key, and where it
-    /// was written.
-    pub(crate) fn check_custom_keys(
-        &self,
-        registered: impl Fn(&str) -> bool,
-    ) -> Result<(), ConfigError> {
-        for l in &self.limits {
-            let crate::KeySource::Custom(name) = &l.key else {
-                continue;
-            };
-            if registered(name) {
-                continue;
-            }
-            let at = self.custom_key_at.get(&l.name).copied().flatten();
-            let mut e = ConfigError::placed(
-                at,
-                format!(
-                    "limit {:?} is keyed by custom key {name:?}, but no extractor of that name \
-                     was registered: add `.key_fn({name:?}, ..)` to the layer's builder",
-                    l.name
-                ),
-            );
-            if let Some(f) = &self.file {
-                e = e.in_file(f);
-            }
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// Whether no request is limited: no `[[routes]]` entry and no
     /// `[default]` names a limit (an empty or truncated file, say).
     /// `fleetlimit check-config` warns about it, and a reload to it is
@@ -302,37 +271,36 @@ impl Config {
         ConfigBuilder::default()
     }
 
-    /// The same configuration on Redis at `url` (for example from
-    /// `REDIS_URL`), keeping the other Redis settings. The URL is checked
-    /// when the layer connects; [`try_with_redis_url`](Self::try_with_redis_url)
-    /// checks it now.
-    #[must_use]
-    pub fn with_redis_url(mut self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        match &mut self.redis {
-            Some(r) => r.url = url,
-            None => {
-                self.redis = Some(RedisSettings {
-                    url,
-                    ..RedisSettings::default()
-                })
-            }
-        }
-        self
-    }
-
-    /// [`with_redis_url`](Self::with_redis_url), checked as the
-    /// configuration file's `url` is (scheme, TLS support, host and port),
-    /// for URLs from the command line or the environment.
+    /// A new configuration: this one on Redis at `url` (from `REDIS_URL`
+    /// or a command line, say), keeping the other Redis settings, checked
+    /// as [`build`](ConfigBuilder::build) checks a `[redis]` section
+    /// (scheme, TLS support and files, host and port). A `Config` is never
+    /// changed in place: what it holds was checked when it was built.
+    ///
+    /// ```
+    /// use fleetlimit::Config;
+    ///
+    /// let cfg = Config::builder().build()?;
+    /// if cfg!(feature = "redis") {
+    ///     let on_redis = cfg.clone().try_with_redis_url("redis://127.0.0.1:6379")?;
+    ///     assert_eq!(on_redis.redis_url(), Some("redis://127.0.0.1:6379"));
+    /// }
+    /// let err = cfg.try_with_redis_url("notaurl://x").unwrap_err();
+    /// assert!(err.message().starts_with("unsupported Redis URL scheme"), "{err}");
+    /// # Ok::<(), fleetlimit::ConfigError>(())
+    /// ```
     pub fn try_with_redis_url(self, url: impl Into<String>) -> Result<Self, ConfigError> {
-        let cfg = self.with_redis_url(url);
-        if let Some(r) = &cfg.redis {
-            redis::check_redis("", r, &redis::RedisSpans::default())?;
-        }
-        Ok(cfg)
+        let mut redis = self.redis.clone().unwrap_or_default();
+        redis.url = url.into();
+        validate::Validator::new("").redis(&redis, &redis::RedisSpans::default())?;
+        Ok(Self {
+            redis: Some(redis),
+            ..self
+        })
     }
 
-    /// The same configuration on the in-process store.
+    /// A new configuration: this one on the in-process store. Nothing is
+    /// left to check: every check of the Redis settings reads only them.
     #[must_use]
     pub fn without_redis(mut self) -> Self {
         self.redis = None;

@@ -1,12 +1,12 @@
-//! `[shedding]`: its lowering from TOML and its checks, for both front
-//! ends (see [`SheddingConfig`]).
+//! `[shedding]`: its lowering from TOML (see [`SheddingConfig`]); its
+//! checks are `validate/shedding.rs`'s.
 
 use std::time::Duration;
 
 use toml::Spanned;
 
 use super::schema::RawShedding;
-use super::validate::{Span, Validator};
+use super::validate::Span;
 use super::{units, ConfigError};
 use crate::shed::SheddingConfig;
 
@@ -62,59 +62,4 @@ pub(super) fn lower(
         critical_at: span(&raw.critical_at),
     };
     Ok((cfg, spans))
-}
-
-/// Every bound of the shedding settings.
-pub(super) fn check(
-    v: &Validator<'_>,
-    c: &SheddingConfig,
-    at: &SheddingSpans,
-) -> Result<(), ConfigError> {
-    if let Some(n) = c.max_in_flight {
-        v.at_least_one("[shedding] max_in_flight", n, at.max_in_flight.clone())?;
-    }
-    let durations = [
-        ("queue_delay_target", c.queue_delay_target, &at.target),
-        ("queue_delay_interval", c.queue_delay_interval, &at.interval),
-        ("fleet_signal_refresh", c.fleet_signal_refresh, &at.refresh),
-        ("retry_after", c.retry_after, &at.retry_after),
-    ];
-    for (what, d, span) in durations {
-        let what = format!("[shedding] {what}");
-        v.longer_than_zero(&what, d, span.clone())?;
-        v.not_too_long(&what, d, span.clone())?;
-    }
-    if c.queue_delay_interval <= c.queue_delay_target {
-        return Err(v.err(
-            at.interval.clone(),
-            "[shedding] queue_delay_interval must be longer than queue_delay_target: \
-             the delay must stay above target for a whole interval to count as overload",
-        ));
-    }
-    v.whole_seconds(
-        "[shedding] retry_after",
-        c.retry_after,
-        at.retry_after.clone(),
-    )?;
-    if !(c.sheddable_at > 0.0 && c.sheddable_at <= 1.0) {
-        return Err(v.err(
-            at.sheddable_at.clone(),
-            format!(
-                "[shedding] sheddable_at is {}; it must be above 0 and at most 1.0 \
-                 (sheddable routes go before normal ones, which are shed at 1.0)",
-                c.sheddable_at
-            ),
-        ));
-    }
-    if !(c.critical_at >= 1.0 && c.critical_at.is_finite()) {
-        return Err(v.err(
-            at.critical_at.clone(),
-            format!(
-                "[shedding] critical_at is {}; it must be a number of at least 1.0 \
-                 (critical routes go after normal ones, which are shed at 1.0)",
-                c.critical_at
-            ),
-        ));
-    }
-    Ok(())
 }

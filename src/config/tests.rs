@@ -355,3 +355,61 @@ fn the_builders_new_options_are_checked_as_in_toml() {
         "{m}"
     );
 }
+
+/// What only a file can write wrong (`validate/fields.rs`) and the
+/// settings `validate/settings.rs` and `validate/shedding.rs` check: each
+/// error at the value that is wrong, in the same words wherever it was
+/// raised before.
+#[test]
+fn every_check_points_at_what_is_wrong() {
+    const LIMIT: &str = "[limits.a]\nkey = \"ip\"\ncapacity = 5\nrefill = \"1/s\"\n";
+    let cases: [(String, (usize, usize), &str); 8] = [
+        (
+            "[fleet]\nheartbeat = \"1s\"\n".into(),
+            (2, 13),
+            "heartbeat settings need `discover = true`",
+        ),
+        (
+            format!("{LIMIT}lease_above = 3\n"),
+            (5, 15),
+            "lease_above needs lease_batch",
+        ),
+        (
+            format!("{LIMIT}failure_statuses = [401]\n"),
+            (5, 20),
+            "limit \"a\": `failure_statuses` needs `count = \"failures\"`",
+        ),
+        (
+            format!("{LIMIT}delay = \"2s\"\n"),
+            (5, 9),
+            "limit \"a\": `delay` needs `on_exceed = \"delay\"`",
+        ),
+        (
+            format!("{LIMIT}window = \"1s\"\n"),
+            (5, 10),
+            "limit \"a\": `window` does not apply to a token bucket (use `refill`)",
+        ),
+        (
+            format!("{LIMIT}\n[plan_assignments]\n\"k\" = \"gold\"\n"),
+            (7, 7),
+            "unknown plan \"gold\" (defined under [plans]: [])",
+        ),
+        (
+            "[keys]\nwww_authenticate = \"Bad/Scheme\"\n".into(),
+            (2, 20),
+            "www_authenticate \"Bad/Scheme\" must start with an auth-scheme",
+        ),
+        (
+            "[shedding]\nqueue_delay_target = \"10ms\"\nqueue_delay_interval = \"5ms\"\n".into(),
+            (3, 24),
+            "[shedding] queue_delay_interval must be longer than queue_delay_target",
+        ),
+    ];
+    for (src, (line, column), message) in cases {
+        let e = err(&src);
+        assert_eq!((e.line(), e.column()), (Some(line), Some(column)), "{e}");
+        assert!(e.message().starts_with(message), "{e}");
+    }
+    let e = err("[limits.a]\nkey = \"ip\"\ncapacity = 5\n");
+    assert_eq!(e.message(), "limit \"a\": missing `refill`");
+}

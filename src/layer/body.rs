@@ -19,7 +19,7 @@ pin_project! {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?);
+    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
     /// let service = layer.layer(Router::new().route("/", get(|| async { "ok" })));
     /// let response: http::Response<ResponseBody<Body>> =
     ///     service.oneshot(http::Request::new(Body::empty())).await?;

@@ -17,8 +17,8 @@ use crate::{KeyAnswer, KeyExtractor, RequestRef};
 
 impl RateLimitLayer {
     /// Builds the layer on the store the configuration names: Redis when it
-    /// has a `[redis]` section (or [`Config::with_redis_url`]), otherwise
-    /// in-process buckets.
+    /// has a `[redis]` section (or came from [`Config::try_with_redis_url`]),
+    /// otherwise in-process buckets.
     ///
     /// A Redis that is down at start-up is not an error: the pool keeps
     /// reconnecting and routes use their failure policy meanwhile. Only an
@@ -276,44 +276,28 @@ impl RateLimitLayerBuilder {
     /// URL.
     pub async fn build(self) -> Result<RateLimitLayer, BuildError> {
         let cfg = self.config;
-        cfg.check_custom_keys(|name| self.extras.key_fns.contains_key(name))?;
-        for name in self.extras.key_fns.keys() {
-            if !cfg.uses_custom_key(name) {
-                tracing::warn!(
-                    target: "fleetlimit",
-                    name = &**name,
-                    "a key extractor is registered under {name:?}, but no limit is keyed by \"custom:{name}\""
-                );
-            }
-        }
+        check(&cfg, &self.extras)?;
         #[cfg(feature = "redis")]
         let mut redis = None;
-        let (store, in_process): (Arc<dyn Store>, Option<Arc<MemoryStore>>) =
-            match (self.store, &cfg.redis) {
-                (Some(s), _) => (s, None),
-                #[cfg(feature = "redis")]
-                (None, Some(r)) => {
-                    let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
-                        .await?
-                        .with_coalescing(r.coalesce);
-                    redis = Some(s.clone());
-                    (Arc::new(s), None)
-                }
-                // Only `Config::with_redis_url` gets here (a `[redis]`
-                // section is a configuration error in this build): the
-                // answer a bad URL gets.
-                #[cfg(not(feature = "redis"))]
-                (None, Some(r)) => {
-                    let why = crate::config::redis_url::check(&r.url, false).err();
-                    return Err(StoreError::Unavailable(why.unwrap_or_default()).into());
-                }
-                (None, None) => {
-                    let m = Arc::new(MemoryStore::new(cfg.memory_max_keys));
-                    (m.clone(), Some(m))
-                }
-            };
-        let mut extras = self.extras;
-        extras.check_keys = true;
+        let store: Arc<dyn Store> = match (self.store, &cfg.redis) {
+            (Some(s), _) => s,
+            #[cfg(feature = "redis")]
+            (None, Some(r)) => {
+                let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
+                    .await?
+                    .with_coalescing(r.coalesce);
+                redis = Some(s.clone());
+                Arc::new(s)
+            }
+            // Never reached: a configuration on Redis is refused in this
+            // build when it is made (`build`, `try_with_redis_url`).
+            #[cfg(not(feature = "redis"))]
+            (None, Some(r)) => {
+                let why = crate::config::redis_url::check(&r.url, false).err();
+                return Err(StoreError::Unavailable(why.unwrap_or_default()).into());
+            }
+            (None, None) => Arc::new(MemoryStore::new(cfg.memory_max_keys)),
+        };
         // One id per layer: the fleet's heartbeat and the decision records
         // name the instance alike.
         #[cfg(feature = "redis")]
@@ -323,15 +307,46 @@ impl RateLimitLayerBuilder {
         });
         #[cfg(not(feature = "redis"))]
         let own: Option<OwnRedis> = None;
-        extras.recorder = crate::reload::start_recorder(&cfg, own.as_ref());
-        let limiter = Limiter::new(&cfg, store, in_process, extras);
-        let live = Live::new(limiter, cfg.clone(), own.clone());
+        let live = assemble(&cfg, store, self.extras, own.clone());
         #[cfg(feature = "redis")]
         if let Some(own) = own {
             start_redis_tasks(&cfg, own, &live).await?;
         }
         Ok(RateLimitLayer { live })
     }
+}
+
+/// What every way of making a layer checks of its configuration against
+/// what it was given, before anything connects: a limit keyed by a custom
+/// key needs its extractor (`in_memory` and `with_store` have none).
+pub(super) fn check(cfg: &Config, extras: &Extras) -> Result<(), BuildError> {
+    cfg.check_custom_keys(|name| extras.key_fns.contains_key(name))?;
+    for name in extras.key_fns.keys() {
+        if !cfg.uses_custom_key(name) {
+            tracing::warn!(
+                target: "fleetlimit",
+                name = &**name,
+                "a key extractor is registered under {name:?}, but no limit is keyed by \"custom:{name}\""
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The layer's running state on `store`, for a configuration [`check`]ed
+/// with the same `extras`: the in-process store (however it was given) is
+/// decided on directly; a reload is held to the same check.
+pub(super) fn assemble(
+    cfg: &Config,
+    store: Arc<dyn Store>,
+    mut extras: Extras,
+    own: Option<OwnRedis>,
+) -> Arc<Live> {
+    let in_process = Arc::clone(&store).in_process();
+    extras.check_keys = true;
+    extras.recorder = crate::reload::start_recorder(cfg, own.as_ref());
+    let limiter = Limiter::new(cfg, store, in_process, extras);
+    Live::new(limiter, cfg.clone(), own)
 }
 
 /// The tasks a layer on the configuration's Redis runs beside requests: the

@@ -25,7 +25,7 @@ pin_project! {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?);
+    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
     /// let mut service = layer.layer(Router::new().route("/", get(|| async { "ok" })));
     /// let future: ResponseFuture<Router, Body> = service.call(http::Request::new(Body::empty()));
     /// assert_eq!(future.await?.status(), 200);

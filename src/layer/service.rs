@@ -17,8 +17,8 @@ use crate::reload::Live;
 /// use fleetlimit::{Config, RateLimit, RateLimitLayer};
 /// use tower::Layer;
 ///
-/// # fn main() -> Result<(), fleetlimit::ConfigError> {
-/// let layer = RateLimitLayer::in_memory(&Config::builder().build()?);
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
 /// let service: RateLimit<Router> = layer.layer(Router::new().route("/", get(|| async { "ok" })));
 /// let _router: &Router = service.get_ref();
 /// # Ok(()) }

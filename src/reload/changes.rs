@@ -100,7 +100,7 @@ pub(crate) fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
 ///     path = "{path}"
 ///     limits = ["per-key"]
 /// "#);
-/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?);
+/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?)?;
 /// let changes = layer.reload_handle().reload(Config::from_toml_str(&toml(5, "/v2"))?)?;
 /// assert_eq!(changes.limits_changed(), ["per-key"]);
 /// assert_eq!(changes.routes_added(), ["* /v2"]);

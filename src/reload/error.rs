@@ -24,7 +24,7 @@ use crate::config::ConfigError;
 ///     path = "{path}"
 ///     limits = ["per-key"]
 /// "#);
-/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?);
+/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?)?;
 /// let reload = layer.reload_handle();
 /// let bigger = Config::builder().memory_max_keys(1_000).build()?;
 /// match reload.reload(bigger) {

@@ -74,7 +74,7 @@ use crate::config::{Config, ConfigError};
 /// println!("reloaded: {changes}");
 ///
 /// // What only a restart can change is refused, and nothing changes.
-/// let moved = Config::from_toml_str(&toml(5))?.with_redis_url("redis://10.0.0.7:6379");
+/// let moved = Config::from_toml_str(&toml(5))?.try_with_redis_url("redis://10.0.0.7:6379")?;
 /// let err = reload.reload(moved).unwrap_err();
 /// assert!(err.to_string().contains("[redis]"), "{err}");
 /// # Ok(())
@@ -241,7 +241,7 @@ impl ReloadHandle {
             }
         };
         let cfg = match &options.map {
-            Some(map) => map(cfg),
+            Some(map) => map(cfg).map_err(ReloadError::Invalid)?,
             None => cfg,
         };
         self.reload_with(cfg, options)
@@ -306,6 +306,9 @@ fn read_settled(path: &Path, settle: Duration, give_up: Instant) -> Result<Strin
     }
 }
 
+/// [`ReloadOptions::map`]'s function.
+type MapFn = dyn Fn(Config) -> Result<Config, ConfigError> + Send + Sync;
+
 /// How [`ReloadHandle::reload_with`] and [`ReloadHandle::reload_file`]
 /// guard a reload and read its file.
 ///
@@ -323,7 +326,7 @@ fn read_settled(path: &Path, settle: Duration, give_up: Instant) -> Result<Strin
 /// let strict = ReloadOptions::default()
 ///     .max_removed_share(0.2)
 ///     .read_timeout(Duration::from_secs(2))
-///     .map(|cfg| cfg.with_redis_url("redis://10.0.0.7:6379"));
+///     .map(|cfg| cfg.try_with_redis_url("redis://10.0.0.7:6379"));
 /// let forced = strict.clone().force(true);
 /// # let _ = forced;
 /// ```
@@ -333,7 +336,7 @@ pub struct ReloadOptions {
     pub(super) settle: Duration,
     pub(super) max_removed_share: f64,
     pub(super) force: bool,
-    pub(super) map: Option<Arc<dyn Fn(Config) -> Config + Send + Sync>>,
+    pub(super) map: Option<Arc<MapFn>>,
 }
 
 impl Default for ReloadOptions {
@@ -399,10 +402,15 @@ impl ReloadOptions {
         self
     }
 
-    /// What is done to a file's configuration before it is reloaded (say,
-    /// the Redis URL of the environment, as at start-up).
+    /// What makes the configuration to reload from the file's (say, the
+    /// file's on the Redis URL of the environment, as at start-up, with
+    /// [`Config::try_with_redis_url`]). Its error refuses the reload
+    /// ([`ReloadError::Invalid`]), as an error in the file does.
     #[must_use]
-    pub fn map(mut self, f: impl Fn(Config) -> Config + Send + Sync + 'static) -> Self {
+    pub fn map(
+        mut self,
+        f: impl Fn(Config) -> Result<Config, ConfigError> + Send + Sync + 'static,
+    ) -> Self {
         self.map = Some(Arc::new(f));
         self
     }

@@ -34,11 +34,11 @@ pub struct Accepted(pub Instant);
 /// use fleetlimit::{AcceptedLayer, Config, RateLimitLayer};
 /// use tower::Layer;
 ///
-/// # fn main() -> Result<(), fleetlimit::ConfigError> {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let cfg = Config::builder().build()?;
 /// let router: Router = Router::new()
 ///     .route("/", get(|| async { "ok" }))
-///     .layer(RateLimitLayer::in_memory(&cfg));
+///     .layer(RateLimitLayer::in_memory(&cfg)?);
 /// // Serve this one (e.g. with `axum::serve(listener, app.into_make_service())`).
 /// let app = AcceptedLayer.layer(router);
 /// # let _ = app;

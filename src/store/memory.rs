@@ -337,6 +337,10 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(self.lease_now(check, step))))
     }
 
+    fn in_process(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<MemoryStore>> {
+        Some(self)
+    }
+
     fn release(&self, key: &str, slot: &str) {
         let now = self.epoch.elapsed().as_secs_f64();
         let mut found = self.buckets.slot(key);

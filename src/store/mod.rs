@@ -130,6 +130,16 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
             Ok(Lease { granted, state })
         })
     }
+
+    /// The in-process store itself, when this is it: a layer on it decides
+    /// there directly, as [`RateLimitLayer::in_memory`](crate::RateLimitLayer::in_memory)
+    /// does, whichever way it was given. Public only because the trait is:
+    /// keep the default (a store wrapping a [`MemoryStore`] is a store of
+    /// its own, decided through [`check`](Store::check)).
+    #[doc(hidden)]
+    fn in_process(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<MemoryStore>> {
+        None
+    }
 }
 
 /// A store's answer for one request (see [`Check`] for a whole round).

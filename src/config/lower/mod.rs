@@ -1,9 +1,10 @@
 //! Lowering: the parsed TOML becomes a [`ConfigBuilder`], each setting
-//! with where it was written. Only what the builder cannot take as a value
-//! is checked here: text to parse (durations, rates, keys, methods,
-//! addresses), fields that do not belong together, and names that must
-//! refer to something in the file. Everything else is checked by
-//! [`ConfigBuilder::build`].
+//! with where it was written. Text is parsed here (durations, rates, keys,
+//! methods, addresses: the parsers' errors, placed); every check is
+//! `validate/`'s: what only a file can write wrong (fields that need
+//! another, numbers an algorithm has no use for, names that must refer to
+//! something in the file) through `validate/fields.rs` as the file is
+//! read, the rest by [`ConfigBuilder::build`].
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use crate::config::parts::{
 };
 use crate::config::redis::{RedisSettings, RedisSpans};
 use crate::config::schema::{Count, Exceed, Mode, RawConfig, RawLimit, RawRecord};
-use crate::config::validate::{unknown_limit, LoginSpans, Span};
+use crate::config::validate::{fields, unknown_limit, LoginSpans};
 use crate::config::{units, ConfigError, Heartbeat};
 use crate::key::{ForwardedHeader, KeySource};
 use crate::route::RecordConfig;
@@ -47,15 +48,15 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
             ca_file: span(&r.tls_ca_file),
             client_cert: span(&r.tls_client_cert),
             client_key: span(&r.tls_client_key),
+            pool_size: span(&r.pool_size),
+            connect_timeout: span(&r.connect_timeout),
         };
         if let Some(n) = &r.pool_size {
             s.pool_size = *n.get_ref();
         }
-        b.at.pool_size = span(&r.pool_size);
         if let Some(d) = &r.connect_timeout {
             s.connect_timeout = duration(d)?;
         }
-        b.at.connect_timeout = span(&r.connect_timeout);
         if let Some(c) = r.coalesce {
             s.coalesce = c;
         }
@@ -81,6 +82,8 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
     b.at.fleet_size = span(&raw.fleet.size);
     b.fleet_size = raw.fleet.size.as_ref().map(|n| *n.get_ref());
     let fleet = &raw.fleet;
+    let heartbeat_at = fleet.heartbeat.as_ref().or(fleet.dead_after.as_ref());
+    fields::heartbeat(src, fleet.discover, heartbeat_at.map(Spanned::span))?;
     if fleet.discover {
         let every = match &fleet.heartbeat {
             Some(d) => duration(d)?,
@@ -93,12 +96,6 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
         b.heartbeat = Some(Heartbeat { every, dead_after });
         b.at.heartbeat = span(&fleet.heartbeat);
         b.at.dead_after = span(&fleet.dead_after);
-    } else if let Some(h) = fleet.heartbeat.as_ref().or(fleet.dead_after.as_ref()) {
-        return Err(ConfigError::at(
-            src,
-            Some(h.span()),
-            "heartbeat settings need `discover = true`",
-        ));
     }
     let breaker = &raw.breaker;
     if let Some(n) = &breaker.failures {
@@ -215,17 +212,11 @@ fn limit(
     let rule = numbers.rule(src, name.get_ref(), l.algorithm, None, l_span.clone())?;
     let mut out = LimitConfig::new(key, rule).on_missing(l.on_missing);
     out.shadow = l.mode == Mode::Shadow;
-    out.lease = match (&l.lease_batch, &l.lease_above) {
-        (None, None) => None,
-        (Some(b), above) => Some((*b.get_ref(), above.as_ref().map_or(50, |a| *a.get_ref()))),
-        (None, Some(a)) => {
-            return Err(ConfigError::at(
-                src,
-                Some(a.span()),
-                "lease_above needs lease_batch",
-            ))
-        }
-    };
+    fields::lease(src, l.lease_batch.is_some(), span(&l.lease_above))?;
+    out.lease = l.lease_batch.as_ref().map(|b| {
+        let above = l.lease_above.as_ref().map_or(50, |a| *a.get_ref());
+        (*b.get_ref(), above)
+    });
     out.at = LimitSpans {
         name: Some(name.span()),
         rule: numbers.spans(l_span),
@@ -257,10 +248,10 @@ fn limit(
 }
 
 /// A limit's `count`, `failure_statuses`, `on_exceed` and `delay`: the
-/// fields that only make sense together are paired here, the rest is
-/// checked by `build` (statuses, the lockout rule, the delay's bounds).
+/// fields that only make sense together are paired (`validate/fields.rs`
+/// checks that they are), the rest is checked by `build` (statuses, the
+/// lockout rule, the delay's bounds).
 fn login(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(), ConfigError> {
-    let err = |s: Span, m: String| ConfigError::at(src, s, format!("limit {name:?}: {m}"));
     let counts_failures = l.count.as_ref().map(|c| *c.get_ref()) == Some(Count::Failures);
     let mut spans = LoginSpans {
         key: Some(l.key.span()),
@@ -268,14 +259,9 @@ fn login(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(
         delay: span(&l.delay),
         ..LoginSpans::default()
     };
+    fields::failure_statuses(src, name, counts_failures, span(&l.failure_statuses))?;
     match (&l.failure_statuses, counts_failures) {
-        (Some(f), false) => {
-            return Err(err(
-                Some(f.span()),
-                "`failure_statuses` needs `count = \"failures\"`".into(),
-            ))
-        }
-        (Some(f), true) => {
+        (Some(f), _) => {
             let mut statuses = Vec::new();
             for s in f.get_ref() {
                 let code = u16::try_from(*s.get_ref()).unwrap_or(0);
@@ -292,23 +278,11 @@ fn login(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(
         (None, false) => {}
     }
     let exceed = l.on_exceed.as_ref().map(|e| *e.get_ref());
+    fields::delay(src, name, exceed, span(&l.on_exceed), span(&l.delay))?;
     out.on_exceed = match (exceed, &l.delay) {
-        (None | Some(Exceed::Refuse), None) => OnExceed::Refuse,
-        (Some(Exceed::Challenge), None) => OnExceed::Challenge,
         (Some(Exceed::Delay), Some(d)) => OnExceed::Delay(parse_at(src, d, units::parse_duration)?),
-        (Some(Exceed::Delay), None) => {
-            return Err(err(
-                span(&l.on_exceed),
-                "`on_exceed = \"delay\"` needs `delay`, how long to hold a request (e.g. \"2s\")"
-                    .into(),
-            ))
-        }
-        (_, Some(d)) => {
-            return Err(err(
-                Some(d.span()),
-                "`delay` needs `on_exceed = \"delay\"`".into(),
-            ))
-        }
+        (Some(Exceed::Challenge), _) => OnExceed::Challenge,
+        _ => OnExceed::Refuse,
     };
     out.at.login = spans;
     Ok(())

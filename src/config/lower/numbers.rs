@@ -8,7 +8,7 @@ use toml::Spanned;
 use crate::algorithm::Rule;
 use crate::config::parts::{PlanRule, PlanSpans};
 use crate::config::schema::{AlgorithmName, Amount, RawPlanLimit};
-use crate::config::validate::{exact_count, RuleSpans, Span, DEFAULT_MAX_HOLD};
+use crate::config::validate::{exact_count, fields, RuleSpans, Span, DEFAULT_MAX_HOLD};
 use crate::config::{units, ConfigError, Rate};
 
 pub(super) fn parse_at<T, E: std::fmt::Display>(
@@ -44,16 +44,9 @@ impl Numbers<'_> {
         base: Option<&Rule>,
         at: Span,
     ) -> Result<Rule, ConfigError> {
-        let err = |s: Span, m: String| ConfigError::at(src, s, m);
-        let forbid = |field: &str, s: Span, alg_name: &str| {
-            s.map_or(Ok(()), |s| {
-                Err(err(
-                    Some(s),
-                    format!("limit {name:?}: `{field}` does not apply to a {alg_name}"),
-                ))
-            })
-        };
-        let need = |field: &str| err(at.clone(), format!("limit {name:?}: missing `{field}`"));
+        let forbid =
+            |field: &str, s: Span, alg_name: &str| fields::not_for(src, name, field, s, alg_name);
+        let need = |field: &str| fields::missing(src, name, field, at.clone());
         if alg != AlgorithmName::Concurrency {
             let what = if alg == AlgorithmName::TokenBucket {
                 "token bucket (it is for `algorithm = \"concurrency\"`)"
@@ -129,13 +122,8 @@ impl Numbers<'_> {
             ("limit", span(self.limit)),
             ("window", span(self.window)),
         ] {
-            if let Some(s) = s {
-                return Err(ConfigError::at(
-                    src,
-                    Some(s),
-                    format!("limit {name:?}: `{field}` does not apply to a concurrency limit (use `max_in_flight` and `max_hold`)"),
-                ));
-            }
+            let what = "concurrency limit (use `max_in_flight` and `max_hold`)";
+            fields::not_for(src, name, field, s, what)?;
         }
         let (base_max, base_hold) = match base {
             Some(Rule::Concurrency {
@@ -146,9 +134,7 @@ impl Numbers<'_> {
         };
         let max_in_flight = match self.max_in_flight {
             Some(m) => exact_count(m.get_ref().0),
-            None => base_max.ok_or_else(|| {
-                ConfigError::at(src, at, format!("limit {name:?}: missing `max_in_flight`"))
-            })?,
+            None => base_max.ok_or_else(|| fields::missing(src, name, "max_in_flight", at))?,
         };
         let max_hold = match self.max_hold {
             Some(h) => parse_at(src, h, units::parse_duration)?,

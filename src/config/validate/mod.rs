@@ -1,4 +1,6 @@
-//! Validation shared by the TOML loader and the builder.
+//! Every check of a configuration, for the TOML loader and the builder
+//! alike (docs/architecture.md: the one place checks live); each error keeps
+//! its message and its place in the file.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -11,8 +13,12 @@ use crate::algorithm::Rule;
 use crate::route::{FailurePolicy, Limit};
 use crate::shed::Priority;
 
+pub(super) mod fields;
 mod limit;
+mod redis;
 mod route;
+mod settings;
+mod shedding;
 
 pub(crate) use self::route::unknown_limit;
 

@@ -197,7 +197,7 @@ impl RedisStore {
     ///     .build_pool(4)?;
     /// pool.init().await?;
     /// let store = RedisStore::from_pool(pool, &config).await?;
-    /// let layer = RateLimitLayer::with_store(&config, Arc::new(store));
+    /// let layer = RateLimitLayer::with_store(&config, Arc::new(store))?;
     /// # Ok(()) }
     /// ```
     pub async fn from_pool(pool: Pool, config: &Config) -> Result<Self, StoreError> {
