@@ -74,9 +74,9 @@ use crate::config::{Config, ConfigError};
 /// println!("reloaded: {changes}");
 ///
 /// // What only a restart can change is refused, and nothing changes.
-/// let moved = Config::from_toml_str(&toml(5))?.try_with_redis_url("redis://10.0.0.7:6379")?;
-/// let err = reload.reload(moved).unwrap_err();
-/// assert!(err.to_string().contains("[redis]"), "{err}");
+/// let smaller = Config::from_toml_str(&format!("[memory]\nmax_keys = 5\n{}", toml(5)))?;
+/// let err = reload.reload(smaller).unwrap_err();
+/// assert!(err.to_string().contains("[memory] max_keys"), "{err}");
 /// # Ok(())
 /// # }
 /// ```
