@@ -47,14 +47,14 @@ impl Slots {
 
 /// One key at `now` (seconds), before and after taking a slot.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Level {
+pub(crate) struct Held {
     max: f64,
     hold: f64,
     now: f64,
     slots: Slots,
 }
 
-impl Level {
+impl Held {
     /// `stored`: the key's live slots.
     pub(crate) fn read(max: f64, hold: Duration, stored: Option<Slots>, now: f64) -> Self {
         Self {
@@ -198,14 +198,14 @@ mod tests {
     #[test]
     fn one_slot_per_request_and_an_estimate_from_the_oldest() {
         let hold = Duration::from_secs(30);
-        let mut l = Level::read(2.0, hold, None, 100.0);
+        let mut l = Held::read(2.0, hold, None, 100.0);
         assert!(l.fits());
         let (s, idle) = l.write(5.0);
         assert_eq!((s.count, s.first, idle), (1.0, 130.0, 130.0));
         // A slot taken at 100 s, read at 104 s with another taken at 103 s:
         // full; the oldest has held 4 s, so about 4 s more.
         let held = Slots::of([130.0, 133.0].into_iter());
-        let l = Level::read(2.0, hold, Some(held), 104.0);
+        let l = Held::read(2.0, hold, Some(held), 104.0);
         assert!(!l.fits());
         let r = l.report(false);
         assert_eq!((r.remaining, r.wait, r.reset), (0.0, 4.0, 29.0));
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(retry_estimate(25.0, 5.0), 5.0);
         assert_eq!(retry_estimate(0.2, 29.8), 1.0);
         // A refund takes nothing.
-        let mut l = Level::read(2.0, hold, None, 0.0);
+        let mut l = Held::read(2.0, hold, None, 0.0);
         assert_eq!(l.write(-1.0).0.count, 0.0);
     }
 

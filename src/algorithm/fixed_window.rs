@@ -16,7 +16,7 @@ pub(crate) use lua;
 
 /// One window at `now` (seconds), before and after a charge.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Level {
+pub(crate) struct Window {
     limit: f64,
     window: f64,
     count: f64,
@@ -25,7 +25,7 @@ pub(crate) struct Level {
     now: f64,
 }
 
-impl Level {
+impl Window {
     /// `stored`: the count and when its window closes.
     pub(crate) fn read(limit: f64, window: Duration, stored: Option<(f64, f64)>, now: f64) -> Self {
         let (count, ends) = match stored {
@@ -80,7 +80,7 @@ impl Level {
 /// window's PTTL in ms (≤ 0: no window open).
 pub(crate) fn script_answer(limit: f64, cost: f64, x: f64, pttl_ms: f64) -> LimitState {
     let enough = x >= 0.0;
-    Level {
+    Window {
         limit,
         window: 0.0,
         count: if enough { x } else { -1.0 - x },
@@ -141,14 +141,14 @@ mod tests {
     #[test]
     fn opens_with_the_first_request() {
         let w = Duration::from_secs(60);
-        let mut l = Level::read(3.0, w, None, 10.0);
+        let mut l = Window::read(3.0, w, None, 10.0);
         let s = l.write(1.0);
         assert_eq!(s.1, 70.0);
-        let l = Level::read(3.0, w, Some(s), 30.0);
+        let l = Window::read(3.0, w, Some(s), 30.0);
         assert_eq!(l.avail(), 2.0);
         assert_eq!(l.report(3.0, false).wait, 40.0);
         assert_eq!(
-            Level::read(3.0, w, Some(s), 70.0).avail(),
+            Window::read(3.0, w, Some(s), 70.0).avail(),
             3.0,
             "closed at its expiry"
         );

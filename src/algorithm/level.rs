@@ -8,10 +8,10 @@ use super::{concurrency, fixed_window, sliding_window, token_bucket, LimitState,
 /// One key's state at a time, before and after a charge.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Level {
-    TokenBucket(token_bucket::Level),
-    FixedWindow(fixed_window::Level),
-    SlidingWindow(sliding_window::Level),
-    Concurrency(concurrency::Level),
+    TokenBucket(token_bucket::Tokens),
+    FixedWindow(fixed_window::Window),
+    SlidingWindow(sliding_window::Estimate),
+    Concurrency(concurrency::Held),
 }
 
 impl Level {
@@ -31,7 +31,7 @@ impl Level {
                 // every in-process check's path).
                 let now =
                     now.as_secs() as f64 * 1_000_000.0 + f64::from(now.subsec_nanos()) / 1_000.0;
-                Self::TokenBucket(token_bucket::Level::read(
+                Self::TokenBucket(token_bucket::Tokens::read(
                     capacity,
                     refill_per_sec,
                     tat,
@@ -43,7 +43,7 @@ impl Level {
                     Some(State::Fixed { count, ends }) => Some((count, ends)),
                     _ => None,
                 };
-                Self::FixedWindow(fixed_window::Level::read(
+                Self::FixedWindow(fixed_window::Window::read(
                     limit,
                     window,
                     stored,
@@ -55,7 +55,7 @@ impl Level {
                     Some(State::Sliding { idx, curr, prev }) => Some((idx, curr, prev)),
                     _ => None,
                 };
-                Self::SlidingWindow(sliding_window::Level::read(
+                Self::SlidingWindow(sliding_window::Estimate::read(
                     limit,
                     window,
                     stored,
@@ -70,7 +70,7 @@ impl Level {
                     Some(State::Slots(s)) => Some(s),
                     _ => None,
                 };
-                Self::Concurrency(concurrency::Level::read(
+                Self::Concurrency(concurrency::Held::read(
                     max_in_flight,
                     max_hold,
                     stored,
@@ -128,7 +128,7 @@ impl Level {
 
 /// One limit of a request, read, then decided by [`decide`].
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Decided {
+pub(crate) struct LimitCheck {
     level: Level,
     shadow: bool,
     enough: bool,
@@ -136,7 +136,7 @@ pub(crate) struct Decided {
     pub(crate) charged: Option<(State, f64)>,
 }
 
-impl Decided {
+impl LimitCheck {
     pub(crate) fn new(level: Level, shadow: bool) -> Self {
         Self {
             level,
@@ -156,7 +156,7 @@ impl Decided {
 /// for `cost`, each limit that has room is charged (a shadow limit without
 /// room is not, and never refuses); otherwise none is. Whether the request
 /// is allowed.
-pub(crate) fn decide(limits: &mut [Decided], cost: f64) -> bool {
+pub(crate) fn decide(limits: &mut [LimitCheck], cost: f64) -> bool {
     for l in limits.iter_mut() {
         l.enough = l.level.fits(cost);
     }

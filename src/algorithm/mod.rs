@@ -25,7 +25,7 @@ mod level;
 mod stored;
 mod text;
 
-pub(crate) use self::level::{decide, Decided, Level};
+pub(crate) use self::level::{decide, Level, LimitCheck};
 pub(crate) use self::stored::*;
 pub(crate) use self::text::{duration_text, fmt_duration, num, rate_text};
 
@@ -479,7 +479,7 @@ mod tests {
             refill_per_sec: 1.0,
         };
         let at = Duration::from_secs(1);
-        let read = |capacity, shadow| Decided::new(Level::read(tb(capacity), None, at), shadow);
+        let read = |capacity, shadow| LimitCheck::new(Level::read(tb(capacity), None, at), shadow);
         // The second limit lacks room: neither is charged.
         let mut limits = [read(5.0, false), read(1.0, false)];
         assert!(!decide(&mut limits, 2.0));

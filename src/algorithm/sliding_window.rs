@@ -63,12 +63,12 @@ impl Windows {
 
 /// One key at `now` (seconds), before and after a charge.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Level {
+pub(crate) struct Estimate {
     idx: f64,
     windows: Windows,
 }
 
-impl Level {
+impl Estimate {
     /// `stored`: the index of the window it was written in, its count and
     /// the previous window's.
     pub(crate) fn read(
@@ -204,7 +204,7 @@ pub(crate) fn reading(
     (idx, curr, prev): (f64, f64, f64),
     now_us: f64,
 ) -> super::Stored {
-    let level = Level::read(limit, window, Some((idx, curr, prev)), now_us / 1e6);
+    let level = Estimate::read(limit, window, Some((idx, curr, prev)), now_us / 1e6);
     let remaining = level.avail().clamp(0.0, limit);
     let now_idx = current_index(window, now_us);
     let text = if idx == now_idx {
@@ -226,7 +226,7 @@ mod tests {
     fn weights_the_previous_window() {
         let w = Duration::from_secs(10);
         // 10 in window [0, 10), then at t = 12.5 the previous weighs 75%.
-        let l = Level::read(10.0, w, Some((0.0, 10.0, 0.0)), 12.5);
+        let l = Estimate::read(10.0, w, Some((0.0, 10.0, 0.0)), 12.5);
         assert!((l.avail() - 2.5).abs() < 1e-9);
         // 3 does not fit: the previous window must fade to 7, at t = 13.
         assert!((l.report(3.0, false).wait - 0.5).abs() < 1e-9);

@@ -122,13 +122,13 @@ impl Gcra {
 
 /// One bucket at `now` (µs), before and after a charge.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Level {
+pub(crate) struct Tokens {
     gcra: Gcra,
     tat: f64,
     now: f64,
 }
 
-impl Level {
+impl Tokens {
     pub(crate) fn read(capacity: f64, refill_per_sec: f64, stored: Option<f64>, now: f64) -> Self {
         Self {
             gcra: Gcra::new(capacity, refill_per_sec),
@@ -307,16 +307,16 @@ mod tests {
     #[test]
     fn refill_is_capped_and_waits_are_exact() {
         let (cap, rate) = (5.0, 10.0);
-        assert_eq!(Level::read(cap, rate, None, 100.0 * S).avail(), 5.0);
+        assert_eq!(Tokens::read(cap, rate, None, 100.0 * S).avail(), 5.0);
         // Emptied at t = 100 s: the TAT is a full burst (0.5 s) ahead.
         let empty = Some(100.5 * S);
-        let l = Level::read(cap, rate, empty, 100.04 * S);
+        let l = Tokens::read(cap, rate, empty, 100.04 * S);
         assert!((l.avail() - 0.4).abs() < 1e-9);
         // The design document's example: 0.4 tokens, cost 1, 10/s → 0.06 s.
         assert!((l.report(1.0, false).wait - 0.06).abs() < 1e-9);
-        assert_eq!(Level::read(cap, rate, empty, 200.0 * S).avail(), 5.0);
+        assert_eq!(Tokens::read(cap, rate, empty, 200.0 * S).avail(), 5.0);
         // A refund never overfills.
-        let mut l = Level::read(cap, rate, Some(100.1 * S), 100.0 * S);
+        let mut l = Tokens::read(cap, rate, Some(100.1 * S), 100.0 * S);
         l.write(-3.0);
         assert_eq!(l.avail(), 5.0);
     }
@@ -324,7 +324,7 @@ mod tests {
     #[test]
     fn an_exact_fit_is_admitted() {
         // A third of a second per token, on a clock of Redis's magnitude.
-        let l = Level::read(3.0, 3.0, None, 1.8e15);
+        let l = Tokens::read(3.0, 3.0, None, 1.8e15);
         assert!(l.fits(3.0));
         assert!(!l.fits(4.0));
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Lease, LeaseFuture, Outcome, Store, StoreFuture};
-use crate::algorithm::{decide, Decided, Level, LimitState, Rule, Slots, State};
+use crate::algorithm::{decide, Level, LimitCheck, LimitState, Rule, Slots, State};
 use crate::bounded::{Bounded, Evict, Shard};
 
 /// In-process buckets with the same semantics as the Redis scripts.
@@ -165,7 +165,7 @@ impl MemoryStore {
             .map(|i| idx.binary_search(i).unwrap_or(0))
             .collect();
 
-        let mut limits: Vec<Decided> = check
+        let mut limits: Vec<LimitCheck> = check
             .buckets
             .iter()
             .zip(&slots)
@@ -177,7 +177,7 @@ impl MemoryStore {
                     e.seen = secs;
                     e.read(&b.rule, secs)
                 });
-                Decided::new(Level::read(b.rule, stored, now), b.shadow)
+                LimitCheck::new(Level::read(b.rule, stored, now), b.shadow)
             })
             .collect();
         let allowed = decide(&mut limits, check.cost);
@@ -250,7 +250,7 @@ impl MemoryStore {
             e.seen = secs;
             e.state
         });
-        let mut one = [Decided::new(Level::read(rule, stored, now), shadow)];
+        let mut one = [LimitCheck::new(Level::read(rule, stored, now), shadow)];
         let allowed = decide(&mut one, cost);
         if let Some((state, idle_at)) = one[0].charged {
             if let Some(e) = entry {
