@@ -33,11 +33,8 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
     // A generous deadline: these tests are about decisions, not outages, and
     // a `closed` route turns any store failure into a visible 503.
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .route("/users/{id}", get(|| async { "user" }))
-        .route("/free", get(|| async { "free" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap())
+    let layer = RateLimitLayer::new(cfg).await.unwrap();
+    support::ok_routes(layer, ["/", "/users/{id}", "/free"])
 }
 
 #[tokio::test]

@@ -7,7 +7,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::RateLimitLayer;
 use support::*;
@@ -49,12 +48,8 @@ on_redis_error = "closed"
 
 async fn app(server: &RedisServer, prefix: &str) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
-    let ok = || async { "ok" };
-    Router::new()
-        .route("/fixed", get(ok))
-        .route("/sliding", get(ok))
-        .route("/fixed10", get(ok))
-        .layer(RateLimitLayer::new(cfg).await.unwrap())
+    let layer = RateLimitLayer::new(cfg).await.unwrap();
+    support::ok_routes(layer, ["/fixed", "/sliding", "/fixed10"])
 }
 
 fn get_req(path: &str, key: &str) -> http::Request<axum::body::Body> {

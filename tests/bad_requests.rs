@@ -6,7 +6,6 @@
 mod support;
 
 use axum::body::Body;
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::RateLimitLayer;
 use http::{HeaderValue, Request};
@@ -50,11 +49,8 @@ on_redis_error = "closed"
 
 async fn app(server: &RedisServer, prefix: &str) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
-    Router::new()
-        .route("/ip", get(|| async { "ok" }))
-        .route("/key", get(|| async { "ok" }))
-        .route("/key-or-ip", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap())
+    let layer = RateLimitLayer::new(cfg).await.unwrap();
+    support::ok_routes(layer, ["/ip", "/key", "/key-or-ip"])
 }
 
 async fn statuses(app: &Router, reqs: impl IntoIterator<Item = Request<Body>>) -> Vec<u16> {

@@ -13,11 +13,7 @@ use support::*;
 
 /// Routes `/{name}` for each name, answering "ok", behind `cfg`'s layer.
 async fn app(cfg: fleetlimit::Config, paths: &[&str]) -> Router {
-    let mut router = Router::new();
-    for p in paths {
-        router = router.route(p, get(|| async { "ok" }));
-    }
-    router.layer(RateLimitLayer::new(cfg).await.unwrap())
+    support::ok_routes(RateLimitLayer::new(cfg).await.unwrap(), paths)
 }
 
 fn get_as(path: &str, key: &str) -> http::Request<axum::body::Body> {

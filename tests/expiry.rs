@@ -15,7 +15,6 @@
 
 mod support;
 
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::RateLimitLayer;
 use support::*;
@@ -57,11 +56,8 @@ const CAPACITY: f64 = 600.0;
 
 async fn app(server: &RedisServer, prefix: &str) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
-    Router::new()
-        .route("/lean", get(|| async { "lean" }))
-        .route("/general", get(|| async { "general" }))
-        .route("/charge", get(|| async { "charged" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap())
+    let layer = RateLimitLayer::new(cfg).await.unwrap();
+    support::ok_routes(layer, ["/lean", "/general", "/charge"])
 }
 
 /// The key's TAT (µs of Redis time) and its absolute expiry (ms), read in

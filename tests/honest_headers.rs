@@ -60,10 +60,7 @@ fn promise(res: &http::Response<axum::body::Body>) -> Result<Option<u64>, String
 /// A router of the two routes: `/r` (the route under test) and `/o` (the
 /// other traffic), both answering "ok".
 async fn app(cfg: fleetlimit::Config) -> Router {
-    Router::new()
-        .route("/r", get(|| async { "ok" }))
-        .route("/o", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(cfg).await.unwrap())
+    support::ok_routes(RateLimitLayer::new(cfg).await.unwrap(), ["/r", "/o"])
 }
 
 fn req(path: &str) -> http::Request<axum::body::Body> {

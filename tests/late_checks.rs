@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::RateLimitLayer;
 use support::relay::Relay;
@@ -66,13 +65,10 @@ fn body() -> String {
 }
 
 fn app(layer: RateLimitLayer) -> Router {
-    let mut r = Router::new();
-    for a in ALGORITHMS {
-        for p in POLICIES {
-            r = r.route(&format!("/{a}/{p}"), get(|| async { "ok" }));
-        }
-    }
-    r.layer(layer)
+    let paths = ALGORITHMS
+        .iter()
+        .flat_map(|a| POLICIES.iter().map(move |p| format!("/{a}/{p}")));
+    support::ok_routes(layer, paths)
 }
 
 /// What the instances were answered, per route.

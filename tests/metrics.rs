@@ -151,13 +151,7 @@ limits = ["soft"]
 "#;
 
 fn app(layer: RateLimitLayer) -> Router {
-    let ok = get(|| async { "ok" });
-    Router::new()
-        .route("/", ok.clone())
-        .route("/pair", ok.clone())
-        .route("/local", ok.clone())
-        .route("/soft", ok)
-        .layer(layer)
+    support::ok_routes(layer, ["/", "/pair", "/local", "/soft"])
 }
 
 async fn statuses(app: &Router, path: &str, key: &str, n: usize) -> Vec<u16> {

@@ -9,7 +9,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
 use fleetlimit::{BuildError, Config, RateLimitLayer, ReloadError, ReloadOptions};
@@ -27,9 +26,7 @@ limits = ["per-key"]
 "#;
 
 fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
+    support::ok_routes(layer, ["/"])
 }
 
 async fn statuses(app: &Router, n: usize) -> Vec<u16> {

@@ -9,7 +9,6 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::store::RedisStore;
 use fleetlimit::RateLimitLayer;
@@ -48,10 +47,8 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
         .unwrap();
     pool.init().await.unwrap();
     let store = RedisStore::from_pool(pool, &cfg).await.unwrap();
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .route("/both", get(|| async { "ok" }))
-        .layer(RateLimitLayer::with_store(&cfg, Arc::new(store)).unwrap())
+    let layer = RateLimitLayer::with_store(&cfg, Arc::new(store)).unwrap();
+    support::ok_routes(layer, ["/", "/both"])
 }
 
 #[tokio::test]

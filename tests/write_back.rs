@@ -9,7 +9,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
 use support::relay::Relay;
@@ -39,10 +38,7 @@ fn config(url: &str, prefix: &str, with_w: bool) -> Config {
 }
 
 fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route("/w", get(|| async { "w" }))
-        .route("/other", get(|| async { "other" }))
-        .layer(layer)
+    support::ok_routes(layer, ["/w", "/other"])
 }
 
 /// `n` requests of `account` on `/w`: how many Redis admitted (with

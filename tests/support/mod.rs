@@ -304,9 +304,21 @@ pub fn header_key(prefix: &str, limit: &str, value: &str) -> String {
 /// The router most tests drive: one route `/` answering "ok", behind a layer
 /// built from `cfg`.
 pub async fn ok_app(cfg: fleetlimit::Config) -> Router {
-    Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(fleetlimit::RateLimitLayer::new(cfg).await.unwrap())
+    ok_routes(fleetlimit::RateLimitLayer::new(cfg).await.unwrap(), ["/"])
+}
+
+/// The app of a test about the layer, not its handlers: `GET` at each of
+/// `paths` answers "ok", behind `layer`.
+pub fn ok_routes<P: AsRef<str>>(
+    layer: fleetlimit::RateLimitLayer,
+    paths: impl IntoIterator<Item = P>,
+) -> Router {
+    paths
+        .into_iter()
+        .fold(Router::new(), |r, p| {
+            r.route(p.as_ref(), axum::routing::get(|| async { "ok" }))
+        })
+        .layer(layer)
 }
 
 /// A 3-primary Redis Cluster of our own (`--cluster-enabled yes` and
