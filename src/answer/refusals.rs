@@ -12,7 +12,7 @@ use super::rate::whole_secs;
 use super::rate::RateHeaders;
 use super::refusal::RefusalReason;
 use super::rejection::Rejection;
-use crate::key::{KeyFailure, ShownId};
+use crate::key::ShownId;
 use crate::log_throttle::Throttle;
 
 /// What the answers read of a limit (`route::Limit` is the one): a name,
@@ -187,23 +187,16 @@ pub(crate) fn invalid_key(limit: &impl Face) -> Rejection {
     )
 }
 
-/// `503`: the limit's custom key extractor panicked, or the layer has none
-/// of that name. A bug of the server, not the client's doing: never
-/// admitted uncounted, never a 500.
-pub(crate) fn key_unavailable(limit: &impl Face, why: KeyFailure) -> Rejection {
-    let cause = match why {
-        KeyFailure::Panicked => "its extractor panicked",
-        KeyFailure::NotRegistered => {
-            "no extractor of that name: build the layer with RateLimitLayer::builder(..).key_fn(..)"
-        }
-    };
+/// `503`: the limit's custom key extractor panicked. A bug of the server,
+/// not the client's doing: never admitted uncounted, never a 500.
+pub(crate) fn key_unavailable(limit: &impl Face) -> Rejection {
     throttled!(
         limit,
         KEY_UNAVAILABLE,
         error,
         limit = %limit.name(),
         reason = "key-unavailable",
-        "refused: cannot compute {}: {cause}",
+        "refused: cannot compute {}: its extractor panicked",
         limit.key_described()
     );
     Rejection::problem(

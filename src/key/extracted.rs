@@ -16,15 +16,6 @@ pub(crate) enum Extracted<'a> {
     NoClientIp,
     /// A custom key's extractor found the key invalid.
     Invalid,
-    /// A custom key's extractor failed (see [`KeyFailure`]).
-    Failed(KeyFailure),
-}
-
-/// Why a custom key could not be had.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KeyFailure {
-    /// The extractor panicked.
-    Panicked,
-    /// No extractor of that name on this layer.
-    NotRegistered,
+    /// A custom key's extractor panicked.
+    Failed,
 }

@@ -44,7 +44,7 @@ pub use custom::{KeyAnswer, KeyExtractor};
 pub use source::{Account, KeySource};
 
 pub(crate) use custom::CustomKeys;
-pub(crate) use extracted::{Extracted, KeyFailure};
+pub(crate) use extracted::Extracted;
 pub(crate) use source::{check_custom_name, is_name};
 
 pub(crate) use store_key::{

@@ -343,7 +343,6 @@ pub(super) fn assemble(
     own: Option<OwnRedis>,
 ) -> Arc<Live> {
     let in_process = Arc::clone(&store).in_process();
-    extras.check_keys = true;
     extras.recorder = crate::reload::start_recorder(cfg, own.as_ref());
     let limiter = Limiter::new(cfg, store, in_process, extras);
     Live::new(limiter, cfg.clone(), own)

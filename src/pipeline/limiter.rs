@@ -122,9 +122,6 @@ pub(crate) struct Extras {
     pub(crate) on_refusal: Option<RefusalHook>,
     /// The writer of decision records, started on the layer's Redis.
     pub(crate) recorder: Option<Recorder>,
-    /// Built by the builder, which refuses a custom key without its
-    /// extractor (a reload checks the same).
-    pub(crate) check_keys: bool,
 }
 
 impl Extras {
@@ -136,7 +133,6 @@ impl Extras {
             load_signal: None,
             on_refusal: None,
             recorder: None,
-            check_keys: false,
         }
     }
 }
@@ -255,13 +251,10 @@ impl Limiter {
         }
     }
 
-    /// Whether a configuration may key a limit `custom:<name>`: built by
-    /// the builder, only with an extractor registered under `name`; built
-    /// without it (`in_memory`, `with_store`), as at construction, always
-    /// (such limits answer `503`).
+    /// Whether a configuration may key a limit `custom:<name>`: only with an
+    /// extractor registered under `name`, as at construction.
     pub(crate) fn may_key_by(&self, name: &str) -> bool {
-        let extras = &self.core.extras;
-        !extras.check_keys || extras.key_fns.contains_key(name)
+        self.core.extras.key_fns.contains_key(name)
     }
 
     /// What this limiter shares with the layer's other configurations.

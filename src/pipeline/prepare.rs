@@ -189,7 +189,7 @@ pub(super) fn material<'v>(
         },
         Extracted::NoClientIp => Err(response::no_client_ip(limit)),
         Extracted::Invalid => Err(response::invalid_key(limit)),
-        Extracted::Failed(why) => Err(response::key_unavailable(limit, why)),
+        Extracted::Failed => Err(response::key_unavailable(limit)),
     }
 }
 
