@@ -25,10 +25,6 @@ path = "/"
 limits = ["per-key"]
 "#;
 
-fn app(layer: RateLimitLayer) -> Router {
-    support::ok_routes(layer, ["/"])
-}
-
 async fn statuses(app: &Router, n: usize) -> Vec<u16> {
     let mut out = Vec::new();
     for _ in 0..n {
@@ -72,7 +68,7 @@ async fn a_bad_url_from_the_environment_refuses_a_reload() {
     std::fs::write(&path, LIMITS.replace("capacity = 2", "capacity = 5")).unwrap();
     let layer = RateLimitLayer::in_memory(&Config::from_toml_str(LIMITS).unwrap()).unwrap();
     let reload = layer.reload_handle();
-    let app = app(layer);
+    let app = ok_routes(layer, ["/"]);
     let options = ReloadOptions::default()
         .settle(Duration::ZERO)
         .map(|cfg| cfg.try_with_redis_url("notaurl://x"));
@@ -120,7 +116,7 @@ async fn with_store_on_the_in_process_store_is_in_memory() {
     assert!(on_memory.breaker().is_none());
     assert!(wrapped.breaker().is_some());
     for layer in [in_memory, on_memory, wrapped] {
-        assert_eq!(statuses(&app(layer), 3).await, [200, 200, 429]);
+        assert_eq!(statuses(&ok_routes(layer, ["/"]), 3).await, [200, 200, 429]);
     }
     // The builder given the in-process store does the same.
     let built = RateLimitLayer::builder(cfg)

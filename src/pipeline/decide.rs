@@ -143,23 +143,12 @@ impl Limiter {
             let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
             // The other limits' states are not known here: their policies
             // only.
-            let cost = f64::from(p.cost);
-            let items = p
-                .policy
-                .limits
-                .iter()
-                .zip(&p.rules)
-                .map(|(l, rule)| Item::new(&l.name, rule, p.policy.shadow || l.shadow, cost));
-            let mut items: SmallVec<[Item; 1]> = items.collect();
-            let i = items
-                .iter()
-                .position(|it| it.name == limit.name)
-                .unwrap_or(0);
-            if let Some(it) = items.get_mut(i) {
+            let mut items: SmallVec<[Item; 1]> = headers::items(p).collect();
+            if let Some(it) = items.get_mut(at) {
                 it.state = Some((r.state.remaining, r.state.reset));
             }
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
-            let mut headers = RateHeaders::new(self.header_style, items, Some(i)).aged(elapsed);
+            let mut headers = RateHeaders::new(self.header_style, items, Some(at)).aged(elapsed);
             headers::route_policy(self, &p.policy, &p.rules, p.cost, &mut headers);
             let retry = retry_after_secs(left(r.until));
             let remaining = r.state.remaining.floor().max(0.0);

@@ -18,19 +18,20 @@ pub(super) fn headers(
     refused_by: Option<usize>,
     by: DecidedBy,
 ) -> RateHeaders {
-    let cost = f64::from(p.cost);
-    let items = p
-        .policy
-        .limits
-        .iter()
-        .zip(&p.rules)
-        .zip(limits)
-        .map(|((l, rule), s)| Item::new(&l.name, rule, p.policy.shadow || l.shadow, cost).with(s))
-        .collect();
+    let items = items(p).zip(limits).map(|(it, s)| it.with(s)).collect();
     let mut h = RateHeaders::new(l.header_style, items, refused_by);
     h.local = by.degraded();
     route_policy(l, &p.policy, &p.rules, p.cost, &mut h);
     h
+}
+
+/// Every limit of the route, in order, under the caller's plan, without a
+/// state yet.
+pub(super) fn items(p: &Pending) -> impl Iterator<Item = Item> + '_ {
+    let cost = f64::from(p.cost);
+    let shadow = p.policy.shadow;
+    (p.policy.limits.iter().zip(&p.rules))
+        .map(move |(l, rule)| Item::new(&l.name, rule, shadow || l.shadow, cost))
 }
 
 /// `RateLimit-Policy` serialised once per route, not per response,
