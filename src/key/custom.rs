@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(answer(None, "tenant"), "Missing");
         assert_eq!(answer(Some(""), "tenant"), "Missing");
         assert_eq!(answer(Some("bad"), "tenant"), "Invalid");
-        assert_eq!(answer(Some("boom"), "tenant"), "Failed(Panicked)");
+        assert_eq!(answer(Some("boom"), "tenant"), "Failed");
         assert_eq!(answer(Some("acme"), "other"), "Failed");
     }
 }
