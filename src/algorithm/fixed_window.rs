@@ -94,6 +94,13 @@ pub(crate) fn script_answer(limit: f64, cost: f64, x: f64, pttl_ms: f64) -> Limi
     .report(cost, enough)
 }
 
+/// The last µs (Redis's clock) of the window the script answered `pttl_ms`
+/// for at `now_us`: its key lives while its PTTL, in whole ms, is not yet
+/// spent, and a window that opens after it is another count.
+pub(crate) fn window_end(now_us: i64, pttl_ms: f64) -> Option<i64> {
+    (pttl_ms >= 0.0).then(|| now_us + pttl_ms as i64 * 1000 - 1)
+}
+
 /// The longest a key lives: the window (the script's `PEXPIRE`).
 pub(crate) fn max_ttl(window: Duration) -> Duration {
     window
@@ -137,6 +144,14 @@ pub(crate) fn reading(limit: f64, count: f64, pttl_ms: i64) -> super::Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_ends_when_its_pttl_is_spent() {
+        // 250 ms left at t = 10 s: its last µs is 10.25 s − 1 µs.
+        assert_eq!(window_end(10_000_000, 250.0), Some(10_249_999));
+        // No window open (the key is gone): nothing to give back into.
+        assert_eq!(window_end(10_000_000, -2.0), None);
+    }
 
     #[test]
     fn opens_with_the_first_request() {

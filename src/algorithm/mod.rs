@@ -248,6 +248,21 @@ impl Rule {
         }
     }
 
+    /// When the window a charge went into ends, on Redis's clock (µs), from
+    /// the general script's numbers for it, answered at `now_us`: the last
+    /// moment a refund of that charge still reaches the same window. `None`
+    /// for a limit of no windows (a refund is the same at any time).
+    pub(crate) fn window_end(&self, now_us: i64, x: &[f64]) -> Option<i64> {
+        let at = |i: usize| x.get(i).copied().unwrap_or(0.0);
+        match *self {
+            Self::FixedWindow { .. } => fixed_window::window_end(now_us, at(1)),
+            Self::SlidingWindow { window, .. } => {
+                Some(sliding_window::window_end(window, now_us, at(0)))
+            }
+            Self::TokenBucket { .. } | Self::Concurrency { .. } => None,
+        }
+    }
+
     /// The lean script's arguments; `None` for anything but a token bucket
     /// (the general script's work).
     pub(crate) fn lean_args(&self, cost: f64) -> Option<LeanArgs> {

@@ -148,6 +148,15 @@ pub(crate) fn script_answer(
     }
 }
 
+/// The last µs (Redis's clock) of the window the script counted in at
+/// `now_us`, `x` ms into it (−1 − that when the cost did not fit): the
+/// script's windows are whole ms of `TIME` (see lua/sliding_window.lua).
+pub(crate) fn window_end(window: Duration, now_us: i64, x: f64) -> i64 {
+    let elapsed = if x >= 0.0 { x } else { -1.0 - x } as i64;
+    let now_ms = now_us.div_euclid(1000);
+    (now_ms - elapsed + window.as_millis() as i64) * 1000 - 1
+}
+
 /// The longest a key lives: to the end of the next window (the script's
 /// `SET ... PX`).
 pub(crate) fn max_ttl(window: Duration) -> Duration {
@@ -221,6 +230,15 @@ pub(crate) fn reading(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_ends_at_its_next_boundary() {
+        let w = Duration::from_secs(3);
+        // At 7.5004 s, 1,500 ms into [6 s, 9 s): its last µs is 9 s − 1 µs,
+        // whether the cost fitted (1500) or not (−1 − 1500).
+        assert_eq!(window_end(w, 7_500_400, 1500.0), 8_999_999);
+        assert_eq!(window_end(w, 7_500_400, -1501.0), 8_999_999);
+    }
 
     #[test]
     fn weights_the_previous_window() {

@@ -17,6 +17,9 @@
 //!   open, and what was sent meanwhile is delivered at
 //!   [`Relay::release`]: a partition that TCP's retransmissions outlive,
 //!   the late delivery a timeout does not cancel.
+//! - [`Relay::hold_answers`]: commands reach Redis, which runs them; their
+//!   answers wait until [`Relay::release`]: the one window a "not after"
+//!   bound leaves, a check charged in time whose caller stopped waiting.
 //!
 //! The relay runs on a thread of its own, so a busy test runtime does not
 //! slow the network down.
@@ -44,6 +47,8 @@ enum Mode {
     Draining,
     /// Nothing flows; delivered later.
     Held,
+    /// Commands flow; answers are delivered later.
+    AnswersHeld,
     /// Connections are reset; new ones refused.
     Cut,
 }
@@ -143,7 +148,13 @@ impl Relay {
         self.mode.send_replace(Mode::Held);
     }
 
-    /// Ends a [`hold`](Self::hold).
+    /// Forwards commands, holds their answers; [`release`](Self::release)
+    /// delivers them.
+    pub fn hold_answers(&self) {
+        self.mode.send_replace(Mode::AnswersHeld);
+    }
+
+    /// Ends a [`hold`](Self::hold) or a [`hold_answers`](Self::hold_answers).
     pub fn release(&self) {
         self.mode.send_replace(Mode::Open);
     }
@@ -256,6 +267,7 @@ async fn copy(
     let flows = |m: Mode| match m {
         Mode::Open => true,
         Mode::Draining => !commands,
+        Mode::AnswersHeld => commands,
         Mode::Held | Mode::Cut => false,
     };
     loop {

@@ -298,7 +298,7 @@ async fn call<J: Borrow<Item>>(
     let timer = scripts.metrics.start();
     let attempt = |stamp: Stamp| {
         let clock = Arc::clone(&scripts.clock);
-        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, stamp.give_up());
+        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, stamp);
         async move {
             let waited = within(
                 &mut sending,
@@ -325,7 +325,7 @@ async fn call<J: Borrow<Item>>(
         }
     };
     let answer = if give_back {
-        giving_back(attempt, &scripts.health).await
+        giving_back(attempt, &scripts.health, None).await
     } else {
         deciding(attempt, false, scripts.deadline(), &scripts.stalls).await
     };

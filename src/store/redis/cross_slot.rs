@@ -101,7 +101,7 @@ impl Drop for GiveBack {
         }
         let (inner, pool) = (Arc::clone(&self.inner), self.pool.clone());
         let (check, charged) = (self.check.clone(), std::mem::take(&mut self.charged));
-        let task = async move { inner.give_back(&pool, &check, &charged).await };
+        let task = async move { inner.give_back(&pool, &check, &charged, None).await };
         // On the caller's runtime when there is one; else on fred's own.
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => drop(rt.spawn(task)),
@@ -112,9 +112,17 @@ impl Drop for GiveBack {
 
 impl Inner {
     /// Gives back what `check` charged its buckets `charged` (indexes): a
-    /// refund per slot group, a concurrency slot by id. A failed refund leaves
-    /// those units spent until they refill (an over-count, the safe side).
-    pub(crate) async fn give_back(self: &Arc<Self>, pool: &Pool, check: &Check, charged: &[usize]) {
+    /// refund per slot group, a concurrency slot by id; while Redis's clock
+    /// is before `until` (µs), the end of the earliest window charged, if
+    /// any. A failed refund leaves those units spent until they refill (an
+    /// over-count, the safe side).
+    pub(crate) async fn give_back(
+        self: &Arc<Self>,
+        pool: &Pool,
+        check: &Check,
+        charged: &[usize],
+        until: Option<i64>,
+    ) {
         if check.cost <= 0.0 {
             return;
         }
@@ -138,7 +146,8 @@ impl Inner {
         for g in groups.into_iter().filter(|g: &Vec<usize>| !g.is_empty()) {
             let refund = subset(check, &g, -check.cost);
             let (refund, units) = (&refund, check.cost);
-            let done = giving_back(|stamp| self.run_boxed(pool, refund, stamp), &self.health).await;
+            let attempt = |stamp| self.run_boxed(pool, refund, stamp);
+            let done = giving_back(attempt, &self.health, until).await;
             if let Err(e) = done {
                 tracing::warn!(
                     target: "fleetlimit",

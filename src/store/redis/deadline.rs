@@ -77,6 +77,10 @@ pub(crate) struct Stamp {
     window: Duration,
     /// The latest the call may end, whatever happens.
     hard: Instant,
+    /// A give-back's other bound, on Redis's clock (µs): the end of the
+    /// earliest window its charge went into. Run later, it would give the
+    /// units to the window after, which never had them.
+    pub(crate) until: Option<i64>,
 }
 
 impl Stamp {
@@ -92,6 +96,7 @@ impl Stamp {
             handed,
             window,
             hard: handed + hard_bound(deadline),
+            until: None,
         }
     }
 
@@ -134,6 +139,7 @@ where
         handed: now,
         window,
         hard: now + window,
+        until: None,
     })
     .await
 }
@@ -153,10 +159,14 @@ const GIVE_BACK_PAUSE: Duration = Duration::from_secs(2);
 /// not sent: no connection, the breaker, this process's queue) is tried
 /// again, after a pause doubling from 100 ms to [`GIVE_BACK_PAUSE`], at
 /// most [`GIVE_BACK_TRIES`] times. Any other answer ends it (a timeout: it
-/// may have run).
+/// may have run). A give-back into windows that end at `until` (Redis's
+/// clock, µs) carries that bound too, and is not tried again once `Late`:
+/// its windows are most likely over, and with them the units it would
+/// give back (a stall past it leaves them charged: an over-count).
 pub(crate) async fn giving_back<T, Fut>(
     attempt: impl Fn(Stamp) -> Fut,
     health: &Health,
+    until: Option<i64>,
 ) -> Result<T, StoreError>
 where
     Fut: std::future::Future<Output = Result<T, StoreError>>,
@@ -170,8 +180,12 @@ where
                 handed,
                 window: GIVE_BACK_WAIT,
                 hard: handed + GIVE_BACK_WAIT,
+                until,
             })
             .await;
+            if until.is_some() && matches!(out, Err(StoreError::Late)) {
+                return out;
+            }
             let not_run = matches!(
                 out,
                 Err(StoreError::Late

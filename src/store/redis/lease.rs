@@ -50,7 +50,7 @@ impl Inner {
             None => (pool, Arc::clone(&self.clock)),
         };
         self.metrics.sent(Which::Lease.metric(), 1);
-        let mut sending = self.send(pool, clock, Which::Lease, args, 3, stamp.give_up());
+        let mut sending = self.send(pool, clock, Which::Lease, args, 3, stamp);
         let waited = within(&mut sending, self.deadline(), stamp, &self.io, &self.stalls).await;
         self.health
             .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
@@ -73,7 +73,7 @@ impl Inner {
                     slot: None,
                     ..check
                 };
-                inner.give_back(&pool, &taken, &[0]).await;
+                inner.give_back(&pool, &taken, &[0], None).await;
             });
             return Err(StoreError::Timeout);
         };

@@ -23,8 +23,37 @@ pub(crate) struct Answer {
 impl Answer {
     /// The reply's answers, Redis's clock taken off and learnt ([`timed`]).
     pub(crate) fn items(self) -> Result<Vec<Value>, StoreError> {
-        timed(self.reply?, self.sent, &self.clock)
+        timed(self.reply?, self.sent, &self.clock).map(|(items, _)| items)
     }
+}
+
+/// A check's answer that came after its caller stopped waiting, decoded
+/// as [`decode`] does, with the end on Redis's clock (µs) of the earliest
+/// window it charged: what it charged is given back only until then
+/// (`None`: no window, any time).
+pub(super) fn decode_late(
+    answer: Answer,
+    check: &Check,
+    lean: Option<LeanArgs>,
+) -> Result<(Outcome, Option<i64>), StoreError> {
+    if lean.is_some() {
+        return decode(answer, check, lean).map(|o| (o, None));
+    }
+    let (items, now) = timed(answer.reply?, answer.sent, &answer.clock)?;
+    let x = numbers(&items, &check.buckets)?;
+    let o = outcome(&x, &check.buckets, check.cost);
+    let mut at = 1;
+    let mut until: Option<i64> = None;
+    for (b, s) in check.buckets.iter().zip(&o.limits) {
+        let n = b.rule.reply_len();
+        if o.allowed && s.enough {
+            if let Some(end) = b.rule.window_end(now, &x[at..at + n]) {
+                until = Some(until.map_or(end, |u| u.min(end)));
+            }
+        }
+        at += n;
+    }
+    Ok((o, until))
 }
 
 /// A check's answer, decoded: the lean script's (`lean`) or the general
@@ -85,41 +114,45 @@ pub(crate) fn command_error(text: &str) -> StoreError {
 }
 
 /// The "not after" argument of a call whose caller stops waiting at
-/// `give_up`: Redis's time no later than that moment, or "" (no bound)
-/// while Redis's clock is not known.
-pub(crate) fn not_after(clock: &RedisClock, give_up: Instant) -> Value {
-    match clock.not_after(give_up) {
-        Some(us) => Value::Integer(us),
-        None => Value::from_static_str(""),
+/// `give_up`: Redis's time no later than that moment (nor than `until`, a
+/// give-back's windows' end), or "" (no bound) while Redis's clock is not
+/// known.
+pub(crate) fn not_after(clock: &RedisClock, give_up: Instant, until: Option<i64>) -> Value {
+    match (clock.not_after(give_up), until) {
+        (Some(us), Some(end)) => Value::Integer(us.min(end)),
+        (Some(us), None) | (None, Some(us)) => Value::Integer(us),
+        (None, None) => Value::from_static_str(""),
     }
 }
 
 /// A script's reply without its last item, Redis's clock when it ran
-/// (learnt by `clock`, for a call handed at `sent`); `Late` when the script
-/// ran after its bound and changed nothing.
+/// (learnt by `clock`, for a call handed at `sent`, and answered beside
+/// the items); `Late` when the script ran after its bound and changed
+/// nothing.
 pub(crate) fn timed(
     reply: Value,
     sent: Instant,
     clock: &RedisClock,
-) -> Result<Vec<Value>, StoreError> {
+) -> Result<(Vec<Value>, i64), StoreError> {
     let bad = |why: String| StoreError::Protocol(format!("script: {why}"));
     let Value::Array(mut items) = reply else {
         return Err(bad(format!("not an array: {reply:?}")));
     };
-    match items.pop() {
+    let now = match items.pop() {
         // A time no Redis gives teaches the clock nothing (see clock.rs);
         // the answer stands.
         Some(Value::Integer(now)) => {
             clock.observe(sent, now);
+            now
         }
         other => return Err(bad(format!("no clock after the answers: {other:?}"))),
-    }
+    };
     if let [Value::String(late)] = items.as_slice() {
         if &**late == "LATE" {
             return Err(StoreError::Late);
         }
     }
-    Ok(items)
+    Ok((items, now))
 }
 
 /// The decision script's reply: the verdict, then each limit's numbers
@@ -130,6 +163,11 @@ pub(super) fn parse(
     buckets: &[Bucket],
     cost: f64,
 ) -> Result<Outcome, StoreError> {
+    Ok(outcome(&numbers(&items, buckets)?, buckets, cost))
+}
+
+/// The decision script's reply as numbers, checked against the buckets.
+fn numbers(items: &[Value], buckets: &[Bucket]) -> Result<Vec<f64>, StoreError> {
     let bad = |why: &str| StoreError::Protocol(format!("decision script: {why}"));
     let len: usize = buckets.iter().map(|b| b.rule.reply_len()).sum();
     if items.len() != 1 + len {
@@ -144,7 +182,11 @@ pub(super) fn parse(
                 .ok_or_else(|| bad("not a number")),
         }
     };
-    let x: Vec<f64> = items.iter().map(num).collect::<Result<_, _>>()?;
+    items.iter().map(num).collect()
+}
+
+/// The verdict and each limit's state, from [`numbers`].
+fn outcome(x: &[f64], buckets: &[Bucket], cost: f64) -> Outcome {
     let allowed = x[0] == 1.0;
     let mut at = 1;
     let limits = buckets
@@ -160,7 +202,7 @@ pub(super) fn parse(
             }
         })
         .collect();
-    Ok(Outcome { allowed, limits })
+    Outcome { allowed, limits }
 }
 
 /// The lean script's arguments and answers as fred values; the arithmetic
@@ -274,7 +316,7 @@ mod tests {
         let sent = Instant::now();
         // Answers, then the clock: the clock is learnt and taken off.
         let items = timed(Value::Array(vec![5.into(), now.into()]), sent, &clock).unwrap();
-        assert_eq!(items, vec![Value::Integer(5)]);
+        assert_eq!(items, (vec![Value::Integer(5)], now));
         assert!(clock.not_after(Instant::now()).is_some());
         // Run after its bound.
         let late = Value::Array(vec!["LATE".into(), (now + 10).into()]);
@@ -293,7 +335,7 @@ mod tests {
         // A clock no Redis reads: the answer stands, the clock learns nothing.
         let before = clock.not_after(sent);
         let items = timed(Value::Array(vec![7.into(), (-3).into()]), sent, &clock).unwrap();
-        assert_eq!(items, vec![Value::Integer(7)]);
+        assert_eq!(items, (vec![Value::Integer(7)], -3));
         assert_eq!(clock.not_after(sent), before);
     }
 

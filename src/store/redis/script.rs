@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::clock::RedisClock;
 use super::cluster::{moved_to, NodePools};
 use super::deadline::{backstop, within, Health, Stalls, Stamp};
-use super::reply::{decode, is_noscript, map_err, not_after, Answer};
+use super::reply::{decode, decode_late, is_noscript, map_err, not_after, Answer};
 use crate::algorithm::{LEAN, LEASE, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Check, StoreError};
@@ -172,11 +172,12 @@ impl Inner {
         which: Which,
         mut args: Vec<Value>,
         at: usize,
-        give_up: Instant,
+        stamp: Stamp,
     ) -> Sending {
         let (inner, pool) = (Arc::clone(self), pool.clone());
         Box::pin(async move {
-            args[at] = not_after(&clock, give_up);
+            let (give_up, until) = (stamp.give_up(), stamp.until);
+            args[at] = not_after(&clock, give_up, until);
             let sent = Instant::now();
             let reply = inner.eval(&pool, which, &mut args).await;
             // The slot moved since fred's table was read: follow it once.
@@ -196,7 +197,7 @@ impl Inner {
                     clock,
                 },
                 Some(Ok(node)) => {
-                    args[at] = not_after(&node.clock, give_up);
+                    args[at] = not_after(&node.clock, give_up, until);
                     let sent = Instant::now();
                     let reply = inner.eval(&node.pool, which, &mut args).await;
                     Answer {
@@ -327,14 +328,14 @@ impl Inner {
             None => (pool, Arc::clone(&self.clock)),
         };
         self.metrics.sent(which.metric(), 1);
-        let mut sending = self.send(pool, clock, which, args, at, stamp.give_up());
+        let mut sending = self.send(pool, clock, which, args, at, stamp);
         let waited = within(&mut sending, self.deadline, stamp, &self.io, &self.stalls).await;
         self.health
             .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
         let Some(answer) = waited else {
             let (inner, pool, check) = (Arc::clone(self), pool.clone(), check.clone());
             self.settle(sending, move |answer| async move {
-                let decided = decode(answer, &check, lean);
+                let decided = decode_late(answer, &check, lean);
                 inner.settled(&pool, &check, decided).await;
             });
             return Err(StoreError::Timeout);
@@ -359,10 +360,10 @@ impl Inner {
         self: &Arc<Self>,
         pool: &Pool,
         check: &Check,
-        decided: Result<Outcome, StoreError>,
+        decided: Result<(Outcome, Option<i64>), StoreError>,
     ) {
         use crate::metrics::Precision;
-        let o = match decided {
+        let (o, until) = match decided {
             Ok(o) => o,
             Err(StoreError::Late) => return self.metrics.precision(Precision::LateDiscarded, 1),
             Err(_) => return self.metrics.precision(Precision::Unknown, 1),
@@ -374,7 +375,7 @@ impl Inner {
             return self.metrics.precision(Precision::SettledUncharged, 1);
         }
         self.metrics.precision(Precision::SettledCharged, 1);
-        self.give_back(pool, check, &charged).await;
+        self.give_back(pool, check, &charged, until).await;
     }
     /// The per-check deadline.
     pub(crate) fn deadline(&self) -> Duration {
