@@ -161,11 +161,13 @@ impl Limiter {
                 },
             },
         };
+        if ticket.is_none() && self.on_refusal.is_none() {
+            return decided;
+        }
         self.finish(decided, ticket)
     }
 
     /// The refusal hook and the ticket onto a decision.
-    #[inline]
     fn finish(self: &Arc<Self>, decided: Decided, ticket: Option<Ticket>) -> Decided {
         match decided {
             Decided::Now(mut d) => {

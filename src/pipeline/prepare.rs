@@ -63,6 +63,7 @@ pub(super) struct PendingKey {
 /// The request's route: its `MatchedPath` and the policy of its entry (or
 /// the default one), with or without limits. Looked up once, for shedding
 /// and for the limits.
+#[inline]
 pub(super) fn route<'r, B>(l: &'r Limiter, req: &'r Request<B>) -> Routed<'r> {
     let matched = req
         .extensions()
