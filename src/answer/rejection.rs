@@ -55,6 +55,7 @@ impl Rejection {
     }
 
     /// An `application/problem+json` answer with this body.
+    #[inline]
     pub(super) fn with_body(status: StatusCode, body: Bytes) -> Self {
         // Room for a refusal's headers, `[headers] style = "both"` included.
         let mut headers = HeaderMap::with_capacity(8);
