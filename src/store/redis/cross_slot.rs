@@ -7,6 +7,7 @@ use std::sync::Arc;
 use fred::clients::Pool;
 
 use super::deadline::{giving_back, Stamp};
+use super::reply::earliest;
 use super::script::Inner;
 use crate::algorithm::LimitState;
 use crate::store::{Check, Outcome, StoreError};
@@ -32,12 +33,16 @@ impl Inner {
             pool: pool.clone(),
             check: check.clone(),
             charged: Vec::new(),
+            ends: vec![None; check.buckets.len()],
         };
         let mut allowed = true;
         for g in groups {
-            let o = self.run(pool, &subset(check, g, check.cost), stamp).await?;
+            let (o, ends) = self
+                .run_charged(pool, &subset(check, g, check.cost), stamp)
+                .await?;
             for (k, &i) in g.iter().enumerate() {
                 limits[i] = Some(o.limits[k]);
+                charged.ends[i] = ends.get(k).copied().flatten();
             }
             if !o.allowed {
                 allowed = false;
@@ -92,6 +97,8 @@ struct GiveBack {
     check: Check,
     /// Indexes of the buckets charged.
     charged: Vec<usize>,
+    /// Per bucket, the end of the window it charged (its node's clock).
+    ends: Vec<Option<i64>>,
 }
 
 impl Drop for GiveBack {
@@ -101,7 +108,8 @@ impl Drop for GiveBack {
         }
         let (inner, pool) = (Arc::clone(&self.inner), self.pool.clone());
         let (check, charged) = (self.check.clone(), std::mem::take(&mut self.charged));
-        let task = async move { inner.give_back(&pool, &check, &charged, None).await };
+        let ends = std::mem::take(&mut self.ends);
+        let task = async move { inner.give_back(&pool, &check, &charged, &ends).await };
         // On the caller's runtime when there is one; else on fred's own.
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => drop(rt.spawn(task)),
@@ -112,16 +120,17 @@ impl Drop for GiveBack {
 
 impl Inner {
     /// Gives back what `check` charged its buckets `charged` (indexes): a
-    /// refund per slot group, a concurrency slot by id; while Redis's clock
-    /// is before `until` (µs), the end of the earliest window charged, if
-    /// any. A failed refund leaves those units spent until they refill (an
-    /// over-count, the safe side).
+    /// refund per slot group, a concurrency slot by id; each group while
+    /// its node's clock is before the end of the earliest window it charged
+    /// (`ends`, per bucket, see `reply::decode_charged`). A failed refund
+    /// leaves those units spent until they refill (an over-count, the safe
+    /// side).
     pub(crate) async fn give_back(
         self: &Arc<Self>,
         pool: &Pool,
         check: &Check,
         charged: &[usize],
-        until: Option<i64>,
+        ends: &[Option<i64>],
     ) {
         if check.cost <= 0.0 {
             return;
@@ -147,7 +156,7 @@ impl Inner {
             let refund = subset(check, &g, -check.cost);
             let (refund, units) = (&refund, check.cost);
             let attempt = |stamp| self.run_boxed(pool, refund, stamp);
-            let done = giving_back(attempt, &self.health, until).await;
+            let done = giving_back(attempt, &self.health, earliest(ends, &g)).await;
             if let Err(e) = done {
                 tracing::warn!(
                     target: "fleetlimit",

@@ -73,7 +73,7 @@ impl Inner {
                     slot: None,
                     ..check
                 };
-                inner.give_back(&pool, &taken, &[0], None).await;
+                inner.give_back(&pool, &taken, &[0], &[]).await;
             });
             return Err(StoreError::Timeout);
         };

@@ -27,33 +27,45 @@ impl Answer {
     }
 }
 
-/// A check's answer that came after its caller stopped waiting, decoded
-/// as [`decode`] does, with the end on Redis's clock (µs) of the earliest
-/// window it charged: what it charged is given back only until then
-/// (`None`: no window, any time).
-pub(super) fn decode_late(
+/// A check's answer decoded as [`decode`] does, with, per bucket, the end
+/// on Redis's clock (µs) of the window it charged: what it charged is
+/// given back only until then (`None`: no window, or not charged).
+pub(super) fn decode_charged(
     answer: Answer,
     check: &Check,
     lean: Option<LeanArgs>,
-) -> Result<(Outcome, Option<i64>), StoreError> {
+) -> Result<(Outcome, WindowEnds), StoreError> {
     if lean.is_some() {
-        return decode(answer, check, lean).map(|o| (o, None));
+        return decode(answer, check, lean).map(|o| (o, WindowEnds::new()));
     }
     let (items, now) = timed(answer.reply?, answer.sent, &answer.clock)?;
     let x = numbers(&items, &check.buckets)?;
     let o = outcome(&x, &check.buckets, check.cost);
     let mut at = 1;
-    let mut until: Option<i64> = None;
+    let mut ends = WindowEnds::new();
     for (b, s) in check.buckets.iter().zip(&o.limits) {
         let n = b.rule.reply_len();
-        if o.allowed && s.enough {
-            if let Some(end) = b.rule.window_end(now, &x[at..at + n]) {
-                until = Some(until.map_or(end, |u| u.min(end)));
-            }
-        }
+        let charged = o.allowed && s.enough;
+        ends.push(
+            charged
+                .then(|| b.rule.window_end(now, &x[at..at + n]))
+                .flatten(),
+        );
         at += n;
     }
-    Ok((o, until))
+    Ok((o, ends))
+}
+
+/// Per bucket of a check, the end of the window it charged (see
+/// [`decode_charged`]); empty when none is a window.
+pub(crate) type WindowEnds = smallvec::SmallVec<[Option<i64>; 1]>;
+
+/// The earliest end among `ends` of the buckets `of`: a give-back to them
+/// runs until then.
+pub(crate) fn earliest(ends: &[Option<i64>], of: &[usize]) -> Option<i64> {
+    of.iter()
+        .filter_map(|&i| ends.get(i).copied().flatten())
+        .min()
 }
 
 /// A check's answer, decoded: the lean script's (`lean`) or the general

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 use super::clock::RedisClock;
 use super::cluster::{moved_to, NodePools};
 use super::deadline::{backstop, within, Health, Stalls, Stamp};
-use super::reply::{decode, decode_late, is_noscript, map_err, not_after, Answer};
-use crate::algorithm::{LEAN, LEASE, SCRIPT};
+use super::reply::{decode, decode_charged, is_noscript, map_err, not_after, Answer, WindowEnds};
+use crate::algorithm::{LeanArgs, LEAN, LEASE, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Check, StoreError};
 
@@ -279,6 +279,29 @@ impl Inner {
         check: &Check,
         stamp: Stamp,
     ) -> Result<Outcome, StoreError> {
+        let (answer, lean) = self.answer(pool, check, stamp).await?;
+        decode(answer, check, lean)
+    }
+
+    /// [`run`](Self::run), with the end of each window charged (for a
+    /// give-back of it, see `cross_slot.rs`).
+    pub(crate) async fn run_charged(
+        self: &Arc<Self>,
+        pool: &Pool,
+        check: &Check,
+        stamp: Stamp,
+    ) -> Result<(Outcome, WindowEnds), StoreError> {
+        let (answer, lean) = self.answer(pool, check, stamp).await?;
+        decode_charged(answer, check, lean)
+    }
+
+    /// The answer of [`run`](Self::run)'s call, to decode.
+    async fn answer(
+        self: &Arc<Self>,
+        pool: &Pool,
+        check: &Check,
+        stamp: Stamp,
+    ) -> Result<(Answer, Option<LeanArgs>), StoreError> {
         let n = check.buckets.len();
         let lean = match check.buckets.as_slice() {
             [b] => b.rule.lean_args(check.cost),
@@ -335,12 +358,12 @@ impl Inner {
         let Some(answer) = waited else {
             let (inner, pool, check) = (Arc::clone(self), pool.clone(), check.clone());
             self.settle(sending, move |answer| async move {
-                let decided = decode_late(answer, &check, lean);
+                let decided = decode_charged(answer, &check, lean);
                 inner.settled(&pool, &check, decided).await;
             });
             return Err(StoreError::Timeout);
         };
-        decode(answer, check, lean)
+        Ok((answer, lean))
     }
 
     /// [`run`](Self::run) boxed: a refund giving back a late answer's charge
@@ -360,10 +383,10 @@ impl Inner {
         self: &Arc<Self>,
         pool: &Pool,
         check: &Check,
-        decided: Result<(Outcome, Option<i64>), StoreError>,
+        decided: Result<(Outcome, WindowEnds), StoreError>,
     ) {
         use crate::metrics::Precision;
-        let (o, until) = match decided {
+        let (o, ends) = match decided {
             Ok(o) => o,
             Err(StoreError::Late) => return self.metrics.precision(Precision::LateDiscarded, 1),
             Err(_) => return self.metrics.precision(Precision::Unknown, 1),
@@ -375,7 +398,7 @@ impl Inner {
             return self.metrics.precision(Precision::SettledUncharged, 1);
         }
         self.metrics.precision(Precision::SettledCharged, 1);
-        self.give_back(pool, check, &charged, until).await;
+        self.give_back(pool, check, &charged, &ends).await;
     }
     /// The per-check deadline.
     pub(crate) fn deadline(&self) -> Duration {
