@@ -322,6 +322,71 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_charge_answers_the_end_of_each_window_it_went_into() {
+        let bucket = |rule| Bucket {
+            key: "k".into(),
+            rule,
+            shadow: false,
+        };
+        let w = Duration::from_secs(3);
+        let check = Check {
+            cost: 1.0,
+            buckets: vec![
+                bucket(Rule::FixedWindow {
+                    limit: 5.0,
+                    window: w,
+                }),
+                bucket(Rule::SlidingWindow {
+                    limit: 5.0,
+                    window: w,
+                }),
+                bucket(Rule::TokenBucket {
+                    capacity: 5.0,
+                    refill_per_sec: 1.0,
+                }),
+            ],
+            slot: None,
+        };
+        let answer = |items: Vec<Value>| Answer {
+            reply: Ok(Value::Array(items)),
+            sent: Instant::now(),
+            clock: Arc::new(RedisClock::new()),
+        };
+        // At 7.5004 s: the fixed window has 250 ms left; the sliding one is
+        // 1,500 ms into [6 s, 9 s); the token bucket has no window.
+        let now = 7_500_400_i64;
+        let charged = vec![
+            1.into(),
+            1.into(),
+            250.into(),
+            1500.into(),
+            1.into(),
+            0.into(),
+            0.into(),
+            now.into(),
+        ];
+        let (o, ends) = decode_charged(answer(charged), &check, None).unwrap();
+        assert!(o.allowed);
+        assert_eq!(ends.as_slice(), [Some(7_750_399), Some(8_999_999), None]);
+        assert_eq!(earliest(&ends, &[0, 1, 2]), Some(7_750_399));
+        assert_eq!(earliest(&ends, &[1, 2]), Some(8_999_999));
+        assert_eq!(earliest(&ends, &[2]), None);
+        // Refused: nothing was charged, so nothing is given back anywhere.
+        let refused = vec![
+            0.into(),
+            (-2).into(),
+            250.into(),
+            1500.into(),
+            1.into(),
+            0.into(),
+            0.into(),
+            now.into(),
+        ];
+        let (_, ends) = decode_charged(answer(refused), &check, None).unwrap();
+        assert_eq!(ends.as_slice(), [None, None, None]);
+    }
+
+    #[tokio::test]
     async fn replies_carry_redis_clock_and_late_changes_nothing() {
         let clock = RedisClock::new();
         let now = 1_800_000_000_000_000_i64;
