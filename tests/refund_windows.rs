@@ -24,7 +24,7 @@ const BODY: &str = r#"
 key = "account:x-account"
 algorithm = "fixed-window"
 limit = 100
-window = "3s"
+window = "6s"
 
 [limits.fw-long]
 key = "account:x-account"
@@ -36,7 +36,7 @@ window = "1h"
 key = "account:x-account"
 algorithm = "sliding-window"
 limit = 100
-window = "3s"
+window = "6s"
 
 [limits.sw-long]
 key = "account:x-account"
@@ -65,7 +65,10 @@ limits = ["sw-long"]
 on_redis_error = "open"
 "#;
 
-const SHORT_MS: u64 = 3_000;
+const SHORT_MS: u64 = 6_000;
+
+/// The deadline of the instance whose answers are held.
+const A_DEADLINE: &str = "1s";
 
 const ROUTES: [&str; 4] = ["fw-short", "fw-long", "sw-short", "sw-long"];
 
@@ -123,8 +126,11 @@ async fn a_late_answers_give_back_reaches_only_its_own_window() {
     let relay = Relay::start(server.port);
     let prefix = prefix("refund-windows");
     // A behind the relay gives up on its checks; B reaches Redis directly.
+    // A's deadline leaves Redis time to run each check in time however busy
+    // the machine (a check that reached it later would change nothing, and
+    // there would be nothing to give back).
     let a = ok_routes(
-        RateLimitLayer::new(config_at(&relay.url(), &prefix, "50ms", BODY))
+        RateLimitLayer::new(config_at(&relay.url(), &prefix, A_DEADLINE, BODY))
             .await
             .unwrap(),
         ROUTES.map(|r| format!("/{r}")),
@@ -143,11 +149,22 @@ async fn a_late_answers_give_back_reaches_only_its_own_window() {
         );
     }
 
+    // A's checks at the start of a sliding window (of Redis's clock), so
+    // that the fixed window they open ends near the next sliding boundary:
+    // then B's charges below have most of both new windows to be judged in.
+    until("a sliding window's start", || {
+        redis_ms(&server) % SHORT_MS < SHORT_MS / 6
+    })
+    .await;
     // Redis runs A's checks; their answers wait in the relay, so A answers
     // each by its policy.
     relay.hold_answers();
-    for r in ROUTES {
-        let res = get(&a, r, "acct").await;
+    let held = ROUTES.map(|r| {
+        let a = a.clone();
+        tokio::spawn(async move { (r, get(&a, r, "acct").await) })
+    });
+    for h in held {
+        let (r, res) = h.await.unwrap();
         assert_eq!(res.status(), 200, "{r}");
         assert!(
             header(&res, "x-ratelimit-remaining").is_none(),
