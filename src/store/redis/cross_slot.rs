@@ -33,7 +33,7 @@ impl Inner {
             pool: pool.clone(),
             check: check.clone(),
             charged: Vec::new(),
-            ends: vec![None; check.buckets.len()],
+            ends: Vec::new(),
         };
         let mut allowed = true;
         for g in groups {
@@ -42,7 +42,12 @@ impl Inner {
                 .await?;
             for (k, &i) in g.iter().enumerate() {
                 limits[i] = Some(o.limits[k]);
-                charged.ends[i] = ends.get(k).copied().flatten();
+                if let Some(end) = ends.get(k).copied().flatten() {
+                    // Sized only when a window was charged: no allocation
+                    // for a route of token buckets.
+                    charged.ends.resize(check.buckets.len(), None);
+                    charged.ends[i] = Some(end);
+                }
             }
             if !o.allowed {
                 allowed = false;
@@ -97,7 +102,8 @@ struct GiveBack {
     check: Check,
     /// Indexes of the buckets charged.
     charged: Vec<usize>,
-    /// Per bucket, the end of the window it charged (its node's clock).
+    /// Per bucket, the end of the window it charged (its node's clock);
+    /// empty while no window was.
     ends: Vec<Option<i64>>,
 }
 
