@@ -247,7 +247,7 @@ impl ConfigBuilder {
     }
 
     /// The secret API keys (header key values) are hashed with in Redis key
-    /// names (HMAC-SHA256), at least 16 bytes; `[keys] secret_env` in TOML.
+    /// names (a keyed SipHash-2-4 digest), at least 16 bytes; `[keys] secret_env` in TOML.
     /// Every instance and the `fleetlimit` CLI must use the same one. Not
     /// set: a built-in secret derived from the key prefix, which keeps raw
     /// API keys out of Redis but is not secret.

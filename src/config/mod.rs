@@ -404,7 +404,7 @@ impl Config {
         }
         let _ = writeln!(
             out,
-            "keys: header values (API keys) stored as HMAC-SHA256 digests with {secret}"
+            "keys: header values (API keys) stored as keyed digests (SipHash-2-4) with {secret}"
         );
         out
     }

@@ -19,7 +19,7 @@
 //! a huge key nor choose its Redis Cluster slot, and raw and hashed forms can
 //! never collide (`:` versus `#`). Header values (API keys) and custom keys
 //! may be secrets: in Redis they are always stored as a keyed digest,
-//! HMAC-SHA256 with the `KeySecret` (`rl:per-key:{h#<32 hex>}`,
+//! SipHash-2-4 (128 bits) keyed by the `KeySecret` (`rl:per-key:{h#<32 hex>}`,
 //! `rl:per-tenant:{c#<32 hex>}`), so reading Redis key names reveals no API
 //! key and confirms no guessed tenant.
 //! The digest depends on the value only, so every key of one caller still

@@ -10,8 +10,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::ops::Range;
 
-use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+use siphasher::sip128::SipHasher24;
 
 /// A key's kind, written as the first part of its hash tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,8 +345,10 @@ impl fmt::Display for ShownId<'_> {
 }
 
 /// The secret header values (API keys) are hashed with before they become
-/// part of a Redis key name (HMAC-SHA256): whoever reads Redis key names
-/// can neither read an API key nor confirm a guessed one without it.
+/// part of a Redis key name (SipHash-2-4, 128 bits, keyed by the secret):
+/// whoever reads Redis key names can neither read an API key nor confirm a
+/// guessed one without it, and no client can aim at another's bucket
+/// without finding a collision of a keyed 128-bit PRF.
 ///
 /// Every instance of a fleet and the `fleetlimit` CLI must use the same
 /// secret, or they count one caller in different buckets. Without a
@@ -355,8 +357,11 @@ impl fmt::Display for ShownId<'_> {
 /// confirm a guess, so it is not secret.
 #[derive(Clone)]
 pub(crate) struct KeySecret {
-    /// Keyed once; cloned per digest (two SHA-256 states, no re-keying).
-    mac: Hmac<Sha256>,
+    /// Derived once from the secret: one key for header values, one for
+    /// custom values (so equal values of the two kinds cannot even be told
+    /// equal in Redis).
+    header: SipHasher24,
+    custom: SipHasher24,
     origin: SecretOrigin,
 }
 
@@ -376,10 +381,23 @@ pub(crate) const MIN_SECRET_BYTES: usize = 16;
 
 impl KeySecret {
     pub(crate) fn new(secret: &[u8], origin: SecretOrigin) -> Self {
-        // HMAC takes a key of any length: this cannot fail.
-        let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-        Self { mac, origin }
+        // A secret of any length becomes a 128-bit key per kind, hashed
+        // once here (SHA-256 of a domain and the secret) rather than per
+        // request: SipHash is the PRF built for short inputs like API keys.
+        let key = |domain: &[u8]| {
+            let d = Sha256::new()
+                .chain_update(domain)
+                .chain_update(secret)
+                .finalize();
+            let mut k = [0; 16];
+            k.copy_from_slice(&d[..16]);
+            SipHasher24::new_with_key(&k)
+        };
+        Self {
+            header: key(b"fleetlimit header key digest\0"),
+            custom: key(b"fleetlimit custom key digest\0"),
+            origin,
+        }
     }
 
     /// The built-in secret of `prefix`: fixed and public, but it keeps raw
@@ -393,18 +411,15 @@ impl KeySecret {
         &self.origin
     }
 
-    /// Appends the value's digest: 16 bytes of HMAC-SHA256, in hex (the
-    /// length of the plain SHA-256 digests of long values). Custom values
-    /// are digested apart from header values (a domain prefix), so equal
-    /// values of the two kinds cannot even be told equal in Redis; header
-    /// values keep the digest they always had.
+    /// Appends the value's digest: 16 bytes in hex (the length of the
+    /// plain SHA-256 digests of long values), under its kind's key.
     fn push_digest(&self, k: &mut String, kind: Kind, value: &[u8]) {
-        let mut mac = self.mac.clone();
-        if kind == Kind::Custom {
-            mac.update(b"fleetlimit custom key\0");
-        }
-        mac.update(value);
-        push_hex(k, &mac.finalize().into_bytes()[..16]);
+        let sip = if kind == Kind::Custom {
+            &self.custom
+        } else {
+            &self.header
+        };
+        push_hex(k, &sip.hash(value).as_bytes());
     }
 
     /// Whether `other` names every header value's bucket as this one does

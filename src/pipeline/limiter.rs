@@ -66,7 +66,7 @@ pub(crate) struct Core {
     pub(super) prefix: Arc<str>,
     /// API keys are hashed with it in store keys bound for Redis; `None`
     /// when the primary store is the in-process one, whose keys never leave
-    /// the process (spared the HMAC on the request path).
+    /// the process (spared the digest on the request path).
     pub(super) key_secret: Option<KeySecret>,
     /// The primary store: Redis, a store of the user's, or in-process.
     pub(super) store: Arc<dyn Store>,
