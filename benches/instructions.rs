@@ -20,7 +20,15 @@
 //!   each success is given back); `lease_batch = 100`, `lease_above = 1`;
 //! - `governor`: the peer of `benches/hot_path.rs`, a minimal middleware
 //!   around governor's keyed limiter (`benches/common/governor_layer.rs`)
-//!   with the same huge limit, 10,000 keys cycled.
+//!   with the same huge limit, 10,000 keys cycled;
+//! - `redis` and `peer` (feature `redis`): the Redis path, client side,
+//!   against a `redis-server` this binary starts on a free loopback port
+//!   (`FLEETLIMIT_REDIS_SERVER` to run another, e.g. valkey-server):
+//!   `RateLimitLayer::new` with the same huge token bucket, and
+//!   `tower-rate-limit-fred` (GCRA, its fred pool of the same size), 10,000
+//!   keys cycled, one request at a time; the deadline is 10 s, since valgrind
+//!   runs the client some fifty times slower than Redis answers. Only this
+//!   process is counted (the kernel's and Redis's work are not).
 //!
 //! Run under valgrind, the count does not depend on what else the machine
 //! is doing:
@@ -28,7 +36,7 @@
 //! ```sh
 //! cargo bench --bench instructions --no-run      # prints the binary's path
 //! B=target/release/deps/instructions-<hash>
-//! for mode in bare layer governor refused remembered two shadow refund failures lease; do for n in 10000 30000; do
+//! for mode in bare layer governor refused remembered two shadow refund failures lease redis peer; do for n in 10000 30000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B $mode $n 2>&1 | grep Collected
 //! done; done
 //! ```
@@ -54,6 +62,11 @@ use tower::ServiceExt;
 #[allow(dead_code)]
 #[path = "common/governor_layer.rs"]
 mod governor_layer;
+
+#[cfg(feature = "redis")]
+#[allow(dead_code)]
+#[path = "load/redis.rs"]
+mod redis;
 
 /// A store that refuses every request for an hour.
 #[derive(Debug)]
@@ -110,8 +123,12 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    #[cfg(feature = "redis")]
+    let server = matches!(mode.as_str(), "redis" | "peer").then(redis::RedisServer::start);
     rt.block_on(async {
         let mut app = Router::new().route("/", get(|| async { "ok" }));
+        // After the loop: what says each request was decided by Redis.
+        let mut decided_by_redis: Option<Box<dyn Fn()>> = None;
         let (keys, expect) = match mode.as_str() {
             "bare" => (10_000, StatusCode::OK),
             "layer" => {
@@ -160,9 +177,53 @@ fn main() {
                 app = app.layer(RateLimitLayer::in_memory(&cfg).expect("the layer"));
                 (10, StatusCode::OK)
             }
+            #[cfg(feature = "redis")]
+            "redis" => {
+                let port = server.as_ref().map(|s| s.port).unwrap_or_default();
+                let cfg = Config::from_toml_str(&format!(
+                    "[redis]\nurl = \"redis://127.0.0.1:{port}\"\npool_size = {POOL}\n\
+                     deadline = \"10s\"\n[limits.k]\nkey = \"header:x-api-key\"\n{huge}\n\
+                     [default]\nlimits = [\"k\"]\n"
+                ))
+                .expect("a valid configuration");
+                let layer = RateLimitLayer::new(cfg).await.expect("the Redis layer");
+                let probe = layer.clone();
+                decided_by_redis = Some(Box::new(move || {
+                    let b = probe.breaker().expect("a breaker in front of Redis");
+                    assert_eq!((b.failures, b.short_circuited), (0, 0), "{b:?}");
+                }));
+                app = app.layer(layer);
+                (10_000, StatusCode::OK)
+            }
+            #[cfg(feature = "redis")]
+            "peer" => {
+                use fred::interfaces::ClientLike;
+                let port = server.as_ref().map(|s| s.port).unwrap_or_default();
+                let config =
+                    fred::types::config::Config::from_url(&format!("redis://127.0.0.1:{port}"))
+                        .expect("a Redis URL");
+                let pool = fred::types::Builder::from_config(config)
+                    .with_performance_config(|p| {
+                        p.default_command_timeout = std::time::Duration::from_secs(10);
+                    })
+                    .build_pool(POOL)
+                    .expect("a fred pool");
+                pool.init().await.expect("the peer's pool connects");
+                let layer = tower_rate_limit_fred::RateLimitLayer::builder()
+                    .conn(pool)
+                    .key_resolver(PeerKey)
+                    .capacity(u16::MAX)
+                    .emission_interval(std::time::Duration::from_millis(1))
+                    // Fail closed: a request Redis did not decide is not
+                    // counted as one it did.
+                    .fail_open(false)
+                    .build();
+                app = app.layer(layer);
+                (10_000, StatusCode::OK)
+            }
             other => panic!(
                 "unknown mode {other:?}: bare, layer, governor, refused, remembered, \
-                 two, shadow, refund, failures or lease"
+                 two, shadow, refund, failures, lease, redis or peer"
             ),
         };
         let keys: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
@@ -172,13 +233,50 @@ fn main() {
                 .body(Body::empty())
                 .expect("a request");
             let res = app.clone().oneshot(req).await.expect("a response");
-            // Each key's first request is admitted by the in-process store.
-            if i >= keys.len() {
+            // Each key's first request is admitted (by the in-process store
+            // in the refusing modes).
+            if i >= keys.len() || expect == StatusCode::OK {
                 assert_eq!(res.status(), expect);
             }
             // The body is read, as a server would send it.
             let body = axum::body::to_bytes(res.into_body(), usize::MAX).await;
             std::hint::black_box(body.expect("a body"));
         }
+        if let Some(check) = decided_by_redis {
+            check();
+        }
     });
+    // Every key has its bucket in Redis: it decided them. (The peer's
+    // buckets expire within a millisecond; it fails closed instead.)
+    #[cfg(feature = "redis")]
+    if let Some(server) = server.as_ref().filter(|_| mode == "redis") {
+        let keys = match server.cmd(&["DBSIZE"]) {
+            Ok(redis::Reply::Int(n)) => n,
+            other => panic!("DBSIZE: {other:?}"),
+        };
+        assert!(keys >= 10_000.min(n as i64), "{keys} keys in Redis");
+    }
+}
+
+/// The Redis modes' pool size (fleetlimit's and the peer's).
+#[cfg(feature = "redis")]
+const POOL: usize = 4;
+
+/// The peer's key: the `x-api-key` header, prefixed like fleetlimit's.
+#[cfg(feature = "redis")]
+#[derive(Clone, Copy, Debug)]
+struct PeerKey;
+
+#[cfg(feature = "redis")]
+impl tower_rate_limit_fred::KeyResolver for PeerKey {
+    type ErrorBody = Body;
+
+    fn key<T>(
+        &self,
+        req: &Request<T>,
+    ) -> Result<Option<tower_rate_limit_fred::Key>, http::Response<Body>> {
+        let k = req.headers().get("x-api-key").and_then(|v| v.to_str().ok());
+        let k = k.expect("every request has a key");
+        Ok(Some(format!("peer:k:{{{k}}}").into()))
+    }
 }
