@@ -20,7 +20,9 @@ use tokio::time::Instant;
 use super::clock::RedisClock;
 use super::cluster::{moved_to, NodePools};
 use super::deadline::{backstop, within, Health, Stalls, Stamp};
-use super::reply::{decode, decode_charged, is_noscript, map_err, not_after, Answer, WindowEnds};
+use super::reply::{
+    decode, decode_charged, is_noscript, lua_number, map_err, not_after, Answer, WindowEnds,
+};
 use crate::algorithm::{LeanArgs, LEAN, LEASE, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Check, StoreError};
@@ -326,13 +328,13 @@ impl Inner {
             args.push(inc);
             args.push(burst);
         } else {
-            args.push(Value::from(check.cost.to_string()));
+            args.push(Value::from(lua_number(check.cost)));
             args.push(Value::from(check.slot.as_deref().unwrap_or("")));
             for b in &check.buckets {
                 let (code, p1, p2) = b.rule.script_args();
                 args.push(Value::from(code));
-                args.push(Value::from(p1.to_string()));
-                args.push(Value::from(p2.to_string()));
+                args.push(Value::from(lua_number(p1)));
+                args.push(Value::from(lua_number(p2)));
                 args.push(Value::from(if b.shadow { "1" } else { "0" }));
             }
         }
