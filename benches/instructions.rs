@@ -128,6 +128,7 @@ fn main() {
     rt.block_on(async {
         let mut app = Router::new().route("/", get(|| async { "ok" }));
         // After the loop: what says each request was decided by Redis.
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut decided_by_redis: Option<Box<dyn Fn()>> = None;
         let (keys, expect) = match mode.as_str() {
             "bare" => (10_000, StatusCode::OK),
