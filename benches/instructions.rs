@@ -64,6 +64,9 @@ use tower::ServiceExt;
 mod governor_layer;
 
 #[cfg(feature = "redis")]
+#[path = "common/peer.rs"]
+mod peer;
+#[cfg(feature = "redis")]
 #[allow(dead_code)]
 #[path = "load/redis.rs"]
 mod redis;
@@ -198,27 +201,13 @@ fn main() {
             }
             #[cfg(feature = "redis")]
             "peer" => {
-                use fred::interfaces::ClientLike;
                 let port = server.as_ref().map(|s| s.port).unwrap_or_default();
-                let config =
-                    fred::types::config::Config::from_url(&format!("redis://127.0.0.1:{port}"))
-                        .expect("a Redis URL");
-                let pool = fred::types::Builder::from_config(config)
-                    .with_performance_config(|p| {
-                        p.default_command_timeout = std::time::Duration::from_secs(10);
-                    })
-                    .build_pool(POOL)
-                    .expect("a fred pool");
-                pool.init().await.expect("the peer's pool connects");
-                let layer = tower_rate_limit_fred::RateLimitLayer::builder()
-                    .conn(pool)
-                    .key_resolver(PeerKey)
-                    .capacity(u16::MAX)
-                    .emission_interval(std::time::Duration::from_millis(1))
-                    // Fail closed: a request Redis did not decide is not
-                    // counted as one it did.
-                    .fail_open(false)
-                    .build();
+                let url = format!("redis://127.0.0.1:{port}");
+                let timeout = std::time::Duration::from_secs(10);
+                let emission = std::time::Duration::from_millis(1);
+                // Fail closed: a request Redis did not decide is not
+                // counted as one it did.
+                let layer = peer::layer(&url, POOL, timeout, u16::MAX, emission, false).await;
                 app = app.layer(layer);
                 (10_000, StatusCode::OK)
             }
@@ -262,22 +251,3 @@ fn main() {
 /// The Redis modes' pool size (fleetlimit's and the peer's).
 #[cfg(feature = "redis")]
 const POOL: usize = 4;
-
-/// The peer's key: the `x-api-key` header, prefixed like fleetlimit's.
-#[cfg(feature = "redis")]
-#[derive(Clone, Copy, Debug)]
-struct PeerKey;
-
-#[cfg(feature = "redis")]
-impl tower_rate_limit_fred::KeyResolver for PeerKey {
-    type ErrorBody = Body;
-
-    fn key<T>(
-        &self,
-        req: &Request<T>,
-    ) -> Result<Option<tower_rate_limit_fred::Key>, http::Response<Body>> {
-        let k = req.headers().get("x-api-key").and_then(|v| v.to_str().ok());
-        let k = k.expect("every request has a key");
-        Ok(Some(format!("peer:k:{{{k}}}").into()))
-    }
-}

@@ -9,20 +9,17 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
-use fred::interfaces::ClientLike;
-use fred::types::config::Config as FredConfig;
-use fred::types::Builder as FredBuilder;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::KeyExtractor;
 use tower_governor::{GovernorError, GovernorLayer};
 
 use crate::knobs::{DEADLINE_MS, POOL_SIZE, X_API_KEY};
+use crate::peer;
 
 /// One limit's numbers: a token bucket of `capacity` refilled at
 /// `refill_per_sec`; for GCRA (the peer, governor) a burst of `capacity`
@@ -302,22 +299,9 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
             (router().layer(layer), Some(probe))
         }
         Contender::Peer => {
-            let config = FredConfig::from_url(redis_url).expect("a Redis URL");
-            let pool = FredBuilder::from_config(config)
-                .with_performance_config(|p| {
-                    // As the peer's docs advise: fred waits forever otherwise.
-                    p.default_command_timeout = Duration::from_millis(DEADLINE_MS);
-                })
-                .build_pool(POOL_SIZE)
-                .expect("a fred pool");
-            pool.init().await.expect("the peer's pool connects");
-            let layer = tower_rate_limit_fred::RateLimitLayer::builder()
-                .conn(pool)
-                .key_resolver(PeerKey)
-                .capacity(numbers.capacity)
-                .emission_interval(numbers.emission_interval())
-                .fail_open(true)
-                .build();
+            let timeout = Duration::from_millis(DEADLINE_MS);
+            let (capacity, emission) = (numbers.capacity, numbers.emission_interval());
+            let layer = peer::layer(redis_url, POOL_SIZE, timeout, capacity, emission, true).await;
             (router().layer(layer), None)
         }
         Contender::Governor => {
@@ -328,29 +312,6 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
                 .finish()
                 .expect("a governor configuration");
             (router().layer(GovernorLayer::new(config)), None)
-        }
-    }
-}
-
-/// The peer's key: the `x-api-key` header (401 without it), prefixed like
-/// fleetlimit's keys so both write keys of about the same length.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerKey;
-
-impl tower_rate_limit_fred::KeyResolver for PeerKey {
-    type ErrorBody = Body;
-
-    fn key<T>(
-        &self,
-        req: &Request<T>,
-    ) -> Result<Option<tower_rate_limit_fred::Key>, Response<Body>> {
-        match req.headers().get(&X_API_KEY).and_then(|v| v.to_str().ok()) {
-            Some(k) => Ok(Some(format!("peer:per-key:{{{k}}}").into())),
-            None => {
-                let mut res = Response::new(Body::empty());
-                *res.status_mut() = StatusCode::UNAUTHORIZED;
-                Err(res)
-            }
         }
     }
 }

@@ -81,6 +81,8 @@ mod hot_routers;
 mod inprocess;
 mod knobs;
 mod openloop;
+#[path = "../common/peer.rs"]
+mod peer;
 mod redis;
 mod report;
 mod scenarios;

@@ -46,7 +46,7 @@ mod refusals;
 mod rejection;
 
 pub use self::headers::HeaderStyle;
-pub(crate) use self::problem::{json_str, RefusalBodies};
+pub(crate) use self::problem::{decimal, json_str, RefusalBodies};
 pub(crate) use self::rate::*;
 pub(crate) use self::refusal::RefusalHook;
 pub use self::refusal::{Refusal, RefusalReason};

@@ -149,8 +149,9 @@ impl RefusalBodies {
     }
 }
 
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+/// `n` in decimal, written at the end of `buf` (no `format!` machinery:
+/// the request path writes numbers this way).
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
     let mut at = buf.len();
     loop {
         at -= 1;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::clock::RedisClock;
 use crate::algorithm::{LeanArgs, LimitState};
+use crate::answer::decimal;
 use crate::store::{Bucket, Check, Outcome, StoreError};
 
 /// A script call's answer: fred's reply, when the call was sent, and the
@@ -284,23 +285,13 @@ pub(crate) fn lua_number(x: f64) -> String {
             _ => ".75",
         };
         // By hand: `format!` costs as much as the float search it avoids.
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = whole;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let mut s = String::with_capacity(1 + digits.len() - at + tail.len());
+        let mut buf = [0u8; 20];
+        let digits = decimal(whole, &mut buf);
+        let mut s = String::with_capacity(1 + digits.len() + tail.len());
         if x < 0.0 {
             s.push('-');
         }
-        // ASCII digits: always UTF-8.
-        s.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+        s.push_str(digits);
         s.push_str(tail);
         s
     } else {
