@@ -34,11 +34,13 @@
 //! - `rate.rs`: [`RateHeaders`], which limit a decision reports, in what
 //!   numbers;
 //! - `problem.rs`: problem bodies (RFC 9457), a limit's written once;
+//! - `kept.rs`: a `429`'s headers and body, kept per thread;
 //! - `rejection.rs`: [`Rejection`], and the refusal hook reshaping it;
 //! - `refusal.rs`: [`Refusal`] and [`RefusalReason`], what the hook is told;
 //! - `refusals.rs`: each refusal the layer answers, with its log line.
 
 pub mod headers;
+mod kept;
 mod problem;
 mod rate;
 mod refusal;

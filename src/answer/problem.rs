@@ -111,6 +111,11 @@ impl RefusalBodies {
         }
     }
 
+    /// Unique in the process: whose answers a thread keeps.
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The `429` body for a wait of `retry` seconds.
     pub(crate) fn get(&self, retry: u64) -> Bytes {
         let kept = usize::try_from(retry)

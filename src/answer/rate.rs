@@ -174,6 +174,29 @@ impl RateHeaders {
         it.requests_left()
     }
 
+    /// What [`write`](Self::write) writes, as numbers, when the headers
+    /// report one limit, `name` (a route of one limit): equal fingerprints
+    /// and the same kept [`policy`](Self::policy) write equal headers, so
+    /// a refusal's can be kept and cloned.
+    pub(crate) fn fingerprint(&self, name: &Arc<str>) -> Option<[u64; 5]> {
+        let [it] = &self.items[..] else {
+            return None;
+        };
+        if !Arc::ptr_eq(&it.name, name) {
+            return None;
+        }
+        let flags = self.style as u64
+            | u64::from(self.local) << 2
+            | u64::from(it.shadow) << 3
+            | u64::from(it.state.is_some()) << 4
+            | u64::from(it.window.is_some()) << 5;
+        let (left, reset) = it.state.map_or((0, 0), |(_, t)| {
+            (it.requests_left().unwrap_or(0), whole_secs(t))
+        });
+        let window = it.window.map_or(0, |w| whole_secs(w).max(1));
+        Some([flags, it.quota_requests(), left, reset, window])
+    }
+
     pub(crate) fn write(&self, h: &mut HeaderMap) {
         if self.style.legacy() {
             if let Some(it) = self.items.get(self.reported) {

@@ -77,10 +77,12 @@ pub(crate) fn refusal(
         Some(suppressed) => refused_event!(info, suppressed),
         None => refused_event!(debug),
     }
-    let body = limit.bodies().get(retry);
-    let mut r = Rejection::with_body(StatusCode::TOO_MANY_REQUESTS, body);
+    let (map, body) = super::kept::refusal(limit.bodies(), limit.name(), retry, &headers);
+    let mut r = Rejection::with_parts(StatusCode::TOO_MANY_REQUESTS, map, body);
     r.limit = Some(Arc::clone(limit.name()));
-    r.retry_after(retry).rate_headers(&headers)
+    r.retry = Some(retry);
+    r.remaining = headers.remaining();
+    r
 }
 
 /// `503` of the `closed` failure policy: the store failed.

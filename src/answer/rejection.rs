@@ -8,7 +8,7 @@ use http::{HeaderMap, StatusCode};
 use std::sync::Arc;
 
 use super::problem::{problem_body, PROBLEM_JSON};
-use super::rate::{number, RateHeaders};
+use super::rate::number;
 use super::refusal::{Refusal, RefusalHook, RefusalReason};
 
 /// A complete answer the layer gives without calling the service.
@@ -60,6 +60,12 @@ impl Rejection {
         // Room for a refusal's headers, `[headers] style = "both"` included.
         let mut headers = HeaderMap::with_capacity(8);
         headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());
+        Self::with_parts(status, headers, body)
+    }
+
+    /// An answer with these headers and body.
+    #[inline]
+    pub(super) fn with_parts(status: StatusCode, headers: HeaderMap, body: Bytes) -> Self {
         Self {
             status,
             headers,
@@ -75,12 +81,6 @@ impl Rejection {
     pub(crate) fn retry_after(mut self, secs: u64) -> Self {
         self.headers.insert(RETRY_AFTER, number(secs));
         self.retry = Some(secs);
-        self
-    }
-
-    pub(crate) fn rate_headers(mut self, h: &RateHeaders) -> Self {
-        h.write(&mut self.headers);
-        self.remaining = h.remaining();
         self
     }
 
