@@ -34,14 +34,14 @@ pub(super) fn record(
     let Some(recorder) = l.core.recorder.get() else {
         return;
     };
-    let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
-    for (i, ((limit, b), id)) in limits.enumerate() {
+    let limits = p.policy.limits.iter().zip(buckets).zip(&p.keys);
+    for (i, ((limit, b), k)) in limits.enumerate() {
         let Some(record) = limit.record else { continue };
         recorder.record(Entry {
             limit: Arc::clone(&limit.name),
             record,
-            key: id.of(&b.key).to_string(),
-            plan: p.plans.get(i).cloned().flatten(),
+            key: k.log_id.of(&b.key).to_string(),
+            plan: k.plan.clone(),
             allowed,
             remaining: state(i).map(|s| s.0),
             enough: state(i).map(|s| s.1),

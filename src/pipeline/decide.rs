@@ -131,8 +131,9 @@ impl Limiter {
     /// A refusal remembered from Redis under the same rule, for a limit
     /// that is not in shadow mode.
     fn refused_here(&self, p: &Pending, buckets: &Buckets) -> Option<Rejection> {
-        let limits = p.policy.limits.iter().zip(buckets).zip(&p.log_ids);
-        for (at, ((limit, b), &id)) in limits.enumerate() {
+        let limits = p.policy.limits.iter().zip(buckets).zip(&p.keys);
+        for (at, ((limit, b), k)) in limits.enumerate() {
+            let id = k.log_id;
             if b.shadow {
                 continue;
             }
@@ -149,7 +150,7 @@ impl Limiter {
             }
             let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
             let mut headers = RateHeaders::new(self.header_style, items, Some(at)).aged(elapsed);
-            headers::route_policy(self, &p.policy, &p.rules, p.cost, &mut headers);
+            headers::route_policy(self, &p.policy, p.rules(), p.cost, &mut headers);
             let retry = retry_after_secs(left(r.until));
             let remaining = r.state.remaining.floor().max(0.0);
             let state = |j: usize| (j == at).then_some((remaining, false));
@@ -224,7 +225,7 @@ impl Limiter {
             }
             FailurePolicy::Local => {}
         }
-        match self.fallback.answer(&p.policy, check, p.log_ids[0], e) {
+        match self.fallback.answer(&p.policy, check, p.log_id(0), e) {
             Answer::Admit => Decision::admit(None),
             Answer::Reject(r) => Decision::Reject(r),
             Answer::Local(check, o) => {
@@ -265,7 +266,7 @@ impl Limiter {
                 tracing::info!(
                     target: "fleetlimit",
                     limit = %p.policy.limits[i].name,
-                    key = %p.log_ids[i].of(&buckets[i].key),
+                    key = %p.log_id(i).of(&buckets[i].key),
                     remaining = s.remaining.floor().max(0.0),
                     reason = "limit-exceeded",
                     degraded,
@@ -333,7 +334,7 @@ impl Limiter {
         let s = limits[i];
         let limit = &p.policy.limits[i];
         let key = &buckets[i].key;
-        let id = p.log_ids[i];
+        let id = p.log_id(i);
         // Not remembered: a concurrency refusal (a slot may free up at any
         // moment), nor one of a limit that counts failures (successes in
         // flight give their units back at once).
@@ -402,17 +403,16 @@ impl<'a> Answered<'a> {
 #[allow(clippy::result_large_err)]
 fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
     let mut buckets = Buckets::with_capacity(p.keys.len());
-    for (limit, k) in p.policy.limits.iter().zip(p.keys.drain(..)) {
+    for (limit, k) in p.policy.limits.iter().zip(&mut p.keys) {
         let rule = limit.rule_for(k.plan.as_deref());
-        p.rules.push(rule);
-        p.plans.push(k.plan);
+        k.rule = rule;
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {
             return Err(response::too_costly(&**limit, p.cost, rule.capacity()));
         }
         buckets.push(Bucket {
-            key: k.key,
+            key: std::mem::take(&mut k.key),
             rule,
             // A limit that escalates is soft in the store (see escalate.rs).
             shadow: shadow || limit.escalates(),

@@ -56,7 +56,7 @@ pub(super) fn escalate(
             }
             OnExceed::Refuse => continue,
         };
-        let key = p.log_ids[i].of(&buckets[i].key);
+        let key = p.log_id(i).of(&buckets[i].key);
         let degraded = by.degraded();
         match limit.escalation_log[0].event() {
             Some(suppressed) => tracing::info!(

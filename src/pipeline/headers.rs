@@ -21,7 +21,7 @@ pub(super) fn headers(
     let items = items(p).zip(limits).map(|(it, s)| it.with(s)).collect();
     let mut h = RateHeaders::new(l.header_style, items, refused_by);
     h.local = by.degraded();
-    route_policy(l, &p.policy, &p.rules, p.cost, &mut h);
+    route_policy(l, &p.policy, p.rules(), p.cost, &mut h);
     h
 }
 
@@ -30,7 +30,7 @@ pub(super) fn headers(
 pub(super) fn items(p: &Pending) -> impl Iterator<Item = Item> + '_ {
     let cost = f64::from(p.cost);
     let shadow = p.policy.shadow;
-    (p.policy.limits.iter().zip(&p.rules))
+    (p.policy.limits.iter().zip(p.rules()))
         .map(move |(l, rule)| Item::new(&l.name, rule, shadow || l.shadow, cost))
 }
 
@@ -38,18 +38,15 @@ pub(super) fn items(p: &Pending) -> impl Iterator<Item = Item> + '_ {
 /// for a caller whose plan leaves the route's numbers as they are
 /// (`rules`: each limit's under the caller's plan) and a request of the
 /// route's own cost (its `q` counts requests of that cost).
-pub(super) fn route_policy(
+pub(super) fn route_policy<'r>(
     l: &Limiter,
     policy: &Policy,
-    rules: &[Rule],
+    mut rules: impl Iterator<Item = &'r Rule>,
     cost: u32,
     h: &mut RateHeaders,
 ) {
-    let own = || {
-        cost == policy.cost
-            && rules.len() == policy.limits.len()
-            && (policy.limits.iter().zip(rules)).all(|(l, rule)| *rule == l.rule)
-    };
+    let mut own =
+        || cost == policy.cost && (policy.limits.iter()).all(|l| rules.next() == Some(&l.rule));
     if l.header_style.ietf() && own() {
         let v = policy
             .ietf_policy

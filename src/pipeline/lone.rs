@@ -91,7 +91,7 @@ fn in_place<B>(
         let refused_by = (!allowed).then_some(0);
         let items = smallvec![Item::new(&limit.name, &rule, false, cost).with(&s)];
         let mut headers = RateHeaders::new(l.header_style, items, refused_by);
-        headers::route_policy(l, policy, &[rule], policy.cost, &mut headers);
+        headers::route_policy(l, policy, [rule].iter(), policy.cost, &mut headers);
         if allowed {
             return Decision::Admit(Admitted {
                 headers: Some(headers),

@@ -35,29 +35,42 @@ pub(crate) struct Routed<'r> {
 pub(crate) struct Pending {
     pub(super) policy: Arc<Policy>,
     pub(super) cost: u32,
-    /// One per limit of the policy, in order.
+    /// One per limit of the policy, in order: what the request is keyed
+    /// and charged by in each (one vector, so a route of two limits
+    /// allocates once).
     pub(super) keys: SmallVec<[PendingKey; 1]>,
     /// The refused cache's resets when Redis was asked (see `reset.rs`).
     pub(super) resets_seen: u64,
     /// When Redis was asked: a refusal is remembered from then, as Redis
     /// decided it after that (see `refused.rs`).
     pub(super) asked_at: Option<tokio::time::Instant>,
-    /// Each key's id for logs, kept after the keys move into the buckets.
-    pub(super) log_ids: SmallVec<[LogId; 1]>,
-    /// Each limit's numbers under the caller's plan, once known: the
-    /// fleet's, for the headers, even when the `local` policy decides.
-    pub(super) rules: SmallVec<[Rule; 1]>,
-    /// Each key's plan, kept after the keys move into the buckets (for
-    /// decision records).
-    pub(super) plans: SmallVec<[Option<Arc<str>>; 1]>,
 }
 
 pub(super) struct PendingKey {
+    /// The store key; moved into its bucket (then empty).
     pub(super) key: String,
+    /// The key's id for logs, kept after the key moves into its bucket.
+    pub(super) log_id: LogId,
     /// The key value plans are looked up by, for limits that have plans.
     pub(super) plan_key: Option<String>,
-    /// The caller's plan, once looked up.
+    /// The caller's plan, once looked up (kept for decision records).
     pub(super) plan: Option<Arc<str>>,
+    /// The limit's numbers under the caller's plan (the route's until the
+    /// plan is known): the fleet's, for the headers, even when the
+    /// `local` policy decides.
+    pub(super) rule: Rule,
+}
+
+impl Pending {
+    /// Limit `i`'s key id for logs.
+    pub(super) fn log_id(&self, i: usize) -> LogId {
+        self.keys[i].log_id
+    }
+
+    /// Each limit's numbers under the caller's plan, in order.
+    pub(super) fn rules(&self) -> impl Iterator<Item = &Rule> + '_ {
+        self.keys.iter().map(|k| &k.rule)
+    }
 }
 
 /// The request's route: its `MatchedPath` and the policy of its entry (or
@@ -121,7 +134,6 @@ pub(super) fn keys<B>(
     let reject = |r| ControlFlow::Break(Decision::Reject(r));
 
     let mut keys = SmallVec::with_capacity(policy.limits.len());
-    let mut log_ids = SmallVec::with_capacity(policy.limits.len());
     for limit in &policy.limits {
         let material = match material(l, limit, &view, &mut client_ip) {
             Ok(m) => m,
@@ -134,11 +146,12 @@ pub(super) fn keys<B>(
             l.core.key_secret.as_ref(),
             plans,
         );
-        log_ids.push(k.log_id());
         keys.push(PendingKey {
+            log_id: k.log_id(),
             key: k.key,
             plan_key: k.plan_key,
             plan: None,
+            rule: limit.rule,
         });
     }
     let cost_fn = if l.cost_fns.is_empty() {
@@ -158,9 +171,6 @@ pub(super) fn keys<B>(
         keys,
         resets_seen: 0,
         asked_at: None,
-        log_ids,
-        rules: SmallVec::new(),
-        plans: SmallVec::new(),
     })
 }
 

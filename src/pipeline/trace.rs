@@ -44,8 +44,8 @@ pub(super) fn traced(
     };
     let limits: Vec<&str> = p.policy.limits.iter().map(|l| &*l.name).collect();
     span.record("limit", limits.join(",").as_str());
-    if let (Some(id), Some(k)) = (p.log_ids.first(), p.keys.first()) {
-        key(&span, *id, &k.key);
+    if let Some(k) = p.keys.first() {
+        key(&span, k.log_id, &k.key);
     }
     match span.in_scope(|| decide(p)) {
         Decided::Now(d) => {

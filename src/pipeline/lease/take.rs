@@ -195,7 +195,7 @@ fn refused_here_by_lease(l: &Limiter, p: &Pending, check: &Check, state: LimitSt
     let retry = retry_after_secs(state.wait);
     Decision::Reject(response::refusal(
         &**limit,
-        p.log_ids[0].of(&bucket.key),
+        p.log_id(0).of(&bucket.key),
         headers,
         retry,
         false,
