@@ -52,35 +52,30 @@ pub(super) fn refusal(
     KEPT.with(|kept| {
         let mut kept = kept.borrow_mut();
         let slot = &mut kept[((id ^ retry ^ print[3]) % SLOTS as u64) as usize];
-        match slot {
-            Some(k)
-                if k.id == id
-                    && k.retry == retry
-                    && k.print == print
-                    && same(&k.policy, &h.policy) => {}
-            _ => {
-                let (headers, body) = build(bodies, retry, h);
-                *slot = Some(Kept {
-                    id,
-                    retry,
-                    print,
-                    policy: h.policy.clone(),
-                    headers,
-                    body,
-                });
-            }
+        let hit = matches!(&*slot, Some(k) if k.id == id
+            && k.retry == retry
+            && k.print == print
+            && ptr(&k.policy) == ptr(&h.policy));
+        if !hit {
+            *slot = None;
         }
-        let k = slot.as_ref().map(|k| (k.headers.clone(), k.body.clone()));
-        k.unwrap_or_else(|| build(bodies, retry, h))
+        let k = slot.get_or_insert_with(|| {
+            let (headers, body) = build(bodies, retry, h);
+            Kept {
+                id,
+                retry,
+                print,
+                policy: h.policy.clone(),
+                headers,
+                body,
+            }
+        });
+        (k.headers.clone(), k.body.clone())
     })
 }
 
-fn same(a: &Option<Arc<HeaderValue>>, b: &Option<Arc<HeaderValue>>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        (None, None) => true,
-        _ => false,
-    }
+fn ptr(p: &Option<Arc<HeaderValue>>) -> Option<*const HeaderValue> {
+    p.as_ref().map(Arc::as_ptr)
 }
 
 fn build(bodies: &RefusalBodies, retry: u64, h: &RateHeaders) -> (HeaderMap, Bytes) {
