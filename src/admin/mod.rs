@@ -214,7 +214,7 @@ fn keys_of<'a>(
         .map(move |l| {
             let material = l.key.material_for(value, &config.client_ip);
             let secret = Some(&config.key_secret);
-            let key = material.store_key(&config.key_prefix, &l.name, secret, false);
+            let key = material.store_key(&l.key_head, secret, false);
             (&**l, key.key)
         })
 }

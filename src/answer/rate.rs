@@ -116,7 +116,8 @@ impl RateHeaders {
             local: false,
             policy: None,
         };
-        if refused_by.is_none() {
+        // One item binds by itself.
+        if refused_by.is_none() && h.items.len() > 1 {
             h.reported = h.binding();
         }
         h

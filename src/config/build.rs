@@ -80,6 +80,7 @@ impl ConfigBuilder {
                 );
             }
             v.add_limit(
+                &prefix,
                 name,
                 l.at.name.clone(),
                 l.key.clone(),

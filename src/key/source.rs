@@ -335,9 +335,10 @@ mod tests {
             assert_eq!(
                 source
                     .material_for(value, &r)
-                    .store_key("rl", "l", Some(&s), false)
+                    .store_key(&crate::key::KeyHead::new("rl", "l"), Some(&s), false)
                     .key,
-                m.store_key("rl", "l", Some(&s), false).key,
+                m.store_key(&crate::key::KeyHead::new("rl", "l"), Some(&s), false)
+                    .key,
                 "{value}"
             );
         }

@@ -144,13 +144,12 @@ impl<'a> KeyMaterial<'a> {
     /// limits with plans need).
     pub(crate) fn store_key(
         &self,
-        prefix: &str,
-        limit: &str,
+        head: &KeyHead,
         secret: Option<&KeySecret>,
         with_plan_key: bool,
     ) -> StoreKey {
-        let mut key = String::with_capacity(prefix.len() + limit.len() + 8 + MAX_RAW);
-        let (limit, log_id) = self.write_key(&mut key, prefix, limit, secret);
+        let mut key = String::with_capacity(head.text.len() + 8 + MAX_RAW);
+        let (limit, log_id) = self.write_key(&mut key, head, secret);
         StoreKey {
             key,
             limit,
@@ -167,17 +166,11 @@ impl<'a> KeyMaterial<'a> {
     pub(crate) fn write_key(
         &self,
         key: &mut String,
-        prefix: &str,
-        limit: &str,
+        head: &KeyHead,
         secret: Option<&KeySecret>,
     ) -> (Range<usize>, LogId) {
         key.clear();
-        key.push_str(prefix);
-        key.push(':');
-        let limit_at = key.len();
-        key.push_str(limit);
-        let limit = limit_at..key.len();
-        key.push_str(":{");
+        key.push_str(&head.text);
         key.push_str(self.kind.tag());
         let v = &self.value;
         let value_at = key.len() + 1;
@@ -201,7 +194,27 @@ impl<'a> KeyMaterial<'a> {
         };
         let log_id = LogId::new(self.kind, encoding, value_at..key.len());
         key.push('}');
-        (limit, log_id)
+        (head.limit.clone(), log_id)
+    }
+}
+
+/// `<prefix>:<limit>:{`, what every store key of one limit starts with:
+/// written once, when the limit is built, and copied into each request's
+/// key in one piece.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyHead {
+    text: Box<str>,
+    /// Where the limit's name is in `text`.
+    limit: Range<usize>,
+}
+
+impl KeyHead {
+    pub(crate) fn new(prefix: &str, limit: &str) -> Self {
+        let limit_at = prefix.len() + 1;
+        Self {
+            text: format!("{prefix}:{limit}:{{").into(),
+            limit: limit_at..limit_at + limit.len(),
+        }
     }
 }
 
@@ -455,7 +468,8 @@ mod tests {
 
     impl KeyMaterial<'_> {
         fn redis_key(&self, prefix: &str, limit: &str, secret: Option<&KeySecret>) -> String {
-            self.store_key(prefix, limit, secret, false).key
+            self.store_key(&KeyHead::new(prefix, limit), secret, false)
+                .key
         }
     }
 
@@ -482,7 +496,7 @@ mod tests {
         ];
         for m in cases {
             for secret in [Some(&s), None] {
-                let built = m.store_key("rl", "per-key", secret, true);
+                let built = m.store_key(&KeyHead::new("rl", "per-key"), secret, true);
                 let parsed = StoreKey::parse("rl", &built.key).expect(&built.key);
                 assert_eq!(parsed.key, built.key);
                 assert_eq!(parsed.limit(), "per-key");
@@ -498,13 +512,19 @@ mod tests {
         // The plan key: the value, for IP + account the account.
         let ia = KeyMaterial::ip_account("1.2.3.4".into(), b"acct");
         assert_eq!(
-            ia.store_key("rl", "l", Some(&s), true).plan_key.as_deref(),
+            ia.store_key(&KeyHead::new("rl", "l"), Some(&s), true)
+                .plan_key
+                .as_deref(),
             Some("acct")
         );
         let h = KeyMaterial::new(Kind::Header, b"sk_live_X");
-        let k = h.store_key("rl", "l", Some(&s), true);
+        let k = h.store_key(&KeyHead::new("rl", "l"), Some(&s), true);
         assert_eq!(k.plan_key.as_deref(), Some("sk_live_X"));
-        assert_eq!(h.store_key("rl", "l", Some(&s), false).plan_key, None);
+        assert_eq!(
+            h.store_key(&KeyHead::new("rl", "l"), Some(&s), false)
+                .plan_key,
+            None
+        );
     }
 
     #[test]

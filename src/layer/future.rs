@@ -156,9 +156,10 @@ where
                     after,
                 } => {
                     let mut res = ready!(future.poll(cx))?;
-                    if let Some(mut h) = headers.take() {
+                    // Written where they are: the state is dropped below.
+                    if let Some(h) = headers {
                         if let Some(r) = refund.take() {
-                            r.patch(&mut h);
+                            r.patch(h);
                         }
                         h.write(res.headers_mut());
                     }

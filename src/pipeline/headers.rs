@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::{DecidedBy, Limiter, Pending};
 use crate::algorithm::{LimitState, Rule};
 use crate::answer::{self as response, Item, RateHeaders};
@@ -18,8 +20,13 @@ pub(super) fn headers(
     refused_by: Option<usize>,
     by: DecidedBy,
 ) -> RateHeaders {
-    let items = items(p).zip(limits).map(|(it, s)| it.with(s)).collect();
-    let mut h = RateHeaders::new(l.header_style, items, refused_by);
+    // Pushed, not collected: `SmallVec`'s `extend` is not inlined, and
+    // one limit is the common case.
+    let mut list = SmallVec::with_capacity(limits.len());
+    for (it, s) in items(p).zip(limits) {
+        list.push(it.with(s));
+    }
+    let mut h = RateHeaders::new(l.header_style, list, refused_by);
     h.local = by.degraded();
     route_policy(l, &p.policy, p.rules(), p.cost, &mut h);
     h

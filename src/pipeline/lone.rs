@@ -75,8 +75,7 @@ fn in_place<B>(
         return Decision::Reject(response::too_costly(&**limit, policy.cost, rule.capacity()));
     }
     let decide = |key: &mut String| {
-        let (prefix, secret) = (&l.core.prefix, l.core.key_secret.as_ref());
-        let (_, id) = material.write_key(key, prefix, &limit.name, secret);
+        let (_, id) = material.write_key(key, &limit.key_head, l.core.key_secret.as_ref());
         if let Some(span) = span {
             trace::key(span, id, key);
         }

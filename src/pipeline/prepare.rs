@@ -140,12 +140,7 @@ pub(super) fn keys<B>(
             Err(r) => return reject(r),
         };
         let plans = !limit.plans.is_empty();
-        let k = material.store_key(
-            &l.core.prefix,
-            &limit.name,
-            l.core.key_secret.as_ref(),
-            plans,
-        );
+        let k = material.store_key(&limit.key_head, l.core.key_secret.as_ref(), plans);
         keys.push(PendingKey {
             log_id: k.log_id(),
             key: k.key,

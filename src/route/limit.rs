@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::algorithm::Rule;
 use crate::answer::{Face, RefusalBodies};
-use crate::key::KeySource;
+use crate::key::{KeyHead, KeySource};
 use crate::log_throttle::Throttle;
 
 use super::{OnExceed, OnMissing, RecordConfig};
@@ -15,6 +15,8 @@ use super::{OnExceed, OnMissing, RecordConfig};
 #[derive(Debug)]
 pub(crate) struct Limit {
     pub(crate) name: Arc<str>,
+    /// `<prefix>:<name>:{`, how each of its store keys starts.
+    pub(crate) key_head: KeyHead,
     pub(crate) key: KeySource,
     pub(crate) on_missing: OnMissing,
     /// The numbers for callers on no particular plan.
@@ -76,8 +78,10 @@ impl Face for Limit {
 }
 
 impl Limit {
-    /// A limit without plans or leases (added by the configuration after).
+    /// A limit without plans or leases (added by the configuration after),
+    /// its store keys under `prefix`.
     pub(crate) fn new(
+        prefix: &str,
         name: &str,
         key: KeySource,
         on_missing: OnMissing,
@@ -86,6 +90,7 @@ impl Limit {
     ) -> Self {
         Self {
             name: name.into(),
+            key_head: KeyHead::new(prefix, name),
             key,
             on_missing,
             rule,

@@ -308,6 +308,7 @@ mod tests {
         };
         let limit = |n: &&str| {
             Arc::new(Limit::new(
+                "rl",
                 n,
                 KeySource::ClientIp,
                 OnMissing::Reject,

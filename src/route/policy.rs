@@ -73,6 +73,7 @@ fn needs_only_its_bucket(l: &Limit) -> bool {
     let Limit {
         // Written into the key, as on the general path.
         name: _,
+        key_head: _,
         key: _,
         on_missing: _,
         // Decided by the store with the rule.

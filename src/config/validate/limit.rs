@@ -14,6 +14,7 @@ impl Validator<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(in crate::config) fn add_limit(
         &mut self,
+        prefix: &str,
         name: &str,
         name_span: Span,
         key: KeySource,
@@ -28,7 +29,7 @@ impl Validator<'_> {
         }
         self.check_rule(name, &rule, spans)?;
         self.limits
-            .push(Limit::new(name, key, on_missing, rule, shadow));
+            .push(Limit::new(prefix, name, key, on_missing, rule, shadow));
         Ok(())
     }
 
