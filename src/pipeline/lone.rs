@@ -21,9 +21,10 @@ use tracing::Span;
 
 use super::account::outcome_of;
 use super::{headers, prepare, trace, Admitted, Decided, Decision, Limiter};
+use crate::algorithm::LimitState;
 use crate::answer::{self as response, retry_after_secs, Item, RateHeaders};
 use crate::record::Via;
-use crate::route::Policy;
+use crate::route::{Limit, Policy};
 use crate::store::MemoryStore;
 use crate::RequestRef;
 
@@ -59,7 +60,7 @@ fn in_place<B>(
     memory: &MemoryStore,
     span: Option<&Span>,
 ) -> Decision {
-    let limit = &policy.limits[0];
+    let limit: &Limit = &policy.limits[0];
     let (headers, ext) = (req.headers(), req.extensions());
     let mut ip: Option<Option<IpAddr>> = None;
     let mut client_ip = || *ip.get_or_insert_with(|| l.client_ip.client_ip(headers, ext));
@@ -72,14 +73,24 @@ fn in_place<B>(
     // configuration refuses one above the route's own numbers; kept so
     // that both paths answer alike whatever it lets through).
     if f64::from(policy.cost) > rule.capacity() {
-        return Decision::Reject(response::too_costly(&**limit, policy.cost, rule.capacity()));
+        return Decision::Reject(response::too_costly(limit, policy.cost, rule.capacity()));
     }
-    let decide = |key: &mut String| {
+    let cost = f64::from(policy.cost);
+    let headers = |s: &LimitState, refused_by| {
+        let items = smallvec![Item::new(&limit.name, &rule, false, cost).with(s)];
+        let mut headers = RateHeaders::new(l.header_style, items, refused_by);
+        headers::route_policy(l, policy, [rule].iter(), policy.cost, &mut headers);
+        headers
+    };
+    // A refusal is built while the key's text is at hand (its log line
+    // names the key) and left here; the key buffer hands back only the
+    // bucket's state, which is small to move.
+    let mut refused = None;
+    let mut decide = |key: &mut String| {
         let (_, id) = material.write_key(key, &limit.key_head, l.core.key_secret.as_ref());
         if let Some(span) = span {
             trace::key(span, id, key);
         }
-        let cost = f64::from(policy.cost);
         let (allowed, s) = memory.check_key(key, rule, false, cost);
         let outcome = outcome_of(policy, false, 0, allowed, Some(s.enough), Via::Store);
         crate::metrics::decided(
@@ -87,26 +98,25 @@ fn in_place<B>(
             std::iter::once(&limit.name),
             std::iter::once((outcome, false)),
         );
-        let refused_by = (!allowed).then_some(0);
-        let items = smallvec![Item::new(&limit.name, &rule, false, cost).with(&s)];
-        let mut headers = RateHeaders::new(l.header_style, items, refused_by);
-        headers::route_policy(l, policy, [rule].iter(), policy.cost, &mut headers);
-        if allowed {
-            return Decision::Admit(Admitted {
-                headers: Some(headers),
-                ..Admitted::default()
-            });
+        if !allowed {
+            let (h, retry) = (headers(&s, Some(0)), retry_after_secs(s.wait));
+            refused = Some(response::refusal(limit, id.of(key), h, retry, false, false));
         }
-        let retry = retry_after_secs(s.wait);
-        let refusal = response::refusal(&**limit, id.of(key), headers, retry, false, false);
-        Decision::Reject(refusal)
+        s
     };
     // Taken already only if a log line of this thread's decision came back
     // here (a subscriber calling the layer): then a key of its own.
-    KEY.with(|key| match key.try_borrow_mut() {
+    let s = KEY.with(|key| match key.try_borrow_mut() {
         Ok(mut key) => decide(&mut key),
         Err(_) => decide(&mut String::new()),
-    })
+    });
+    match refused {
+        Some(r) => Decision::Reject(r),
+        None => Decision::Admit(Admitted {
+            headers: Some(headers(&s, None)),
+            ..Admitted::default()
+        }),
+    }
 }
 
 #[cfg(test)]
