@@ -148,6 +148,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long a coalesced check waits for company before its call goes
+    /// out (default: it does not wait; above 0, at most 10 ms, and only
+    /// with `coalesce`): fewer, larger script calls, so less of Redis per
+    /// decision, for up to `window` more latency per request.
+    pub fn batch_window(mut self, window: Duration) -> Self {
+        self.redis().batch_window = Some(window);
+        self
+    }
+
     /// The per-check deadline (default 5 ms).
     pub fn deadline(mut self, d: Duration) -> Self {
         self.deadline = Some(d);

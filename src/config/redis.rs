@@ -13,6 +13,9 @@ pub(crate) struct RedisSettings {
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) coalesce: bool,
+    /// How long a coalesced check waits for company (`None`: it does not
+    /// wait, see `store/redis/batch.rs`).
+    pub(crate) batch_window: Option<Duration>,
     /// PEM file of the CA(s) a `rediss://` server's certificate is checked
     /// against, besides the system's roots.
     pub(crate) tls_ca_file: Option<PathBuf>,
@@ -30,6 +33,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("coalesce", &self.coalesce)
+            .field("batch_window", &self.batch_window)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_client_cert", &self.tls_client_cert)
             .field("tls_client_key", &self.tls_client_key)
@@ -44,6 +48,7 @@ impl Default for RedisSettings {
             pool_size: 4,
             connect_timeout: Duration::from_secs(2),
             coalesce: true,
+            batch_window: None,
             tls_ca_file: None,
             tls_client_cert: None,
             tls_client_key: None,
@@ -61,4 +66,5 @@ pub(super) struct RedisSpans {
     pub(super) client_key: Span,
     pub(super) pool_size: Span,
     pub(super) connect_timeout: Span,
+    pub(super) batch_window: Span,
 }

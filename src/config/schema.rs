@@ -107,6 +107,7 @@ pub(super) struct RawRedis {
     pub(super) closed_retry_after: Option<Spanned<String>>,
     pub(super) refused_cache_keys: Option<Spanned<usize>>,
     pub(super) coalesce: Option<bool>,
+    pub(super) batch_window: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]

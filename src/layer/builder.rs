@@ -285,7 +285,8 @@ impl RateLimitLayerBuilder {
             (None, Some(r)) => {
                 let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
                     .await?
-                    .with_coalescing(r.coalesce);
+                    .with_coalescing(r.coalesce)
+                    .with_batch_window(r.batch_window);
                 redis = Some(s.clone());
                 Arc::new(s)
             }

@@ -37,6 +37,7 @@ pub(crate) fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
                 a.connect_timeout != b.connect_timeout,
             );
             differ("[redis] coalesce", a.coalesce != b.coalesce);
+            differ("[redis] batch_window", a.batch_window != b.batch_window);
             differ("[redis] tls_ca_file", a.tls_ca_file != b.tls_ca_file);
             differ(
                 "[redis] tls_client_cert",

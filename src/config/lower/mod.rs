@@ -50,6 +50,7 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
             client_key: span(&r.tls_client_key),
             pool_size: span(&r.pool_size),
             connect_timeout: span(&r.connect_timeout),
+            batch_window: span(&r.batch_window),
         };
         if let Some(n) = &r.pool_size {
             s.pool_size = *n.get_ref();
@@ -59,6 +60,9 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
         }
         if let Some(c) = r.coalesce {
             s.coalesce = c;
+        }
+        if let Some(w) = &r.batch_window {
+            s.batch_window = Some(duration(w)?);
         }
         if let Some(d) = &r.deadline {
             b.deadline = Some(duration(d)?);

@@ -7,6 +7,10 @@ use crate::config::redis::{RedisSettings, RedisSpans};
 use crate::config::redis_url::{self, redact_url};
 use crate::config::ConfigError;
 
+/// The longest `batch_window`: a wait every coalesced check pays, so a few
+/// round trips at most.
+const MAX_BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl Validator<'_> {
     /// TLS files only with a `rediss` URL, a client certificate with its
     /// key, each readable and holding what it should.
@@ -66,6 +70,27 @@ impl Validator<'_> {
         let span = spans.connect_timeout.clone();
         self.longer_than_zero("connect_timeout", r.connect_timeout, span.clone())?;
         self.not_too_long("connect_timeout", r.connect_timeout, span)?;
+        if let Some(w) = r.batch_window {
+            let span = spans.batch_window.clone();
+            self.longer_than_zero("batch_window", w, span.clone())?;
+            if w > MAX_BATCH_WINDOW {
+                return Err(at(
+                    &span,
+                    format!(
+                        "batch_window is {w:?}: at most {MAX_BATCH_WINDOW:?} (every coalesced \
+                         check waits this long before its call goes out)"
+                    ),
+                ));
+            }
+            if !r.coalesce {
+                return Err(at(
+                    &span,
+                    "batch_window needs coalesce = true (it is how long a coalesced check \
+                     waits for company)"
+                        .into(),
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -20,11 +20,25 @@
 //! queue, the gather ticks, a spawned task and a channel back. A call in
 //! flight sends the next checks to the queue, so under load they are
 //! coalesced as before.
+//!
+//! With a batch window (`[redis] batch_window`, opt-in), a check waits
+//! for company instead: none takes the direct call, and a thread of its
+//! own (`fleetlimit-batch`) sends a batch once its first check has waited
+//! the window, or at once when a full batch is queued. It sleeps through
+//! the window (the checks that come meanwhile are queued, nobody wakes it
+//! for them), so the wait is the window to within the operating system's
+//! timer slack, not a tokio timer's millisecond, and it spins on nothing.
+//! A server with a few checks in flight at a time (one at 10,000 requests
+//! a second and a 0.2 ms round trip has one to three) then sends batches
+//! of about the window's share of its rate: what divides Redis's cost per
+//! decision, for a wait of at most the window per request.
+//!
 //! Standalone and Sentinel only: on a cluster a script may touch one slot.
 
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
 use fred::types::Value;
@@ -60,6 +74,9 @@ pub(crate) struct Item {
 pub(crate) struct Job {
     item: Item,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
+    /// When it was queued, with a batch window (its wait is counted from
+    /// then).
+    at: Option<Instant>,
 }
 
 impl Item {
@@ -87,6 +104,8 @@ pub(crate) struct Batcher {
     busy: Arc<AtomicUsize>,
     pool: Pool,
     scripts: Arc<Inner>,
+    /// `[redis] batch_window`: how long a check waits for company.
+    window: Option<Duration>,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -123,8 +142,9 @@ impl Drop for Busy {
 }
 
 impl Batcher {
-    /// Starts the draining task; it ends when the last `Batcher` is dropped.
-    pub(crate) fn start(pool: Pool, scripts: Arc<Inner>) -> Self {
+    /// Starts the draining task (with a `window`, the draining thread);
+    /// it ends when the last `Batcher` is dropped.
+    pub(crate) fn start(pool: Pool, scripts: Arc<Inner>, window: Option<Duration>) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
         let busy = Arc::new(AtomicUsize::new(0));
         let this = Self {
@@ -132,7 +152,19 @@ impl Batcher {
             busy: Arc::clone(&busy),
             pool: pool.clone(),
             scripts: Arc::clone(&scripts),
+            window,
         };
+        if let Some(window) = window {
+            let io = tokio::runtime::Handle::current();
+            let drain = move || windowed(rx, window, &busy, &pool, &scripts, &io);
+            let thread = std::thread::Builder::new().name("fleetlimit-batch".into());
+            if let Err(e) = thread.spawn(drain) {
+                // Every queued check then fails, and the route's failure
+                // policy answers: said once, at start-up.
+                tracing::error!(target: "fleetlimit", error = %e, "could not start the batch window's thread");
+            }
+            return this;
+        }
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 // Checks that come while this batch gathers are queued.
@@ -178,7 +210,8 @@ impl Batcher {
             shadow: bucket.shadow,
             args,
         };
-        let idle = self.tx.capacity() == self.tx.max_capacity();
+        // With a batch window a check waits for company, alone or not.
+        let idle = self.window.is_none() && self.tx.capacity() == self.tx.max_capacity();
         if let Some(busy) = idle.then(|| Busy::first(&self.busy)).flatten() {
             let (pool, scripts) = (self.pool.clone(), Arc::clone(&self.scripts));
             return Box::pin(async move {
@@ -188,7 +221,8 @@ impl Batcher {
             });
         }
         let (reply, answer) = oneshot::channel();
-        let queued = self.tx.try_send(Job { item, reply });
+        let at = self.window.map(|_| Instant::now());
+        let queued = self.tx.try_send(Job { item, reply, at });
         Box::pin(async move {
             // This process's own overload: not Redis's fault, so not the
             // breaker's business (it would turn a busy moment of this host
@@ -198,6 +232,38 @@ impl Batcher {
                 .await
                 .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
         })
+    }
+}
+
+/// The batch window's draining thread: a batch goes out when its first
+/// check has waited `window` since it was queued, or at once when a full
+/// batch is queued; its call runs on the layer's runtime (`io`).
+fn windowed(
+    mut rx: mpsc::Receiver<Job>,
+    window: Duration,
+    busy: &Arc<AtomicUsize>,
+    pool: &Pool,
+    scripts: &Arc<Inner>,
+    io: &tokio::runtime::Handle,
+) {
+    while let Some(first) = rx.blocking_recv() {
+        let guard = Busy::raise(busy);
+        if rx.len() + 1 < MAX_BATCH {
+            let until = first.at.unwrap_or_else(Instant::now) + window;
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        }
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let (pool, scripts) = (pool.clone(), Arc::clone(scripts));
+        io.spawn(async move {
+            run(&pool, &scripts, jobs).await;
+            drop(guard);
+        });
     }
 }
 

@@ -223,7 +223,9 @@ impl RedisStore {
             batcher: None,
         };
         store.prepare(settings.connect_timeout).await;
-        Ok(store.with_coalescing(settings.coalesce))
+        Ok(store
+            .with_coalescing(settings.coalesce)
+            .with_batch_window(settings.batch_window))
     }
 
     /// Once connected: a cluster's pool per primary, Redis's clock (each
@@ -262,7 +264,24 @@ impl RedisStore {
     #[must_use]
     pub fn with_coalescing(mut self, on: bool) -> Self {
         self.batcher = (on && !self.pool.is_clustered())
-            .then(|| Batcher::start(self.pool.clone(), Arc::clone(&self.inner)));
+            .then(|| Batcher::start(self.pool.clone(), Arc::clone(&self.inner), None));
+        self
+    }
+
+    /// Coalesced checks wait up to `window` for company before their call
+    /// goes out (`[redis] batch_window`, see `batch.rs`): fewer, larger
+    /// calls, so less of Redis per decision, for a wait of at most
+    /// `window` per request. Needs coalescing (a cluster never coalesces)
+    /// and a tokio runtime; the configuration bounds it (0 < window ≤ 10 ms).
+    #[must_use]
+    pub fn with_batch_window(mut self, window: Option<Duration>) -> Self {
+        if let (Some(w), Some(_)) = (window, &self.batcher) {
+            self.batcher = Some(Batcher::start(
+                self.pool.clone(),
+                Arc::clone(&self.inner),
+                Some(w),
+            ));
+        }
         self
     }
 
