@@ -163,7 +163,7 @@ fn main() {
             }
             let mut m = rt.block_on(case.measure());
             if case.redis {
-                m.script_calls = Some(redis.script_calls() as f64 / m.requests as f64);
+                m.script_calls = Some(redis.script_stats().0 as f64 / m.requests as f64);
             }
             row.push(m);
         }

@@ -49,6 +49,8 @@ pub enum Contender {
         /// A concurrency limit instead of the token bucket (see
         /// `fleet_config`).
         in_flight: bool,
+        /// `[redis] batch_window`.
+        batch_window: Option<&'static str>,
     },
     Peer,
     Governor,
@@ -62,6 +64,7 @@ pub const FLEET_REDIS: Contender = Contender::FleetRedis {
     deadline: "50ms",
     lease: false,
     in_flight: false,
+    batch_window: None,
 };
 pub const FLEET_REDIS_LEASE: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis, leases)",
@@ -69,6 +72,7 @@ pub const FLEET_REDIS_LEASE: Contender = Contender::FleetRedis {
     deadline: "50ms",
     lease: true,
     in_flight: false,
+    batch_window: None,
 };
 pub const FLEET_REDIS_IN_FLIGHT: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis, concurrency)",
@@ -76,6 +80,25 @@ pub const FLEET_REDIS_IN_FLIGHT: Contender = Contender::FleetRedis {
     deadline: "50ms",
     lease: false,
     in_flight: true,
+    batch_window: None,
+};
+/// Coalesced checks wait 0.5 ms for company (`[redis] batch_window`).
+pub const FLEET_REDIS_W05: Contender = Contender::FleetRedis {
+    label: "fleetlimit (Redis, batch window 0.5 ms)",
+    on_redis_error: "open",
+    deadline: "50ms",
+    lease: false,
+    in_flight: false,
+    batch_window: Some("0.5ms"),
+};
+/// Coalesced checks wait 1 ms for company.
+pub const FLEET_REDIS_W1: Contender = Contender::FleetRedis {
+    label: "fleetlimit (Redis, batch window 1 ms)",
+    on_redis_error: "open",
+    deadline: "50ms",
+    lease: false,
+    in_flight: false,
+    batch_window: Some("1ms"),
 };
 /// Tokens per lease in the hot-key scenario.
 pub const LEASE_BATCH: u32 = 50;
@@ -87,6 +110,7 @@ pub const FROZEN_LOCAL: Contender = Contender::FleetRedis {
     deadline: "5ms",
     lease: false,
     in_flight: false,
+    batch_window: None,
 };
 pub const FROZEN_OPEN: Contender = Contender::FleetRedis {
     label: "fleetlimit (Redis frozen, open)",
@@ -94,6 +118,7 @@ pub const FROZEN_OPEN: Contender = Contender::FleetRedis {
     deadline: "5ms",
     lease: false,
     in_flight: false,
+    batch_window: None,
 };
 
 impl Contender {
@@ -220,18 +245,22 @@ pub fn router() -> Router {
 /// taken per request, given back when its response ends).
 pub fn fleet_config(
     numbers: Numbers,
-    redis: Option<(&str, &str)>,
+    redis: Option<(&str, &str, Option<&str>)>,
     lease: bool,
     in_flight: bool,
 ) -> Config {
     let mut toml = String::new();
     let mut on_redis_error = "open";
-    if let Some((deadline, policy)) = redis {
+    if let Some((deadline, policy, window)) = redis {
         on_redis_error = policy;
         let _ = write!(
             toml,
-            "[redis]\npool_size = {POOL_SIZE}\ndeadline = \"{deadline}\"\n\n"
+            "[redis]\npool_size = {POOL_SIZE}\ndeadline = \"{deadline}\"\n"
         );
+        if let Some(w) = window {
+            let _ = writeln!(toml, "batch_window = \"{w}\"");
+        }
+        toml.push('\n');
     }
     let _ = write!(
         toml,
@@ -280,9 +309,11 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
             deadline,
             lease,
             in_flight,
+            batch_window,
             ..
         } => {
-            let cfg = fleet_config(numbers, Some((deadline, on_redis_error)), lease, in_flight)
+            let redis = Some((deadline, on_redis_error, batch_window));
+            let cfg = fleet_config(numbers, redis, lease, in_flight)
                 .try_with_redis_url(redis_url)
                 .expect("the load bench's Redis URL");
             let layer = RateLimitLayer::new(cfg)

@@ -25,7 +25,7 @@ pub struct CpuUse {
 
 /// Where the server runs.
 pub enum ServerThreads {
-    /// This process's `load-server*` threads.
+    /// This process's `load-server*` threads and fleetlimit's own.
     InProcess,
     /// Every thread of these processes (the fleet's children).
     Processes(Vec<u32>),
@@ -34,9 +34,11 @@ pub enum ServerThreads {
 impl CpuTimes {
     pub fn take(server: &ServerThreads, redis_pid: u32) -> Self {
         let server = match server {
-            ServerThreads::InProcess => {
-                threads_cpu_ns("self", |comm| comm.starts_with("load-server"))
-            }
+            // fleetlimit's own threads (its Redis I/O thread, a batch
+            // window's) are the server's work too.
+            ServerThreads::InProcess => threads_cpu_ns("self", |comm| {
+                comm.starts_with("load-server") || comm.starts_with("fleetlimit-")
+            }),
             ServerThreads::Processes(pids) => pids
                 .iter()
                 .map(|pid| threads_cpu_ns(&pid.to_string(), |_| true))

@@ -28,6 +28,8 @@
 //!    peaks of scenario (a), latency from each request's scheduled time;
 //! 5. a fleet (fleet.rs): 4 server processes (this binary re-executed) on
 //!    the one Redis: its peak, 80 % of it, and bare axum at the same rate;
+//! 5b. one server of the seed's fleet (window.rs): 10,000 requests a
+//!    second, open loop, without and with a batch window, beside bare axum;
 //! 6. the in-process overhead (inprocess.rs): the routers of
 //!    `benches/hot_path.rs`, timed in turns;
 //! 7. measures what each rate-limit script costs Redis itself with
@@ -45,7 +47,8 @@
 //!
 //! `LOAD_ONLY=scripts` runs only the script costs, `LOAD_ONLY=c1` only the
 //! one-connection scenario and its Redis round trip, `LOAD_ONLY=fleet` only
-//! the fleet (docs untouched).
+//! the fleet, `LOAD_ONLY=window` only the batch window at the seed's rate
+//! (window.rs) (docs untouched).
 //! `LOAD_ONLY=<part of a contender's name>` (several: `a|b`) (e.g. `LOAD_ONLY="fleetlimit
 //! (Redis)"`) runs only the matching contenders of the closed-loop
 //! scenarios, skips the rest and leaves the docs alone: for profiling one contender (`perf record
@@ -87,6 +90,7 @@ mod redis;
 mod report;
 mod scenarios;
 mod scripts;
+mod window;
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -109,6 +113,7 @@ use report::{
 };
 use scenarios::{open_loop, run_scenario, scenarios, Measured};
 use scripts::script_costs;
+use window::{run_window, window_about, window_table};
 
 fn main() {
     // A server process of the fleet scenario (fleet.rs), not a run.
@@ -135,6 +140,15 @@ fn main() {
             println!("\n### Redis CPU per script call\n\n{}", script_table(&rows));
         }
         println!("\nload harness: LOAD_ONLY=scripts: {DOCS} left as it was");
+        return;
+    }
+    // LOAD_ONLY=window: the batch window at the seed's rate, docs untouched.
+    if only.as_deref() == Some("window") {
+        println!(
+            "\n### (i) batch window\n\n{}",
+            window_table(&run_window(&redis, secs))
+        );
+        println!("\nload harness: LOAD_ONLY=window: {DOCS} left as it was");
         return;
     }
     // LOAD_ONLY=fleet / LOAD_ONLY=c1: that part alone, docs untouched.
@@ -227,6 +241,14 @@ fn main() {
         sections,
         "### (h) a fleet: {FLEET_PROCESSES} server processes on one Redis\n\n{}\n\n{table}\n",
         fleet_about()
+    );
+
+    let table = window_table(&run_window(&redis, secs));
+    println!("\n### (i) batch window\n\n{table}");
+    let _ = write!(
+        sections,
+        "### (i) one server of the seed's fleet: the batch window\n\n{}\n\n{table}\n",
+        window_about()
     );
 
     let inproc = in_process();

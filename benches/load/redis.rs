@@ -106,14 +106,14 @@ impl RedisServer {
         }
     }
 
-    /// `cmdstat_evalsha` + `cmdstat_eval` calls since the last reset.
-    pub fn script_calls(&self) -> u64 {
+    /// `cmdstat_evalsha` + `cmdstat_eval` calls and their µs since the
+    /// last reset.
+    pub fn script_stats(&self) -> (u64, u64) {
         let stats = self.commandstats();
         ["evalsha", "eval"]
             .iter()
             .filter_map(|c| cmdstat(&stats, c))
-            .map(|s| s.calls)
-            .sum()
+            .fold((0, 0), |(calls, usec), s| (calls + s.calls, usec + s.usec))
     }
 
     /// SIGSTOP until the guard is dropped.

@@ -203,6 +203,9 @@ pub struct Measured {
     pub stats: Stats,
     pub cpu: CpuUse,
     pub script_calls_per_sec: Option<f64>,
+    /// Redis's time inside those calls (`usec` of `INFO commandstats`), µs
+    /// per second.
+    pub script_usec_per_sec: Option<f64>,
     /// fleetlimit on Redis: the breaker's counters after the run.
     pub note: String,
 }
@@ -281,12 +284,14 @@ pub fn run_one(
         stats,
         cpu,
         script_calls_per_sec,
+        script_usec_per_sec,
     } = run;
     Measured {
         contender: c,
         stats,
         cpu,
         script_calls_per_sec,
+        script_usec_per_sec,
         note,
     }
 }
@@ -296,6 +301,7 @@ pub struct Run {
     pub stats: Stats,
     pub cpu: CpuUse,
     pub script_calls_per_sec: Option<f64>,
+    pub script_usec_per_sec: Option<f64>,
 }
 
 /// Loads servers already running at `addrs` for a warm-up and `secs`
@@ -321,8 +327,13 @@ pub fn measure(
     let cpu_before = CpuTimes::take(server, redis.pid());
     sleep_until(end);
     let cpu_after = CpuTimes::take(server, redis.pid());
-    let script_calls_per_sec =
-        count_scripts.then(|| redis.script_calls() as f64 / secs.as_secs_f64());
+    let per_sec = |n: u64| n as f64 / secs.as_secs_f64();
+    let (script_calls_per_sec, script_usec_per_sec) = if count_scripts {
+        let (calls, usec) = redis.script_stats();
+        (Some(per_sec(calls)), Some(per_sec(usec)))
+    } else {
+        (None, None)
+    };
     let tally = generator.join().expect("the load generator panicked");
     let generator_cpu = tally.cpu_ns;
     let stats = tally.stats(secs);
@@ -331,6 +342,7 @@ pub fn measure(
         stats,
         cpu,
         script_calls_per_sec,
+        script_usec_per_sec,
     }
 }
 
