@@ -28,13 +28,13 @@
 //!    peaks of scenario (a), latency from each request's scheduled time;
 //! 5. a fleet (fleet.rs): 4 server processes (this binary re-executed) on
 //!    the one Redis: its peak, 80 % of it, and bare axum at the same rate;
-//! 5b. one server of the seed's fleet (window.rs): 10,000 requests a
+//! 6. one server of the seed's fleet (window.rs): 10,000 requests a
 //!    second, open loop, without and with a batch window, beside bare axum;
-//! 6. the in-process overhead (inprocess.rs): the routers of
+//! 7. the in-process overhead (inprocess.rs): the routers of
 //!    `benches/hot_path.rs`, timed in turns;
-//! 7. measures what each rate-limit script costs Redis itself with
+//! 8. measures what each rate-limit script costs Redis itself with
 //!    `redis-benchmark` (skipped, with a note, if it is not installed);
-//! 8. prints the tables, computes issue 15's goals (goals.rs), appends them
+//! 9. prints the tables, computes issue 15's goals (goals.rs), appends them
 //!    to `docs/bench/runs.tsv`, writes the charts (`docs/bench/*.svg`,
 //!    charts.rs) and rewrites the section of `docs/benchmarks.md` between
 //!    `<!-- load:begin -->` and `<!-- load:end -->`, with the goals of the
