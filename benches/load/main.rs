@@ -115,6 +115,9 @@ use scenarios::{open_loop, run_scenario, scenarios, Measured};
 use scripts::script_costs;
 use window::{run_window, window_about, window_table};
 
+/// One part of a run, alone: its table.
+type Part = fn(&RedisServer, Duration) -> String;
+
 fn main() {
     // A server process of the fleet scenario (fleet.rs), not a run.
     if let Ok(which) = std::env::var(SERVE_ENV) {
@@ -142,22 +145,20 @@ fn main() {
         println!("\nload harness: LOAD_ONLY=scripts: {DOCS} left as it was");
         return;
     }
-    // LOAD_ONLY=window: the batch window at the seed's rate, docs untouched.
-    if only.as_deref() == Some("window") {
+    // LOAD_ONLY=fleet / window / c1: that part alone, docs untouched.
+    let part: Option<(&str, Part)> = match only.as_deref() {
+        Some("fleet") => Some(("(h) fleet", |r, secs| fleet_table(&run_fleet(r, secs)))),
+        Some("window") => Some(("(i) batch window", |r, secs| {
+            window_table(&run_window(r, secs))
+        })),
+        _ => None,
+    };
+    if let Some((title, run)) = part {
+        println!("\n### {title}\n\n{}", run(&redis, secs));
         println!(
-            "\n### (i) batch window\n\n{}",
-            window_table(&run_window(&redis, secs))
+            "\nload harness: LOAD_ONLY={}: {DOCS} left as it was",
+            only.unwrap_or_default()
         );
-        println!("\nload harness: LOAD_ONLY=window: {DOCS} left as it was");
-        return;
-    }
-    // LOAD_ONLY=fleet / LOAD_ONLY=c1: that part alone, docs untouched.
-    if only.as_deref() == Some("fleet") {
-        println!(
-            "\n### (h) fleet\n\n{}",
-            fleet_table(&run_fleet(&redis, secs))
-        );
-        println!("\nload harness: LOAD_ONLY=fleet: {DOCS} left as it was");
         return;
     }
     if only.as_deref() == Some("c1") {
