@@ -39,6 +39,15 @@ async fn app(
     ok_app(redis_config(server, prefix, deadline, &body)).await
 }
 
+/// One request of API key `key`.
+async fn get(app: &axum::Router, key: &str) -> http::Response<axum::body::Body> {
+    send(
+        app,
+        request("GET", "/", "127.0.0.1:9", &[("x-api-key", key)]),
+    )
+    .await
+}
+
 /// `n` requests of API key `key`, request i sent i ms after the first (a
 /// task each): their statuses in order.
 async fn spaced(app: &axum::Router, key: &'static str, n: u64) -> Vec<u16> {
@@ -47,8 +56,7 @@ async fn spaced(app: &axum::Router, key: &'static str, n: u64) -> Vec<u16> {
             let app = app.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(i)).await;
-                let req = request("GET", "/", "127.0.0.1:9", &[("x-api-key", key)]);
-                send(&app, req).await.status().as_u16()
+                get(&app, key).await.status().as_u16()
             })
         })
         .collect();
@@ -95,11 +103,7 @@ async fn a_lone_check_waits_the_window_and_no_more() {
     let app = app(&server, &prefix, "2s", Some("10ms")).await;
     for round in 0..3 {
         let started = Instant::now();
-        let res = send(
-            &app,
-            request("GET", "/", "127.0.0.1:9", &[("x-api-key", "lone")]),
-        )
-        .await;
+        let res = get(&app, "lone").await;
         let took = started.elapsed();
         assert_eq!(res.status(), 200, "round {round}");
         assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 4 - round);
@@ -118,11 +122,7 @@ async fn redis_frozen_or_gone_costs_the_window_and_the_deadline() {
     let prefix = prefix("window-frozen");
     let deadline = Duration::from_millis(200);
     let app = app(&server, &prefix, "200ms", Some("10ms")).await;
-    let res = send(
-        &app,
-        request("GET", "/", "127.0.0.1:9", &[("x-api-key", "a")]),
-    )
-    .await;
+    let res = get(&app, "a").await;
     assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 4);
 
     server.freeze();
@@ -141,11 +141,7 @@ async fn redis_frozen_or_gone_costs_the_window_and_the_deadline() {
     let statuses = spaced(&app, "c", 20).await;
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let started = Instant::now();
-    let res = send(
-        &app,
-        request("GET", "/", "127.0.0.1:9", &[("x-api-key", "d")]),
-    )
-    .await;
+    let res = get(&app, "d").await;
     assert_eq!(res.status(), 200);
     assert!(started.elapsed() < WINDOW + deadline + Duration::from_secs(1));
 }
