@@ -48,7 +48,8 @@
 //! `LOAD_ONLY=scripts` runs only the script costs, `LOAD_ONLY=c1` only the
 //! one-connection scenario and its Redis round trip, `LOAD_ONLY=fleet` only
 //! the fleet, `LOAD_ONLY=window` only the batch window at the seed's rate
-//! (window.rs) (docs untouched).
+//! (window.rs), `LOAD_ONLY=cluster` only the seed's server on a 3-primary
+//! Cluster (cluster.rs) (docs untouched).
 //! `LOAD_ONLY=<part of a contender's name>` (several: `a|b`) (e.g. `LOAD_ONLY="fleetlimit
 //! (Redis)"`) runs only the matching contenders of the closed-loop
 //! scenarios, skips the rest and leaves the docs alone: for profiling one contender (`perf record
@@ -72,6 +73,7 @@
 
 mod c1;
 mod charts;
+mod cluster;
 mod contenders;
 mod cpu;
 mod figures;
@@ -97,6 +99,7 @@ use std::time::{Duration, Instant};
 
 use c1::{c1_summary, redis_rtt};
 use charts::{Bar, Line};
+use cluster::{cluster_table, run_cluster};
 use contenders::{
     Contender, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT, FLEET_REDIS_LEASE,
     FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, PEER,
@@ -150,6 +153,9 @@ fn main() {
         Some("fleet") => Some(("(h) fleet", |r, secs| fleet_table(&run_fleet(r, secs)))),
         Some("window") => Some(("(i) batch window", |r, secs| {
             window_table(&run_window(r, secs))
+        })),
+        Some("cluster") => Some(("the seed's server on a 3-primary Cluster", |_, secs| {
+            run_cluster(secs).map_or_else(|| "skipped".into(), |r| cluster_table(&r))
         })),
         _ => None,
     };

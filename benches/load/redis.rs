@@ -17,6 +17,11 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With more `redis-server` arguments (a Cluster node's).
+    pub fn start_with(extra: &[&str]) -> Self {
         let port = StdTcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free loopback port")
@@ -35,6 +40,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
