@@ -146,6 +146,34 @@ async fn redis_frozen_or_gone_costs_the_window_and_the_deadline() {
     assert!(started.elapsed() < WINDOW + deadline + Duration::from_secs(1));
 }
 
+/// A request given up on while its check waits in the window (the client
+/// went away: its future dropped) is never sent: its key is not charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_given_up_in_the_window_charges_nothing() {
+    let server = RedisServer::start();
+    let prefix = prefix("window-gone");
+    let app = app(&server, &prefix, "2s", Some("10ms")).await;
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    {
+        // Polled once: its check is queued (the store is asked on the first
+        // poll), then the request is dropped, long before the window ends.
+        let request = get(&app, "gone");
+        tokio::pin!(request);
+        tokio::select! {
+            biased;
+            _ = &mut request => panic!("answered before its window ended"),
+            () = tokio::task::yield_now() => {}
+        }
+    }
+    // Past the window, and a call's round trip.
+    tokio::time::sleep(WINDOW * 5).await;
+    assert_eq!(server.script_calls(), 0, "the dropped check was not sent");
+    assert!(server.keys_with_pttl(&prefix).is_empty(), "nothing charged");
+    // The key is whole for the next request.
+    let res = get(&app, "gone").await;
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 4);
+}
+
 /// A bad window fails at start-up, at its line and column.
 #[test]
 fn bad_windows_are_refused_with_their_place() {

@@ -183,12 +183,9 @@ impl Batcher {
                     }
                     queued = now_queued;
                 }
-                let mut jobs = vec![first];
-                while jobs.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(job) => jobs.push(job),
-                        Err(_) => break,
-                    }
+                let jobs = take_batch(first, &mut rx);
+                if jobs.is_empty() {
+                    continue;
                 }
                 let (pool, scripts) = (pool.clone(), Arc::clone(&scripts));
                 tokio::spawn(async move {
@@ -235,6 +232,22 @@ impl Batcher {
     }
 }
 
+/// `first` and what is queued behind it, up to a batch, without the
+/// checks whose caller has gone (its request cancelled while it waited):
+/// a check given up on before its call goes out is never sent, so it
+/// charges nothing.
+fn take_batch(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+    let mut jobs = vec![first];
+    while jobs.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(job) => jobs.push(job),
+            Err(_) => break,
+        }
+    }
+    jobs.retain(|j| !j.reply.is_closed());
+    jobs
+}
+
 /// The batch window's draining thread: a batch goes out when its first
 /// check has waited `window` since it was queued, or at once when a full
 /// batch is queued; its call runs on the layer's runtime (`io`).
@@ -252,12 +265,9 @@ fn windowed(
             let until = first.at.unwrap_or_else(Instant::now) + window;
             std::thread::sleep(until.saturating_duration_since(Instant::now()));
         }
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
+        let jobs = take_batch(first, &mut rx);
+        if jobs.is_empty() {
+            continue;
         }
         let (pool, scripts) = (pool.clone(), Arc::clone(scripts));
         io.spawn(async move {
