@@ -74,7 +74,12 @@ pub fn redis_rtt(redis: &RedisServer) -> Option<Rtt> {
         command: format!(
             "redis-benchmark -c 1 -n {n} -r 10000 --csv EVALSHA <sha> 1 {} {}",
             case.key,
-            case.args.join(" ")
+            // As sent: the head (an empty "not after" first) then the
+            // arguments, an empty one written as the shell takes it.
+            (case.head.iter().chain(case.args))
+                .map(|a| if a.is_empty() { "\"\"" } else { a })
+                .collect::<Vec<_>>()
+                .join(" ")
         ),
     })
 }
