@@ -162,8 +162,8 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         text: Text::Inline(FLEETLIMIT_DECIDE),
         // Four keys: redis-benchmark draws each `__rand_int__` on its own.
         key: "rl:per-key:{key-__rand_int__}",
-        // cost, slot id (unused), then per limit: algorithm, capacity,
-        // refill/s, shadow
+        // not after ("": no bound), cost, slot id (unused), then per
+        // limit: algorithm, capacity, refill/s, shadow
         head: &["", "1", "-"],
         args: &["t", "1000", "1000", "0"],
         library_sha: Some(RedisStore::script_sha),
@@ -173,7 +173,8 @@ pub const FLEETLIMIT_SCRIPTS: &[ScriptCase] = &[
         name: "fleetlimit decision script (lua/*.lua concatenated, one concurrency limit)",
         text: Text::Inline(FLEETLIMIT_DECIDE),
         key: "rl:in-flight:{key-__rand_int__}",
-        // cost, slot id, then: algorithm, max_in_flight, max_hold ms, shadow
+        // not after ("": no bound), cost, slot id, then: algorithm,
+        // max_in_flight, max_hold ms, shadow
         // (a slot is never released here: each key fills to 1000 at most)
         head: &["", "1", "s-__rand_int__"],
         args: &["c", "1000", "60000", "0"],
