@@ -65,14 +65,10 @@ impl Cluster {
         Some(c)
     }
 
-    /// `redis-cluster://` naming every node.
+    /// `redis-cluster://` with one seed node: fred learns the others from
+    /// it (`CLUSTER SLOTS`).
     pub fn url(&self) -> String {
-        let mut url = format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port);
-        for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            url.push(if i == 1 { '?' } else { '&' });
-            url.push_str(&format!("node=127.0.0.1:{}", n.port));
-        }
-        url
+        format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port)
     }
 }
 
