@@ -118,6 +118,7 @@ mod plan;
 #[cfg(feature = "postgres")]
 mod plan_postgres;
 mod record;
+mod region;
 mod reload;
 mod request;
 #[cfg(feature = "redis")]

@@ -159,6 +159,7 @@ impl ConfigBuilder {
             v.www_authenticate(self.www_authenticate.as_deref(), at.www_authenticate)?;
         Ok(Config {
             redis: self.redis,
+            regions: None,
             deadline,
             key_prefix: prefix.into(),
             key_secret,

@@ -153,6 +153,8 @@ impl<T> fmt::Debug for Hidden<T> {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) redis: Option<RedisSettings>,
+    /// `[regions]`: this instance's region and the others (`region/`).
+    pub(crate) regions: Option<crate::region::Regions>,
     pub(crate) deadline: Duration,
     pub(crate) key_prefix: Arc<str>,
     /// What API keys are hashed with in Redis key names.

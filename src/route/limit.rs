@@ -49,6 +49,8 @@ pub(crate) struct Limit {
     pub(crate) escalation_log: [Throttle; 2],
     /// Its decisions are written to a Redis stream (`record.rs`).
     pub(crate) record: Option<RecordConfig>,
+    /// `scope = "global"`: decided against this region's share (`region/`).
+    pub(crate) global: Option<crate::region::Global>,
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per
@@ -104,6 +106,7 @@ impl Limit {
             on_exceed: OnExceed::Refuse,
             escalation_log: Default::default(),
             record: None,
+            global: None,
         }
     }
 

@@ -90,8 +90,11 @@ fn needs_only_its_bucket(l: &Limit) -> bool {
         on_exceed,
         escalation_log: _,
         record,
+        // A share of the key's quota is looked up per request.
+        global,
     } = l;
     plans.is_empty()
+        && global.is_none()
         && !shadow
         && failures.is_none()
         && *on_exceed == OnExceed::Refuse

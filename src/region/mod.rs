@@ -1,0 +1,60 @@
+//! Regions: one global limit across regions that each keep their own
+//! Redis. A request is decided by its own region's Redis in one call, as
+//! any other, against that region's **quota** of the key: a share of the
+//! limit's burst and refill. A background exchange moves quota toward the
+//! regions that use it, and the sum of a key's shares never exceeds the
+//! whole limit, at any moment, whatever is partitioned (`docs/regions.md`:
+//! the protocol, its bound, what each failure does, with a picture).
+//!
+//! The parts, in the order a request meets them:
+//!
+//! - [`Regions`] and [`Global`]: `[regions]` and a limit's
+//!   `scope = "global"`, validated by `crate::config`.
+//! - `share.rs`: this instance's view of its region's shares, read from
+//!   the region's Redis every quarter interval and trusted for three
+//!   quarters. A global token bucket of share `s` is decided as a bucket of
+//!   `s ×` the burst and `s ×` the refill: the same script, the same key,
+//!   the same stored state (GCRA's burst in µs, capacity × emission
+//!   interval, does not change with `s`; a token's step does). A view too
+//!   old to be trusted is a Redis failure (the route's `on_redis_error`).
+//! - `demand.rs`: what each key was offered here this interval, bounded,
+//!   published to the region's Redis at the interval's end.
+//! - `exchange.rs`: once an interval, one instance per region (a lock in
+//!   its Redis) reads every reachable region's demand and shares, works
+//!   out the same targets every region would, and gives its region's
+//!   excess away: its share is lowered first, the quota is held for longer
+//!   than any view of the old share is trusted, then released and pushed
+//!   to the receivers, which rescale the key's bucket (tokens kept, never
+//!   made) before they raise their share. Totals given and received are
+//!   cumulative, so a push repeated or lost is harmless: quota in flight is
+//!   missing for a while, never counted twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A whole limit, in the parts-per-million shares are counted in (integers
+/// in Redis, so a sum is exact).
+pub(crate) const WHOLE: u32 = 1_000_000;
+
+/// `[regions]` after validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Regions {
+    /// This instance's region: an index into `names`.
+    pub(crate) this: usize,
+    /// Every region, in the order the configuration wrote them.
+    pub(crate) names: Box<[Arc<str>]>,
+    /// The Redis URL this region's exchange reaches each region by, in the
+    /// order of `names` (this region's own entry is not used: the exchange
+    /// uses the layer's own Redis).
+    pub(crate) links: Box<[String]>,
+    /// How often quotas move (and a fourth of it: how often views are read).
+    pub(crate) interval: Duration,
+}
+
+/// A limit's `scope = "global"`: its share in each region before any
+/// exchange, in [`WHOLE`]s, in the order of [`Regions::names`] (their sum is
+/// at most [`WHOLE`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Global {
+    pub(crate) split: Box<[u32]>,
+}
