@@ -372,6 +372,15 @@ async fn start_redis_tasks(
     if let Some(shedder) = core.shedder() {
         shedder.start_fleet_signal(own.store.pool().clone(), cfg.shed_fleet_key());
     }
+    if let Some(rt) = &core.regions {
+        let pool = own.store.pool().clone();
+        crate::region::start(
+            rt,
+            pool,
+            Arc::clone(&cfg.key_prefix),
+            Arc::clone(&own.instance),
+        );
+    }
     if let Some(hb) = cfg.heartbeat {
         let key = cfg.heartbeat_key();
         let fleet = Arc::downgrade(core.fleet_handle());

@@ -30,6 +30,7 @@ use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Limiter, Pending, R
 use crate::algorithm::LimitState;
 use crate::answer::{self as response, refusing, retry_after_secs, Item, RateHeaders, Rejection};
 use crate::record::Via;
+use crate::region::Runtime;
 use crate::route::FailurePolicy;
 use crate::store::{Bucket, Check, StoreError};
 
@@ -89,7 +90,7 @@ impl Limiter {
     /// Steps 2 to 4 that need no waiting, plans known. `Continue`: ask
     /// the store with these buckets.
     fn decide_here(self: &Arc<Self>, p: &mut Pending) -> ControlFlow<Decision, Buckets> {
-        let buckets = match buckets(p) {
+        let buckets = match buckets(p, self.core.regions.as_deref()) {
             Ok(buckets) => buckets,
             Err(r) => return ControlFlow::Break(Decision::Reject(r)),
         };
@@ -180,6 +181,10 @@ impl Limiter {
             cost: f64::from(p.cost),
             buckets: buckets.into_vec(),
         };
+        if p.quota_unknown {
+            let why = "this region's quota of a global limit is not known: its Redis has not been read for too long";
+            return self.fall_back(&p, check, &StoreError::Unavailable(why.into()));
+        }
         if let Some(d) = lease::take::leased(self, &p, &check).await {
             return d;
         }
@@ -398,19 +403,32 @@ impl<'a> Answered<'a> {
 }
 
 /// Each limit's bucket under the caller's plan (the key strings move into
-/// it); or `413` when the cost can never fit.
+/// it); or `413` when the cost can never fit. A global limit's bucket is
+/// its region's share of it (`region/`), and its demand is counted.
 // The refusal is rare and built once; boxing it would cost every caller.
 #[allow(clippy::result_large_err)]
-fn buckets(p: &mut Pending) -> Result<Buckets, Rejection> {
+fn buckets(p: &mut Pending, regions: Option<&Runtime>) -> Result<Buckets, Rejection> {
     let mut buckets = Buckets::with_capacity(p.keys.len());
     for (limit, k) in p.policy.limits.iter().zip(&mut p.keys) {
-        let rule = limit.rule_for(k.plan.as_deref());
-        k.rule = rule;
+        let mut rule = limit.rule_for(k.plan.as_deref());
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {
             return Err(response::too_costly(&**limit, p.cost, rule.capacity()));
         }
+        if limit.global.is_some() {
+            match regions.and_then(|r| r.quota(&limit.name)) {
+                Some(q) => {
+                    q.offer(&k.key, p.cost);
+                    match q.share(&k.key) {
+                        Some(share) => rule = rule.quota(share),
+                        None => p.quota_unknown = true,
+                    }
+                }
+                None => p.quota_unknown = true,
+            }
+        }
+        k.rule = rule;
         buckets.push(Bucket {
             key: std::mem::take(&mut k.key),
             rule,

@@ -95,6 +95,9 @@ pub(crate) struct Core {
     /// Writes the decisions of limits with `record` to Redis (unset: no
     /// Redis, or no limit has recorded yet).
     pub(super) recorder: OnceLock<Recorder>,
+    /// Global limits' quotas in this region (`None`: no `[regions]` or no
+    /// global limit); kept across reloads, as the exchange that feeds it.
+    pub(crate) regions: Option<Arc<crate::region::Runtime>>,
     /// The builder's plan resolver, cost functions and refusal hook, which
     /// every configuration uses.
     pub(super) extras: Extras,
@@ -217,6 +220,7 @@ impl Limiter {
             slot_ids: slot::SlotIds::new(),
             leases: Leases::new(cfg.memory_max_keys),
             recorder,
+            regions: crate::region::Runtime::new(cfg.regions.as_ref(), &cfg.limits),
             extras,
         };
         Self::on(Arc::new(core), cfg)

@@ -44,6 +44,9 @@ pub(crate) struct Pending {
     /// When Redis was asked: a refusal is remembered from then, as Redis
     /// decided it after that (see `refused.rs`).
     pub(super) asked_at: Option<tokio::time::Instant>,
+    /// A global limit's share in this region is not known now (`region/`):
+    /// decided as if Redis had failed.
+    pub(super) quota_unknown: bool,
 }
 
 pub(super) struct PendingKey {
@@ -166,6 +169,7 @@ pub(super) fn keys<B>(
         keys,
         resets_seen: 0,
         asked_at: None,
+        quota_unknown: false,
     })
 }
 

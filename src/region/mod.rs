@@ -58,3 +58,26 @@ pub(crate) struct Regions {
 pub(crate) struct Global {
     pub(crate) split: Box<[u32]>,
 }
+
+#[cfg(feature = "redis")]
+mod exchange;
+mod share;
+
+#[cfg(feature = "redis")]
+pub(crate) use self::exchange::start;
+pub(crate) use self::share::Runtime;
+
+/// What the exchange did, since the layer was built.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Shares given away, summed (in [`WHOLE`]s).
+    pub(crate) moved: std::sync::atomic::AtomicU64,
+    /// Hand-offs (one key, one cycle).
+    pub(crate) rebalanced: std::sync::atomic::AtomicU64,
+    /// Given or held but not yet received, at the last cycle.
+    pub(crate) in_flight: std::sync::atomic::AtomicU64,
+    /// Calls to any region's Redis.
+    pub(crate) calls: std::sync::atomic::AtomicU64,
+    /// Cycles this instance ran.
+    pub(crate) cycles: std::sync::atomic::AtomicU64,
+}

@@ -69,6 +69,12 @@ pub struct Relay {
 impl Relay {
     /// A relay on a free loopback port in front of `127.0.0.1:target`.
     pub fn start(target: u16) -> Self {
+        Self::with_latency(target, Duration::ZERO)
+    }
+
+    /// The same, each command held `latency` before it is forwarded: a
+    /// round trip that long, as between regions.
+    pub fn with_latency(target: u16, latency: Duration) -> Self {
         let port = super::free_port();
         let (mode, watch_rx) = watch::channel(Mode::Open);
         let accepted = Arc::new(Mutex::new(0));
@@ -86,7 +92,7 @@ impl Relay {
                     .unwrap();
                 rt.block_on(async move {
                     tokio::select! {
-                        () = serve(port, target, watch_rx, count, last, ready_tx) => {}
+                        () = serve(port, target, latency, watch_rx, count, last, ready_tx) => {}
                         _ = stopped => {}
                     }
                 });
@@ -184,6 +190,7 @@ impl Drop for Relay {
 async fn serve(
     port: u16,
     target: u16,
+    latency: Duration,
     mut mode: watch::Receiver<Mode>,
     accepted: Arc<Mutex<u64>>,
     answered: Arc<Mutex<std::time::Instant>>,
@@ -218,7 +225,7 @@ async fn serve(
                         continue;
                     };
                     *accepted.lock().unwrap() += 1;
-                    tokio::spawn(pipe(client, server, mode.clone(), Arc::clone(&answered)));
+                    tokio::spawn(pipe(client, server, latency, mode.clone(), Arc::clone(&answered)));
                 }
                 changed = mode.changed() => {
                     if changed.is_err() || *mode.borrow() == Mode::Cut {
@@ -235,6 +242,7 @@ async fn serve(
 async fn pipe(
     client: TcpStream,
     server: TcpStream,
+    latency: Duration,
     mode: watch::Receiver<Mode>,
     answered: Arc<Mutex<std::time::Instant>>,
 ) {
@@ -247,8 +255,8 @@ async fn pipe(
     let _ = server.set_zero_linger();
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = copy(cr, sw, mode.clone(), None);
-    let down = copy(sr, cw, mode.clone(), Some(answered));
+    let up = copy(cr, sw, latency, mode.clone(), None);
+    let down = copy(sr, cw, Duration::ZERO, mode.clone(), Some(answered));
     let _ = tokio::join!(up, down);
 }
 
@@ -259,6 +267,7 @@ async fn pipe(
 async fn copy(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
+    latency: Duration,
     mut mode: watch::Receiver<Mode>,
     answered: Option<Arc<Mutex<std::time::Instant>>>,
 ) {
@@ -291,6 +300,9 @@ async fn copy(
                     if m == Mode::Cut { return }
                     if flows(m) { break }
                     if mode.changed().await.is_err() { return }
+                }
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
                 }
                 if to.write_all(&buf[..n]).await.is_err() {
                     break;

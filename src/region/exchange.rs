@@ -1,0 +1,695 @@
+//! The background exchange: each instance, every quarter interval, reads
+//! its region's shares into its view (`share.rs`); at each interval's end
+//! it publishes the demand it counted; a quarter interval later, the one
+//! instance holding the region's lock moves quota.
+//!
+//! A cycle, for each global limit, in region X:
+//! 1. read X's shares, demand of the interval just ended, quota held and
+//!    given; read the same of every other region reachable within a
+//!    quarter interval (its shares, demand, and what it received);
+//! 2. for each key some region asked for, or whose shares moved: the
+//!    targets ([`targets`]), the same in every region that sees the same
+//!    figures; when X holds more than its target by at least
+//!    [`HYSTERESIS`] and has no hand-off of the key under way, it lowers its
+//!    share (a compare-and-set on the share it read) and holds the excess
+//!    for the receivers for longer than any view is trusted;
+//! 3. moves what was held long enough to `given` (cumulative), and pushes
+//!    each receiver its total: the receiver rescales the key's bucket
+//!    (tokens kept), then raises its share by what it has not yet received
+//!    (a compare-and-set on its share and on what it had received).
+//!
+//! Nothing in a cycle can raise a sum of shares: a share rises only by a
+//! push, by at most what another region gave, once (the totals are
+//! cumulative), after that region lowered its own.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fred::clients::Pool;
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use tokio::time::Instant;
+
+use super::share::{Quota, Runtime};
+use super::WHOLE;
+use crate::algorithm::LeanArgs;
+use crate::config::RedisSettings;
+use crate::store::redis::connect::{build_pool, fred_config};
+use crate::store::redis::reply::map_err;
+use crate::store::StoreError;
+
+const SCRIPT: &str = include_str!("../../lua/region.lua");
+const RESCALE: &str = concat!(
+    include_str!("../../lua/token_bucket.lua"),
+    include_str!("../../lua/token_bucket_rescale.lua")
+);
+
+/// A region asking for nothing still keeps this fraction of a key's
+/// weight, so it can admit a little and be seen asking.
+const FLOOR: f64 = 0.02;
+/// The least excess a region gives away: smaller moves are churn.
+pub(crate) const HYSTERESIS: u32 = WHOLE / 100;
+/// The most keys a cycle considers per limit, and an instance publishes
+/// per limit and interval: exchange traffic is bounded per interval.
+pub(crate) const MAX_KEYS: usize = 1000;
+/// How long the exchange's hashes live without a cycle touching them.
+const KEEP: Duration = Duration::from_secs(86_400);
+
+/// Starts this instance's exchange; it ends with the runtime.
+pub(crate) fn start(rt: &Arc<Runtime>, own: Pool, prefix: Arc<str>, instance: Arc<str>) {
+    let links = connect_links(rt);
+    let weak = Arc::downgrade(rt);
+    tokio::spawn(run(weak, own, links, prefix, instance));
+}
+
+/// A pool of one to each other region (`None` for this one, or a link
+/// whose URL fred refuses: that region is unreachable).
+fn connect_links(rt: &Runtime) -> Vec<Option<Pool>> {
+    let timeout = quarter(rt);
+    let r = &rt.regions;
+    r.links
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            if i == r.this {
+                return None;
+            }
+            let settings = RedisSettings {
+                url: url.clone(),
+                ..RedisSettings::default()
+            };
+            let pool = fred_config(&settings)
+                .and_then(|(c, _)| build_pool(c, 1, timeout, timeout))
+                .map_err(|e| {
+                    tracing::warn!(target: "fleetlimit", region = &*r.names[i], error = %e, "the exchange cannot reach this region");
+                })
+                .ok()?;
+            let _ = pool.connect_pool();
+            Some(pool)
+        })
+        .collect()
+}
+
+fn quarter(rt: &Runtime) -> Duration {
+    (rt.regions.interval / 4).max(Duration::from_millis(1))
+}
+
+fn unix_ms() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn run(
+    rt: Weak<Runtime>,
+    own: Pool,
+    links: Vec<Option<Pool>>,
+    prefix: Arc<str>,
+    instance: Arc<str>,
+) {
+    let links = Arc::new(links);
+    loop {
+        let Some(q) = rt.upgrade().map(|r| quarter(&r)) else {
+            return;
+        };
+        // Quarters aligned on the wall clock, so a region's instances
+        // publish and exchange in step (an interval is `4 × q`).
+        let q_ms = u64::try_from(q.as_millis()).unwrap_or(1).max(1);
+        let now = unix_ms();
+        tokio::time::sleep(Duration::from_millis(q_ms - now % q_ms)).await;
+        let Some(rt) = rt.upgrade() else {
+            return;
+        };
+        let tick = unix_ms() / q_ms;
+        refresh(&rt, &own, &prefix).await;
+        match tick % 4 {
+            0 => publish(&rt, &own, &prefix, tick / 4 - 1).await,
+            1 => {
+                if lock(&rt, &own, &prefix, &instance).await {
+                    let (rt, own, links, prefix) = (
+                        Arc::clone(&rt),
+                        own.clone(),
+                        Arc::clone(&links),
+                        Arc::clone(&prefix),
+                    );
+                    // Its own task: views keep being read meanwhile.
+                    tokio::spawn(async move {
+                        let epoch = tick / 4 - 1;
+                        for quota in rt.quotas.iter() {
+                            cycle(&rt, quota, &own, &links, &prefix, epoch).await;
+                        }
+                        rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The name of one of a limit's exchange hashes (one hash tag per limit).
+fn hash(prefix: &str, limit: &str, part: &str) -> String {
+    format!("{prefix}:regions:{{{limit}}}:{part}")
+}
+
+fn options(rt: &Runtime) -> Options {
+    Options {
+        timeout: Some(quarter(rt)),
+        fail_fast: true,
+        max_attempts: Some(1),
+        ..Options::default()
+    }
+}
+
+/// One call of `script`, on the slot of `keys[0]`.
+async fn eval(
+    rt: &Runtime,
+    pool: &Pool,
+    script: &'static str,
+    keys: Vec<String>,
+    args: Vec<Value>,
+) -> Result<Value, StoreError> {
+    rt.stats.calls.fetch_add(1, Ordering::Relaxed);
+    let slot = ClusterHash::Custom(fred::util::redis_keyslot(keys[0].as_bytes()));
+    let cmd = CustomCommand::new_static("EVAL", slot, false);
+    let mut all: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+    all.push(script.into());
+    all.push((keys.len() as i64).into());
+    all.extend(keys.into_iter().map(Value::from));
+    all.extend(args);
+    pool.with_options(&options(rt))
+        .custom(cmd, all)
+        .await
+        .map_err(map_err)
+}
+
+/// `region.lua`'s arguments: the hashes' expiry and the step, then `rest`.
+fn step(name: &'static str, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    let keep = i64::try_from(KEEP.as_millis()).unwrap_or(i64::MAX);
+    [keep.into(), name.into()].into_iter().chain(rest).collect()
+}
+
+/// A `HGETALL` answer as a map.
+fn map(v: Value) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut it = v.into_array().into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        if let (Some(k), Some(v)) = (k.as_string(), v.as_string()) {
+            out.insert(k, v);
+        }
+    }
+    out
+}
+
+/// A share as stored: a count of [`WHOLE`]s; anything else is none at all
+/// (a region never decides on a share it cannot read as one).
+fn ppm(s: &str) -> u32 {
+    s.parse::<u32>().map_or(0, |n| n.min(WHOLE))
+}
+
+/// Reads this region's shares of every global limit into the views.
+async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) {
+    let keys: Vec<String> = rt
+        .quotas
+        .iter()
+        .map(|q| hash(prefix, &q.name, "share"))
+        .collect();
+    // One call per limit: a Cluster puts each limit's hashes on its slot.
+    for (q, key) in rt.quotas.iter().zip(keys) {
+        let sent = Instant::now();
+        match eval(rt, own, SCRIPT, vec![key], step("read", [])).await {
+            Ok(v) => {
+                let shares = v
+                    .into_array()
+                    .into_iter()
+                    .next()
+                    .map(map)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k.into_boxed_str(), ppm(&v)))
+                    .collect();
+                q.set_view(shares, sent, rt.trusted_for());
+            }
+            Err(e) => {
+                tracing::debug!(target: "fleetlimit", limit = &*q.name, error = %e, "this region's quotas could not be read; the last view stands until it is too old");
+            }
+        }
+    }
+}
+
+/// Adds what this instance counted in interval `epoch` to its region's
+/// demand of that interval.
+async fn publish(rt: &Runtime, own: &Pool, prefix: &str, epoch: u64) {
+    for q in rt.quotas.iter() {
+        let demand = q.take_demand(MAX_KEYS);
+        if demand.is_empty() {
+            continue;
+        }
+        let key = hash(prefix, &q.name, &format!("demand:{epoch}"));
+        let pairs = demand.into_iter().flat_map(|(k, n)| {
+            [
+                Value::from(String::from(k)),
+                Value::from(i64::try_from(n).unwrap_or(i64::MAX)),
+            ]
+        });
+        if let Err(e) = eval(rt, own, SCRIPT, vec![key], step("count", pairs)).await {
+            tracing::debug!(target: "fleetlimit", limit = &*q.name, error = %e, "demand not published");
+        }
+    }
+}
+
+/// Whether this instance runs its region's cycle now (a lock in its
+/// Redis for half an interval). Two cycles at once would only repeat
+/// each other: every change is a compare-and-set.
+async fn lock(rt: &Runtime, own: &Pool, prefix: &str, instance: &str) -> bool {
+    let key = format!("{prefix}:regions:lock");
+    let half = i64::try_from((rt.regions.interval / 2).as_millis()).unwrap_or(i64::MAX);
+    let slot = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+    let cmd = CustomCommand::new_static("SET", slot, false);
+    let args: Vec<Value> = vec![
+        key.into(),
+        instance.into(),
+        "NX".into(),
+        "PX".into(),
+        half.max(1).into(),
+    ];
+    matches!(
+        own.with_options(&options(rt))
+            .custom::<Value, _>(cmd, args)
+            .await,
+        Ok(Value::String(_))
+    )
+}
+
+/// What a cycle read of one region.
+#[derive(Default)]
+struct Seen {
+    shares: HashMap<String, String>,
+    demand: HashMap<String, String>,
+    /// This region: what it holds for others; another: what it received.
+    held_or_got: HashMap<String, String>,
+    /// This region only: what it gave, in total.
+    given: HashMap<String, String>,
+}
+
+impl Seen {
+    fn share(&self, key: &str, default: u32) -> u32 {
+        self.shares.get(key).map_or(default, |s| ppm(s))
+    }
+    fn demand(&self, key: &str) -> u64 {
+        self.demand
+            .get(key)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn num(m: &HashMap<String, String>, field: &str) -> u64 {
+    m.get(field)
+        .and_then(|v| v.split(':').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One cycle of one global limit (see the module's text).
+async fn cycle(
+    rt: &Runtime,
+    quota: &Quota,
+    own: &Pool,
+    links: &[Option<Pool>],
+    prefix: &str,
+    epoch: u64,
+) {
+    let r = &rt.regions;
+    let x = r.this;
+    let name = &*quota.name;
+    let h = |part: &str| hash(prefix, name, part);
+    let demand_key = h(&format!("demand:{epoch}"));
+    // 1. What every reachable region holds and asked for.
+    let own_keys = vec![h("share"), demand_key.clone(), h("held"), h("given")];
+    let Ok(v) = eval(rt, own, SCRIPT, own_keys, step("read", [])).await else {
+        return;
+    };
+    let mut it = v.into_array().into_iter().map(map);
+    let mine = Seen {
+        shares: it.next().unwrap_or_default(),
+        demand: it.next().unwrap_or_default(),
+        held_or_got: it.next().unwrap_or_default(),
+        given: it.next().unwrap_or_default(),
+    };
+    let reads = links.iter().map(|link| async {
+        let link = link.as_ref()?;
+        let keys = vec![h("share"), demand_key.clone(), h("got")];
+        let v = eval(rt, link, SCRIPT, keys, step("read", [])).await.ok()?;
+        let mut it = v.into_array().into_iter().map(map);
+        Some(Seen {
+            shares: it.next().unwrap_or_default(),
+            demand: it.next().unwrap_or_default(),
+            held_or_got: it.next().unwrap_or_default(),
+            given: HashMap::new(),
+        })
+    });
+    let mut seen: Vec<Option<Seen>> = futures_join(reads).await;
+    seen[x] = Some(mine);
+    let mine = seen[x].as_ref().expect("this region's read");
+
+    // 2. Keys to consider: asked for anywhere, or away from the split here.
+    let mut asked: HashMap<&str, u64> = HashMap::new();
+    for s in seen.iter().flatten() {
+        for (k, n) in &s.demand {
+            *asked.entry(k).or_default() += n.parse::<u64>().unwrap_or(0);
+        }
+    }
+    let mut keys: Vec<&str> = asked.keys().copied().collect();
+    if keys.len() > MAX_KEYS {
+        keys.select_nth_unstable_by(MAX_KEYS, |a, b| asked[b].cmp(&asked[a]));
+        keys.truncate(MAX_KEYS);
+    }
+    let mut keys: BTreeSet<&str> = keys.into_iter().collect();
+    for k in mine.shares.keys().take(MAX_KEYS) {
+        keys.insert(k);
+    }
+    let mut in_flight = 0u64;
+    let mut busy: BTreeSet<&str> = BTreeSet::new();
+    for (field, v) in mine.held_or_got.iter().chain(&mine.given) {
+        let Some((k, to)) = field.rsplit_once('|') else {
+            continue;
+        };
+        let amount = v
+            .split(':')
+            .next()
+            .and_then(|a| a.parse::<u64>().ok())
+            .unwrap_or(0);
+        let got = r
+            .names
+            .iter()
+            .position(|n| **n == *to)
+            .and_then(|y| seen[y].as_ref())
+            .map(|s| num(&s.held_or_got, &format!("{k}|{}", r.names[x])));
+        // Given and received: nothing under way. Unreachable: unknown.
+        let under_way = if mine.given.contains_key(field) {
+            got.map_or(1, |g| amount.saturating_sub(g))
+        } else {
+            amount
+        };
+        if under_way > 0 {
+            in_flight += under_way;
+            busy.insert(k);
+        }
+    }
+    rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
+    for key in keys {
+        if busy.contains(key) {
+            continue;
+        }
+        let shares: Vec<Option<u32>> = seen
+            .iter()
+            .enumerate()
+            .map(|(y, s)| s.as_ref().map(|s| s.share(key, quota.split[y])))
+            .collect();
+        let offered: Vec<u64> = seen
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |s| s.demand(key)))
+            .collect();
+        let targets = targets(&shares, &offered, &quota.split);
+        let (Some(have), Some(want)) = (shares[x], targets[x]) else {
+            continue;
+        };
+        let excess = have.saturating_sub(want);
+        if excess < HYSTERESIS {
+            continue;
+        }
+        let gifts = split_excess(excess, &shares, &targets);
+        let total: u32 = gifts.iter().map(|g| g.1).sum();
+        if total == 0 {
+            continue;
+        }
+        give(rt, quota, own, prefix, key, mine, have - total, &gifts).await;
+    }
+
+    // 3. Release what was held long enough, and push every total given.
+    let keys = vec![h("held"), h("given")];
+    let Ok(given) = eval(rt, own, SCRIPT, keys, step("release", [])).await else {
+        return;
+    };
+    for (field, total) in map(given) {
+        let Some((key, to)) = field.rsplit_once('|') else {
+            continue;
+        };
+        let Some(y) = r.names.iter().position(|n| **n == *to) else {
+            continue;
+        };
+        let (Some(link), Some(theirs)) = (links[y].as_ref(), seen[y].as_ref()) else {
+            continue;
+        };
+        let Ok(total) = total.parse::<u64>() else {
+            continue;
+        };
+        push(rt, quota, link, prefix, key, theirs, y, total).await;
+    }
+}
+
+/// Step 2's hand-off: lowers this region's share of `key` to `new` (if it
+/// is still what was read) and holds the gifts.
+#[allow(clippy::too_many_arguments)]
+async fn give(
+    rt: &Runtime,
+    quota: &Quota,
+    own: &Pool,
+    prefix: &str,
+    key: &str,
+    mine: &Seen,
+    new: u32,
+    gifts: &[(usize, u32)],
+) {
+    let r = &rt.regions;
+    // Held past every view of the old share: views are trusted for three
+    // quarters of an interval from their read.
+    let hold = rt.trusted_for() + quarter(rt) / 2;
+    let hold_us = i64::try_from(hold.as_micros()).unwrap_or(i64::MAX);
+    let read = mine.shares.get(key).cloned().unwrap_or_default();
+    let mut args: Vec<Value> = vec![
+        key.into(),
+        read.into(),
+        i64::from(new).into(),
+        i64::from(quota.default).into(),
+        hold_us.into(),
+    ];
+    for &(y, amount) in gifts {
+        args.push((*r.names[y]).into());
+        args.push(i64::from(amount).into());
+    }
+    let keys = vec![
+        hash(prefix, &quota.name, "share"),
+        hash(prefix, &quota.name, "held"),
+    ];
+    if let Ok(Value::Integer(1)) = eval(rt, own, SCRIPT, keys, step("give", args)).await {
+        let moved: u32 = gifts.iter().map(|g| g.1).sum();
+        rt.stats
+            .moved
+            .fetch_add(u64::from(moved), Ordering::Relaxed);
+        rt.stats.rebalanced.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Step 3's push: region `y` receives what it has not of `total`.
+#[allow(clippy::too_many_arguments)]
+async fn push(
+    rt: &Runtime,
+    quota: &Quota,
+    link: &Pool,
+    prefix: &str,
+    key: &str,
+    theirs: &Seen,
+    y: usize,
+    total: u64,
+) {
+    let r = &rt.regions;
+    let from = &*r.names[r.this];
+    let field = format!("{key}|{from}");
+    let got_read = theirs.held_or_got.get(&field).cloned().unwrap_or_default();
+    let got: u64 = got_read.parse().unwrap_or(0);
+    if total <= got {
+        return;
+    }
+    let before = theirs.share(key, quota.split[y]);
+    let add = u32::try_from(total - got).unwrap_or(WHOLE);
+    let after = before.saturating_add(add).min(WHOLE);
+    // The bucket first: until the share rises, its readers see fewer
+    // tokens than it holds, never more.
+    let (_, burst) = match quota.rule {
+        crate::algorithm::Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } => LeanArgs::new(capacity, refill_per_sec, 1.0).args(),
+        _ => return,
+    };
+    let args: Vec<Value> = vec![
+        burst.to_string().into(),
+        i64::from(before.max(1)).into(),
+        i64::from(after).into(),
+    ];
+    if eval(rt, link, RESCALE, vec![key.to_owned()], args)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let share_read = theirs.shares.get(key).cloned().unwrap_or_default();
+    let args = [
+        key.into(),
+        from.into(),
+        i64::try_from(total).unwrap_or(i64::MAX).into(),
+        share_read.into(),
+        got_read.into(),
+        i64::from(after).into(),
+        i64::from(quota.split[y]).into(),
+    ];
+    let keys = vec![
+        hash(prefix, &quota.name, "share"),
+        hash(prefix, &quota.name, "got"),
+    ];
+    let _ = eval(rt, link, SCRIPT, keys, step("apply", args)).await;
+}
+
+/// Every future's output, in order, run at once.
+async fn futures_join<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futs.map(Box::pin).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    // Few regions: joined one after the other, but all started (each is
+    // polled by `join_all`-style progress below).
+    let mut pending: Vec<_> = handles.into_iter().map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    out.extend(
+        results
+            .into_iter()
+            .map(|r| r.expect("every future finished")),
+    );
+    out
+}
+
+/// Each region's target share of a key: the reachable regions' total,
+/// split in proportion to what each was asked (at least [`FLOOR`] of it
+/// each), or as the configuration splits it when nobody asked.
+/// Unreachable regions (`None`) keep what they hold and get no target.
+pub(crate) fn targets(shares: &[Option<u32>], offered: &[u64], split: &[u32]) -> Vec<Option<u32>> {
+    let total: u64 = shares.iter().flatten().map(|&s| u64::from(s)).sum();
+    let asked: u64 = shares
+        .iter()
+        .zip(offered)
+        .filter(|(s, _)| s.is_some())
+        .map(|(_, &n)| n)
+        .sum();
+    let weight = |i: usize| -> f64 {
+        if asked == 0 {
+            f64::from(split[i])
+        } else {
+            (offered[i] as f64 / asked as f64).max(FLOOR)
+        }
+    };
+    let sum: f64 = (0..shares.len())
+        .filter(|&i| shares[i].is_some())
+        .map(weight)
+        .sum();
+    (0..shares.len())
+        .map(|i| {
+            shares[i]?;
+            let w = if sum > 0.0 { weight(i) / sum } else { 0.0 };
+            Some(((total as f64) * w).floor() as u32)
+        })
+        .collect()
+}
+
+/// `excess` split among the regions below their target, in proportion to
+/// how far below (whole parts, rounded down).
+fn split_excess(excess: u32, shares: &[Option<u32>], targets: &[Option<u32>]) -> Vec<(usize, u32)> {
+    let deficits: Vec<(usize, u64)> = shares
+        .iter()
+        .zip(targets)
+        .enumerate()
+        .filter_map(|(y, (s, t))| {
+            let d = u64::from((*t)?).saturating_sub(u64::from((*s)?));
+            (d > 0).then_some((y, d))
+        })
+        .collect();
+    let sum: u64 = deficits.iter().map(|d| d.1).sum();
+    if sum == 0 {
+        return Vec::new();
+    }
+    let excess = u64::from(excess).min(sum);
+    deficits
+        .into_iter()
+        .map(|(y, d)| (y, u32::try_from(excess * d / sum).unwrap_or(0)))
+        .filter(|g| g.1 > 0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_region_asking_gets_nearly_all() {
+        let s = [Some(333_333), Some(333_333), Some(333_333)];
+        let t = targets(&s, &[100, 0, 0], &[333_333; 3]);
+        let a = t[0].unwrap();
+        assert!(a >= 950_000, "{a}");
+        assert!(t.iter().flatten().map(|&x| u64::from(x)).sum::<u64>() <= 999_999);
+    }
+
+    #[test]
+    fn demand_splits_in_proportion() {
+        let s = [Some(333_333), Some(333_333), Some(333_333)];
+        let t = targets(&s, &[60, 30, 10], &[333_333; 3]);
+        assert_eq!(t, vec![Some(599_999), Some(299_999), Some(99_999)]);
+    }
+
+    #[test]
+    fn nobody_asking_goes_back_to_the_split() {
+        let s = [Some(900_000), Some(50_000), Some(50_000)];
+        let t = targets(&s, &[0, 0, 0], &[500_000, 300_000, 200_000]);
+        assert_eq!(t, vec![Some(500_000), Some(300_000), Some(200_000)]);
+    }
+
+    #[test]
+    fn an_unreachable_region_keeps_its_share_out_of_the_sum() {
+        let s = [Some(300_000), Some(300_000), None];
+        let t = targets(&s, &[10, 0, 1000], &[333_333; 3]);
+        assert_eq!(t[2], None);
+        let sum: u32 = t.iter().flatten().sum();
+        assert!(sum <= 600_000, "{sum}");
+    }
+
+    #[test]
+    fn the_excess_goes_to_the_regions_below_target() {
+        let s = [Some(333_333), Some(333_333), Some(333_333)];
+        let t = [Some(600_000), Some(300_000), Some(100_000)];
+        let g = split_excess(233_333, &s, &t);
+        assert_eq!(g, vec![(0, 233_333)]);
+        let g = split_excess(500_000, &s, &[Some(333_333), Some(600_000), Some(66_666)]);
+        assert_eq!(g, vec![(1, 266_667)]);
+    }
+}

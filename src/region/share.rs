@@ -1,0 +1,163 @@
+//! This instance's view of its region's quotas: per global limit, the
+//! keys whose share moved away from the configured split (every other key
+//! has its split), read from the region's Redis every quarter interval.
+//!
+//! A view is trusted for three quarters of an interval from the moment its
+//! read was sent. The exchange holds quota it takes from this region for
+//! longer than that before another region may use it (`exchange.rs`), so
+//! no decision here uses a share this region has already given up. A view
+//! older than that is not used: the request is decided as if Redis had
+//! failed (the route's `on_redis_error`), since this region's quota is then
+//! unknown.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::time::Instant;
+
+use super::{Global, Regions, WHOLE};
+use crate::algorithm::Rule;
+use crate::route::Limit;
+
+/// The most keys one limit counts demand for in one interval, per
+/// instance: the rest of a flood of keys is not counted (it is not
+/// refused for it), so memory stays bounded.
+pub(crate) const MAX_COUNTED: usize = 4096;
+
+/// What the layer keeps for global limits: one [`Quota`] each.
+#[derive(Debug)]
+pub(crate) struct Runtime {
+    pub(crate) regions: Regions,
+    pub(crate) quotas: Box<[Arc<Quota>]>,
+    pub(crate) stats: super::Stats,
+}
+
+impl Runtime {
+    /// The quotas of `limits`' global ones (`None`: there are none).
+    pub(crate) fn new(regions: Option<&Regions>, limits: &[Arc<Limit>]) -> Option<Arc<Self>> {
+        let regions = regions?;
+        let quotas: Box<[Arc<Quota>]> = limits
+            .iter()
+            .filter_map(|l| {
+                let g = l.global.as_ref()?;
+                Some(Arc::new(Quota::new(l, g, regions.this)))
+            })
+            .collect();
+        (!quotas.is_empty()).then(|| {
+            Arc::new(Self {
+                regions: regions.clone(),
+                quotas,
+                stats: super::Stats::default(),
+            })
+        })
+    }
+
+    /// The quota of the global limit `name`.
+    pub(crate) fn quota(&self, name: &str) -> Option<&Quota> {
+        self.quotas.iter().find(|q| &*q.name == name).map(|q| &**q)
+    }
+
+    /// How long a view is trusted after its read was sent.
+    pub(crate) fn trusted_for(&self) -> Duration {
+        self.regions.interval * 3 / 4
+    }
+}
+
+/// One global limit in this instance: its split, its view, its demand.
+#[derive(Debug)]
+pub(crate) struct Quota {
+    pub(crate) name: Arc<str>,
+    /// The limit's rule (global limits have no plans).
+    pub(crate) rule: Rule,
+    pub(crate) split: Box<[u32]>,
+    /// This region's share of a key with none recorded.
+    pub(crate) default: u32,
+    view: ArcSwap<View>,
+    demand: Mutex<HashMap<Box<str>, u64>>,
+}
+
+/// The shares read at one moment.
+#[derive(Debug, Default)]
+struct View {
+    /// Store key → this region's share, for keys away from the split.
+    shares: HashMap<Box<str>, u32>,
+    /// Until when they may be used (`None`: never read yet).
+    trusted_until: Option<Instant>,
+}
+
+impl Quota {
+    fn new(l: &Limit, g: &Global, this: usize) -> Self {
+        Self {
+            name: Arc::clone(&l.name),
+            rule: l.rule,
+            split: g.split.clone(),
+            default: g.split[this],
+            view: ArcSwap::default(),
+            demand: Mutex::default(),
+        }
+    }
+
+    /// This region's share of `key` now, in [`WHOLE`]s; `None` when the
+    /// view is too old to be trusted.
+    pub(crate) fn share(&self, key: &str) -> Option<u32> {
+        let view = self.view.load();
+        if view.trusted_until.is_none_or(|t| Instant::now() >= t) {
+            return None;
+        }
+        Some(view.shares.get(key).copied().unwrap_or(self.default))
+    }
+
+    /// Replaces the view with shares read by a call sent at `sent`.
+    pub(crate) fn set_view(&self, shares: HashMap<Box<str>, u32>, sent: Instant, trust: Duration) {
+        self.view.store(Arc::new(View {
+            shares,
+            trusted_until: Some(sent + trust),
+        }));
+    }
+
+    /// Counts a request of `cost` for `key` in this interval's demand.
+    pub(crate) fn offer(&self, key: &str, cost: u32) {
+        let mut d = self.demand.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = d.get_mut(key) {
+            *n += u64::from(cost);
+        } else if d.len() < MAX_COUNTED {
+            d.insert(key.into(), u64::from(cost));
+        }
+    }
+
+    /// This interval's demand, the `most` keys asked most first; the
+    /// counts start again.
+    pub(crate) fn take_demand(&self, most: usize) -> Vec<(Box<str>, u64)> {
+        let taken = std::mem::take(&mut *self.demand.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut v: Vec<(Box<str>, u64)> = taken.into_iter().collect();
+        if v.len() > most {
+            v.select_nth_unstable_by(most, |a, b| b.1.cmp(&a.1));
+            v.truncate(most);
+        }
+        v
+    }
+}
+
+impl Rule {
+    /// This rule as a region holding `share` of it decides it: a token
+    /// bucket of that share of the burst and of the refill (at least one
+    /// millionth, so a region holding nothing refuses instead of dividing
+    /// by zero).
+    #[must_use]
+    pub(crate) fn quota(&self, share: u32) -> Self {
+        let s = f64::from(share.max(1)) / f64::from(WHOLE);
+        match *self {
+            Self::TokenBucket {
+                capacity,
+                refill_per_sec,
+            } => Self::TokenBucket {
+                capacity: capacity * s,
+                refill_per_sec: refill_per_sec * s,
+            },
+            // Refused by the configuration: global limits are token buckets.
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Global limits across regions (`[regions]`, `scope = "global"`): three
+//! `redis-server`s as three regions, two instances in each, every
+//! exchange link (one per ordered pair of regions) through a relay that
+//! adds a round trip and can be cut. Requests are paced in real time; every
+//! scenario checks the hard bound on every window: fleet-wide, a global
+//! key is never admitted more than burst + refill × window.
+// Redis in every test: not built without the `redis` feature.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use support::relay::Relay;
+use support::*;
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+/// The exchange's interval: quotas move once per interval.
+const INTERVAL: Duration = Duration::from_secs(1);
+/// The global limit: a burst of `BURST`, refilled at `RATE` a second.
+const BURST: f64 = 50.0;
+const RATE: f64 = 50.0;
+/// Each window the bound is checked over.
+const WINDOW: Duration = Duration::from_secs(1);
+/// Between regions.
+const RTT: Duration = Duration::from_millis(20);
+
+struct Fleet {
+    servers: Vec<RedisServer>,
+    /// `links[x][y]`: region x's exchange to region y (`None`: x == y).
+    links: Vec<Vec<Option<Relay>>>,
+    /// Two instances per region.
+    apps: Vec<[Router; 2]>,
+    prefix: String,
+}
+
+impl Fleet {
+    async fn start(test: &str) -> Self {
+        let servers: Vec<RedisServer> = NAMES.iter().map(|_| RedisServer::start()).collect();
+        let links: Vec<Vec<Option<Relay>>> = (0..3)
+            .map(|x| {
+                (0..3)
+                    .map(|y| (x != y).then(|| Relay::with_latency(servers[y].port, RTT / 2)))
+                    .collect()
+            })
+            .collect();
+        let prefix = prefix(test);
+        let mut apps = Vec::new();
+        for x in 0..3 {
+            let mut exchange = String::new();
+            for (y, name) in NAMES.iter().enumerate() {
+                let url = match &links[x][y] {
+                    Some(relay) => relay.url(),
+                    None => servers[x].url(),
+                };
+                exchange.push_str(&format!("{name} = \"{url}\"\n"));
+            }
+            let body = format!(
+                r#"
+[regions]
+this = "{this}"
+interval = "{interval}ms"
+
+[regions.exchange]
+{exchange}
+[limits.api]
+key = "header:x-api-key"
+capacity = {BURST}
+refill = "{RATE}/s"
+scope = "global"
+
+[default]
+limits = ["api"]
+on_redis_error = "closed"
+"#,
+                this = NAMES[x],
+                interval = INTERVAL.as_millis(),
+            );
+            let one = || redis_config(&servers[x], &prefix, "250ms", &body);
+            apps.push([ok_app(one()).await, ok_app(one()).await]);
+        }
+        Self {
+            servers,
+            links,
+            apps,
+            prefix,
+        }
+    }
+
+    /// Cuts every exchange link to and from region `x`.
+    fn isolate(&self, x: usize) {
+        for y in 0..3 {
+            if let Some(r) = &self.links[x][y] {
+                r.cut();
+            }
+            if let Some(r) = &self.links[y][x] {
+                r.cut();
+            }
+        }
+    }
+
+    fn heal(&self, x: usize) {
+        for y in 0..3 {
+            for r in [&self.links[x][y], &self.links[y][x]].into_iter().flatten() {
+                r.heal();
+            }
+        }
+    }
+
+    /// Region `x`'s share of API key `value` in its Redis, in parts per
+    /// million (none recorded: a third).
+    fn share(&self, x: usize, value: &str) -> u64 {
+        let key = header_key(&self.prefix, "api", value);
+        let hash = format!("{}:regions:{{api}}:share", self.prefix);
+        self.servers[x]
+            .cli(&["HGET", &hash, &key])
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(333_333)
+    }
+}
+
+/// One answer: its region, when it was asked and answered, its status.
+#[derive(Clone, Copy, Debug)]
+struct Answer {
+    region: usize,
+    sent: Instant,
+    at: Instant,
+    status: u16,
+}
+
+/// Sends API key `value` to each region at `rates[x]` requests a second
+/// (alternating its two instances) for `secs`, and collects every answer.
+async fn drive(fleet: &Fleet, value: &str, rates: [f64; 3], secs: Duration) -> Vec<Answer> {
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (x, &rate) in rates.iter().enumerate() {
+        if rate == 0.0 {
+            continue;
+        }
+        let apps = fleet.apps[x].clone();
+        let answers = Arc::clone(&answers);
+        let value = value.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            let end = Instant::now() + secs;
+            let mut sent = Vec::new();
+            let mut i = 0usize;
+            // Bounded by `secs`.
+            while Instant::now() < end {
+                tick.tick().await;
+                let app = apps[i % 2].clone();
+                i += 1;
+                let answers = Arc::clone(&answers);
+                let value = value.clone();
+                sent.push(tokio::spawn(async move {
+                    let t = Instant::now();
+                    let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", &value)]);
+                    let res = send(&app, req).await;
+                    let a = Answer {
+                        region: x,
+                        sent: t,
+                        at: Instant::now(),
+                        status: res.status().as_u16(),
+                    };
+                    answers.lock().unwrap().push(a);
+                }));
+            }
+            for s in sent {
+                s.await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut v = answers.lock().unwrap().clone();
+    v.sort_by_key(|a| a.at);
+    v
+}
+
+/// Admitted answers of `regions` in each window of `answers` after `skip`,
+/// counted by when they were answered, and the longest a request took
+/// (a decision was made between sending and answering).
+fn admitted_per_window(
+    answers: &[Answer],
+    regions: &[usize],
+    skip: Duration,
+) -> (Vec<u64>, Duration) {
+    let start = answers.iter().map(|a| a.sent).min().unwrap() + skip;
+    let end = answers.iter().map(|a| a.at).max().unwrap();
+    let n = ((end - start).as_secs_f64() / WINDOW.as_secs_f64()).floor() as usize;
+    let mut counts = vec![0u64; n];
+    let mut slowest = Duration::ZERO;
+    for a in answers.iter().filter(|a| regions.contains(&a.region)) {
+        slowest = slowest.max(a.at - a.sent);
+        if a.status != 200 || a.at < start {
+            continue;
+        }
+        let w = ((a.at - start).as_secs_f64() / WINDOW.as_secs_f64()) as usize;
+        if w < n {
+            counts[w] += 1;
+        }
+    }
+    (counts, slowest)
+}
+
+/// The hard bound of `share` (parts per million) of the limit over a
+/// window stretched by `slowest`: decisions are made between a request's
+/// sending and its answer.
+fn bound(share: f64, slowest: Duration) -> f64 {
+    share * (BURST + RATE * (WINDOW + slowest).as_secs_f64())
+}
+
+fn assert_bound(answers: &[Answer], regions: &[usize], share: f64, what: &str) {
+    let (counts, slowest) = admitted_per_window(answers, regions, Duration::ZERO);
+    assert!(counts.len() >= 5, "{what}: too few windows ({counts:?})");
+    let max = bound(share, slowest);
+    for (w, &c) in counts.iter().enumerate() {
+        assert!(
+            c as f64 <= max,
+            "{what}: window {w} admitted {c}, above the bound {max:.1} ({counts:?})"
+        );
+    }
+}
+
+/// Whole intervals for quotas to follow demand: one to count it, one to
+/// take and hold, one to release and push (and the views read).
+const CONVERGE: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_asked_in_one_region_reaches_nearly_the_whole_limit_there() {
+    let fleet = Fleet::start("regions-one").await;
+    let answers = drive(
+        &fleet,
+        "solo",
+        [2.0 * RATE, 0.0, 0.0],
+        CONVERGE + 20 * WINDOW,
+    )
+    .await;
+    assert_bound(&answers, &[0, 1, 2], 1.0, "fleet");
+    let (counts, _) = admitted_per_window(&answers, &[0], CONVERGE);
+    let least = 0.9 * RATE * WINDOW.as_secs_f64();
+    for (w, &c) in counts.iter().enumerate() {
+        assert!(
+            c as f64 >= least,
+            "window {w} after three intervals admitted {c}, under 90 % of the limit ({counts:?})"
+        );
+    }
+    assert!(
+        fleet.share(0, "solo") >= 900_000,
+        "a's share {}",
+        fleet.share(0, "solo")
+    );
+    for s in &fleet.servers {
+        s.assert_every_key_expires(&fleet.prefix);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twice_the_limit_split_60_30_10_is_admitted_at_90_to_100_percent() {
+    let fleet = Fleet::start("regions-split").await;
+    let rates = [1.2 * RATE, 0.6 * RATE, 0.2 * RATE];
+    let answers = drive(&fleet, "split", rates, CONVERGE + 20 * WINDOW).await;
+    assert_bound(&answers, &[0, 1, 2], 1.0, "fleet");
+    let (counts, slowest) = admitted_per_window(&answers, &[0, 1, 2], CONVERGE);
+    let least = 0.9 * RATE * WINDOW.as_secs_f64();
+    let most = bound(1.0, slowest);
+    for (w, &c) in counts.iter().enumerate() {
+        assert!(
+            c as f64 >= least && c as f64 <= most,
+            "window {w} after convergence admitted {c}, not within 90 %–100 % ({counts:?})"
+        );
+    }
+    let shares: Vec<u64> = (0..3).map(|x| fleet.share(x, "split")).collect();
+    assert!(shares.iter().sum::<u64>() <= 1_000_000, "{shares:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest() {
+    let fleet = Fleet::start("regions-cut").await;
+    let rates = [1.2 * RATE, 0.6 * RATE, 0.2 * RATE];
+    let before = drive(&fleet, "cut", rates, CONVERGE).await;
+    assert_bound(&before, &[0, 1, 2], 1.0, "before the cut");
+    fleet.isolate(2);
+    let c_share = fleet.share(2, "cut") as f64 / 1e6;
+    let during = drive(&fleet, "cut", rates, Duration::from_secs(30)).await;
+    assert_bound(&during, &[0, 1, 2], 1.0, "fleet, cut");
+    assert_bound(&during, &[0, 1], 1.0 - c_share, "a and b, c cut off");
+    // C keeps deciding with its last quota: it admits, never fails.
+    let (c_counts, _) = admitted_per_window(&during, &[2], Duration::ZERO);
+    assert!(
+        c_counts.iter().sum::<u64>() > 0,
+        "c admitted nothing: {c_counts:?}"
+    );
+    assert!(during
+        .iter()
+        .filter(|a| a.region == 2)
+        .all(|a| a.status != 503));
+    fleet.heal(2);
+    let after = drive(&fleet, "cut", rates, CONVERGE + 10 * WINDOW).await;
+    assert_bound(&after, &[0, 1, 2], 1.0, "after the heal");
+    let (counts, _) = admitted_per_window(&after, &[0, 1, 2], CONVERGE);
+    let least = 0.9 * RATE * WINDOW.as_secs_f64();
+    for (w, &c) in counts.iter().enumerate() {
+        assert!(
+            c as f64 >= least,
+            "window {w} after the heal admitted {c} ({counts:?})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_without_its_redis_follows_its_policy_and_the_others_are_unchanged() {
+    let fleet = Fleet::start("regions-down").await;
+    let rates = [1.2 * RATE, 0.6 * RATE, 0.2 * RATE];
+    let before = drive(&fleet, "down", rates, CONVERGE + 5 * WINDOW).await;
+    assert_bound(&before, &[0, 1, 2], 1.0, "before");
+    let (ab_before, _) = admitted_per_window(&before, &[0, 1], CONVERGE);
+    fleet.servers[2].kill();
+    let during = drive(&fleet, "down", rates, 10 * WINDOW).await;
+    assert_bound(&during, &[0, 1, 2], 1.0, "c down");
+    // C's route is `closed`: 503, never 500, never admitted.
+    assert!(during
+        .iter()
+        .filter(|a| a.region == 2)
+        .all(|a| a.status == 503));
+    let (ab_during, _) = admitted_per_window(&during, &[0, 1], Duration::ZERO);
+    let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
+    let (b, d) = (mean(&ab_before), mean(&ab_during));
+    assert!(
+        (d - b).abs() <= 0.1 * b,
+        "a and b admitted {d:.1} a window with c down, {b:.1} before ({ab_before:?} → {ab_during:?})"
+    );
+}
