@@ -134,7 +134,7 @@ pub use answer::{HeaderStyle, Refusal, RefusalReason};
 pub use breaker::{BreakerState, BreakerStats};
 pub use config::{
     format_duration, parse_duration, redact_url, BreakerConfig, Config, ConfigBuilder, ConfigError,
-    FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RouteConfig,
+    FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RegionsConfig, RouteConfig,
 };
 pub use key::{Account, ForwardedHeader, KeyAnswer, KeyExtractor, KeySource};
 pub use layer::{

@@ -25,6 +25,10 @@ impl ConfigBuilder {
         if let Some(r) = &self.redis {
             v.redis(r, &at.redis)?;
         }
+        let regions = match &self.regions {
+            Some(r) => Some(v.regions(r, &at.regions, self.redis.is_some())?),
+            None => None,
+        };
         let deadline = match self.deadline {
             Some(d) => {
                 v.longer_than_zero("deadline", d, at.deadline.clone())?;
@@ -96,6 +100,14 @@ impl ConfigBuilder {
             if let Some(r) = l.record {
                 v.set_record(r, &l.at.record)?;
             }
+            if let Some(split) = &l.global {
+                let plan = l
+                    .plans
+                    .first()
+                    .map(|p| (p.plan.as_str(), p.at.limit.clone()));
+                let lease = l.at.lease.clone();
+                v.set_global(regions.as_ref(), split, &l.at.global, lease, plan)?;
+            }
         }
         for (name, l) in &self.limits {
             for p in &l.plans {
@@ -159,7 +171,7 @@ impl ConfigBuilder {
             v.www_authenticate(self.www_authenticate.as_deref(), at.www_authenticate)?;
         Ok(Config {
             redis: self.redis,
-            regions: None,
+            regions,
             deadline,
             key_prefix: prefix.into(),
             key_secret,

@@ -8,6 +8,7 @@ use ipnet::IpNet;
 
 use super::parts::{LimitConfig, RouteConfig};
 use super::redis::{RedisSettings, RedisSpans};
+use super::regions::RegionsConfig;
 use super::validate::Span;
 use super::BreakerConfig;
 use super::{Heartbeat, Hidden};
@@ -61,6 +62,8 @@ pub struct ConfigBuilder {
     pub(super) header_style: Option<crate::HeaderStyle>,
     /// The challenge of a missing key's 401.
     pub(super) www_authenticate: Option<String>,
+    /// `[regions]` (`None`: one region).
+    pub(super) regions: Option<RegionsConfig>,
 }
 
 /// Where the key secret comes from.
@@ -96,6 +99,7 @@ pub(super) struct Spans {
     pub(super) plan_cache_keys: Span,
     pub(super) max_delayed: Span,
     pub(super) shedding: super::shedding::SheddingSpans,
+    pub(super) regions: super::regions::RegionsSpans,
 }
 
 impl ConfigBuilder {
@@ -308,6 +312,13 @@ impl ConfigBuilder {
     /// charged (`[shedding]` in TOML; see [`SheddingConfig`]).
     pub fn shedding(mut self, shedding: SheddingConfig) -> Self {
         self.shedding = Some(shedding);
+        self
+    }
+
+    /// Regions, for [global](LimitConfig::global) limits (`[regions]` in
+    /// TOML; see [`RegionsConfig`]): needs Redis (each region's own).
+    pub fn regions(mut self, regions: RegionsConfig) -> Self {
+        self.regions = Some(regions);
         self
     }
 }

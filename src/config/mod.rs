@@ -16,6 +16,7 @@ mod parts;
 pub(crate) mod pem;
 mod redis;
 pub(crate) mod redis_url;
+mod regions;
 mod schema;
 mod shedding;
 mod units;
@@ -34,6 +35,7 @@ pub use error::ConfigError;
 pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
 pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
+pub use regions::RegionsConfig;
 pub use units::{format_duration, parse_duration, ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::{FailurePolicy, OnMissing};
@@ -370,6 +372,15 @@ impl Config {
         );
         for l in &self.limits {
             let _ = writeln!(out, "limit {}", l.describe());
+        }
+        if let Some(r) = &self.regions {
+            let _ = writeln!(out, "{}", r.describe());
+            let global: Vec<String> = (self.limits.iter())
+                .filter_map(|l| Some(format!("{} ({})", l.name, r.shares(l.global.as_ref()?))))
+                .collect();
+            if !global.is_empty() {
+                let _ = writeln!(out, "global limits: {}", global.join(", "));
+            }
         }
         for r in &self.routes {
             let methods = r.methods.as_ref().map_or_else(

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use http::Method;
 
+use super::regions::{GlobalSpans, Split};
 use super::validate::{exact_count, LoginSpans, RouteSettings, RuleSpans, Span};
 use super::Rate;
 use crate::algorithm::Rule;
@@ -43,6 +44,9 @@ pub struct LimitConfig {
     pub(super) on_exceed: OnExceed,
     /// Its decisions are recorded in Redis.
     pub(super) record: Option<RecordConfig>,
+    /// `scope = "global"`: how its shares start (`None`: decided in each
+    /// region against the whole limit).
+    pub(super) global: Option<Split>,
 }
 
 /// A limit's numbers for callers on one plan.
@@ -62,6 +66,8 @@ pub(super) struct LimitSpans {
     pub(super) login: LoginSpans,
     /// `record`'s `max_len` and `max_age` (else `record`), from TOML.
     pub(super) record: [Span; 2],
+    /// `scope` and `split`.
+    pub(super) global: GlobalSpans,
 }
 
 /// The statuses `count = "failures"` counts when `failure_statuses` is
@@ -149,6 +155,7 @@ impl LimitConfig {
             failures: None,
             on_exceed: OnExceed::Refuse,
             record: None,
+            global: None,
         }
     }
 
@@ -193,6 +200,60 @@ impl LimitConfig {
     /// TOML). Off by default; with the in-process store nothing is recorded.
     pub fn record(mut self, record: RecordConfig) -> Self {
         self.record = Some(record);
+        self
+    }
+
+    /// A global limit (`scope = "global"` in TOML): with
+    /// [`ConfigBuilder::regions`](super::ConfigBuilder::regions), decided
+    /// in each region by its own Redis against that region's share of the
+    /// limit, the shares starting equal (each region 1/n of the capacity
+    /// and of the refill) and moving toward the regions that use them.
+    /// Token buckets only, without leases or plans.
+    ///
+    /// ```
+    /// use fleetlimit::{Config, KeySource, LimitConfig, Rate, RegionsConfig};
+    ///
+    /// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
+    ///     .global();
+    /// // Without [regions], a global limit is an error.
+    /// let err = Config::builder().limit("per-key", per_key).build().unwrap_err();
+    /// assert!(err.message().contains("needs [regions]"), "{err}");
+    /// ```
+    pub fn global(mut self) -> Self {
+        self.global = Some(Split::Equal);
+        self
+    }
+
+    /// A [`global`](Self::global) limit whose shares start as `weights`
+    /// say, by region (`split = { eu = 0.5, us = 0.3, ap = 0.2 }` in TOML):
+    /// each a fraction of the limit, finite and not negative, together at
+    /// most 1; a region not named starts with none of it.
+    ///
+    /// ```
+    /// use fleetlimit::{Config, KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
+    ///
+    /// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
+    ///     .global_split([("eu", 0.7), ("us", 0.3)]);
+    /// let regions = RegionsConfig::new("eu")
+    ///     .region("eu", "redis://10.0.0.1:6379")
+    ///     .region("us", "redis://10.1.0.1:6379");
+    /// let cfg = Config::builder()
+    ///     .redis_url("redis://10.0.0.1:6379")
+    ///     .regions(regions)
+    ///     .limit("per-key", per_key)
+    ///     .default_route(RouteConfig::new(["per-key"]))
+    ///     .build();
+    /// # #[cfg(feature = "redis")]
+    /// assert!(cfg?.describe().contains("global limits: per-key (eu 70%, us 30%)"));
+    /// # Ok::<(), fleetlimit::ConfigError>(())
+    /// ```
+    pub fn global_split<I, S>(mut self, weights: I) -> Self
+    where
+        I: IntoIterator<Item = (S, f64)>,
+        S: Into<String>,
+    {
+        let weights = weights.into_iter().map(|(r, w)| (r.into(), w)).collect();
+        self.global = Some(Split::Weights(weights));
         self
     }
 

@@ -77,6 +77,57 @@ pub(super) struct RawConfig {
     pub(super) shedding: Option<RawShedding>,
     #[serde(default)]
     pub(super) headers: RawHeaders,
+    pub(super) regions: Option<Spanned<RawRegions>>,
+}
+
+/// `[regions]`: this instance's region and every region's exchange URL.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegions {
+    pub(super) this: Option<Spanned<String>>,
+    pub(super) this_env: Option<Spanned<String>>,
+    pub(super) interval: Option<Spanned<String>>,
+    /// `[regions.exchange]`: region → the Redis URL it is reached by.
+    pub(super) exchange: Option<Spanned<Pairs<String>>>,
+}
+
+/// A table's entries in the order the file wrote them, each key and value
+/// with its place (a `BTreeMap` would sort them; the toml parser refuses
+/// a key written twice, at the second one).
+pub(super) struct Pairs<V>(pub(super) Vec<(Spanned<String>, Spanned<V>)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<V> {
+            type Value = Pairs<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Pairs<V>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = m.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(Pairs(out))
+            }
+        }
+        d.deserialize_map(Visitor(std::marker::PhantomData))
+    }
+}
+
+/// A limit's `scope`.
+#[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Scope {
+    /// Decided by this region's Redis against the whole limit (as ever).
+    #[default]
+    Region,
+    /// Decided in each region against its share (`[regions]`).
+    Global,
 }
 
 /// `[headers]`: the rate-limit fields responses carry.
@@ -204,6 +255,10 @@ pub(super) struct RawLimit {
     pub(super) max_hold: Option<Spanned<String>>,
     /// `record = true`, or a `[limits.<name>.record]` table.
     pub(super) record: Option<Spanned<RawRecord>>,
+    /// `"region"` (the default) or `"global"` (`[regions]`).
+    pub(super) scope: Option<Spanned<Scope>>,
+    /// A global limit's share per region, as weights (default: equal).
+    pub(super) split: Option<Spanned<Pairs<f64>>>,
 }
 
 /// A limit's `record`: `true`/`false`, or a table of its bounds.

@@ -413,3 +413,183 @@ fn every_check_points_at_what_is_wrong() {
     let e = err("[limits.a]\nkey = \"ip\"\ncapacity = 5\n");
     assert_eq!(e.message(), "limit \"a\": missing `refill`");
 }
+
+/// `[regions]` and two global limits (line numbers are the errors' in
+/// `tests/config_errors.rs`).
+#[cfg(feature = "redis")]
+const REGIONS: &str = r#"[redis]
+url = "redis://127.0.0.1:6379"
+
+[regions]
+this = "us"
+interval = "500ms"
+
+[regions.exchange]
+eu = "redis://:eu-secret@10.0.0.1:6379"
+us = "redis://10.1.0.1:6379"
+ap = "redis://10.2.0.1:6379"
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 100
+refill = "10/s"
+scope = "global"
+split = { eu = 0.1, ap = 0.7, us = 0.2 }
+
+[limits.equal]
+key = "ip"
+capacity = 10
+refill = "1/s"
+scope = "global"
+
+[limits.here]
+key = "ip"
+capacity = 10
+refill = "1/s"
+scope = "region"
+"#;
+
+#[cfg(feature = "redis")]
+#[test]
+fn regions_and_global_limits_become_their_runtime_types() {
+    use crate::region::{Global, Regions};
+    let c = Config::from_toml_str(REGIONS).unwrap();
+    let names: Box<[Arc<str>]> = ["eu", "us", "ap"].map(Arc::from).into();
+    let links: Box<[String]> = [
+        "redis://:eu-secret@10.0.0.1:6379",
+        "redis://10.1.0.1:6379",
+        "redis://10.2.0.1:6379",
+    ]
+    .map(String::from)
+    .into();
+    // In the order written, `this` an index into them.
+    let regions = Regions {
+        this: 1,
+        names,
+        links,
+        interval: Duration::from_millis(500),
+    };
+    assert_eq!(c.regions, Some(regions));
+    let global = |name: &str| {
+        c.limits
+            .iter()
+            .find(|l| &*l.name == name)
+            .unwrap()
+            .global
+            .clone()
+    };
+    let split = |s: [u32; 3]| Some(Global { split: s.into() });
+    // Floored to parts per million, in the regions' order: 0.1 + 0.2 + 0.7
+    // is 1.0000000000000002 as doubles, and exactly the whole limit here.
+    assert_eq!(global("per-key"), split([100_000, 200_000, 700_000]));
+    assert_eq!(global("equal"), split([333_333; 3]));
+    assert_eq!(global("here"), None);
+    // A region the split does not name starts with nothing.
+    let c = Config::from_toml_str(&REGIONS.replace("ap = 0.7, ", "")).unwrap();
+    let per_key = c.limits.iter().find(|l| &*l.name == "per-key").unwrap();
+    assert_eq!(per_key.global, split([100_000, 200_000, 0]));
+    // Described in a line each, the exchange URLs' passwords hidden, as
+    // in Debug.
+    let d = c.describe();
+    assert!(
+        d.contains(
+            "\nregions: this instance in us; exchange with eu redis://:***@10.0.0.1:6379, \
+             us redis://10.1.0.1:6379, ap redis://10.2.0.1:6379; quotas move every 500ms\n"
+        ),
+        "{d}"
+    );
+    assert!(
+        d.contains("\nglobal limits: equal (eu 33.3333%, us 33.3333%, ap 33.3333%), per-key (eu 10%, us 20%, ap 0%)\n"),
+        "{d}"
+    );
+    assert!(d.contains("limit per-key: key header:x-api-key"), "{d}");
+    assert!(d.contains(", scope global"), "{d}");
+    assert!(!d.contains("eu-secret"), "{d}");
+    assert!(!format!("{c:?}").contains("eu-secret"), "{c:?}");
+    let regions = RegionsConfig::new("eu").region("eu", "redis://:eu-secret@h:1");
+    assert!(!format!("{regions:?}").contains("eu-secret"), "{regions:?}");
+    // No [regions]: one region, as ever.
+    assert_eq!(Config::from_toml_str(GOOD).unwrap().regions, None);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn this_region_may_come_from_the_environment() {
+    const VAR: &str = "FLEETLIMIT_TEST_THIS_REGION_AP";
+    std::env::set_var(VAR, "ap");
+    let src = REGIONS.replace("this = \"us\"", &format!("this_env = \"{VAR}\""));
+    let c = Config::from_toml_str(&src).unwrap();
+    assert_eq!(c.regions.as_ref().map(|r| r.this), Some(2));
+    let built = Config::builder()
+        .redis_url("redis://127.0.0.1:6379")
+        .regions(
+            RegionsConfig::from_env(VAR)
+                .region("eu", "redis://10.0.0.1:6379")
+                .region("ap", "redis://10.2.0.1:6379"),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(built.regions.map(|r| r.this), Some(1));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn the_builder_refuses_what_a_file_cannot_write() {
+    let regions = || {
+        RegionsConfig::new("eu")
+            .region("eu", "redis://10.0.0.1:6379")
+            .region("us", "redis://10.1.0.1:6379")
+    };
+    let limit = || LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1));
+    let msg = |b: ConfigBuilder| {
+        b.redis_url("redis://127.0.0.1:6379")
+            .build()
+            .unwrap_err()
+            .message()
+            .to_owned()
+    };
+    // A TOML table cannot hold a key twice; the builder is told so.
+    let m = msg(Config::builder().regions(regions().region("eu", "redis://h:1")));
+    assert_eq!(m, "region \"eu\" is given twice");
+    let twice = limit().global_split([("eu", 0.2), ("eu", 0.3)]);
+    let m = msg(Config::builder().regions(regions()).limit("l", twice));
+    assert_eq!(m, "limit \"l\": split names region \"eu\" twice");
+    // What a file can write is refused alike.
+    let m = msg(Config::builder().regions(regions().interval(Duration::from_secs(61))));
+    assert!(
+        m.starts_with("[regions] interval is 61s; it must be between 100ms and 1min"),
+        "{m}"
+    );
+    let nan = limit().global_split([("eu", f64::NAN)]);
+    let m = msg(Config::builder().regions(regions()).limit("l", nan));
+    assert!(
+        m.starts_with("limit \"l\": split: the weight of region \"eu\" is NaN"),
+        "{m}"
+    );
+    let m = msg(Config::builder().limit("l", limit().global()));
+    assert!(
+        m.starts_with("limit \"l\": scope = \"global\" needs [regions]"),
+        "{m}"
+    );
+    let leased = limit().lease(2, 10).global();
+    let m = msg(Config::builder().regions(regions()).limit("l", leased));
+    assert!(
+        m.starts_with("limit \"l\": hot-key leases (lease_batch) are not supported"),
+        "{m}"
+    );
+    let planned = limit().plan("pro", limit()).global();
+    let m = msg(Config::builder().regions(regions()).limit("l", planned));
+    assert!(m.starts_with("limit \"l\": plans are not supported on a global limit (scope = \"global\") yet: remove [plans.pro.l]"), "{m}");
+    let m = Config::builder().regions(regions()).build().unwrap_err();
+    assert!(
+        m.message().starts_with("[regions] needs the Redis store"),
+        "{m}"
+    );
+    // And an empty split gives nothing to anyone.
+    let none = limit().global_split(Vec::<(String, f64)>::new());
+    let m = msg(Config::builder().regions(regions()).limit("l", none));
+    assert!(
+        m.starts_with("limit \"l\": split gives no region any share"),
+        "{m}"
+    );
+}

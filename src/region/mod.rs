@@ -37,7 +37,7 @@ use std::time::Duration;
 pub(crate) const WHOLE: u32 = 1_000_000;
 
 /// `[regions]` after validation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Regions {
     /// This instance's region: an index into `names`.
     pub(crate) this: usize,
@@ -49,6 +49,20 @@ pub(crate) struct Regions {
     pub(crate) links: Box<[String]>,
     /// How often quotas move (and a fourth of it: how often views are read).
     pub(crate) interval: Duration,
+}
+
+// By hand: exchange URLs may carry passwords, and `Config`'s `{:?}` ends up
+// in logs.
+impl std::fmt::Debug for Regions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let links: Vec<String> = self.links.iter().map(|l| crate::redact_url(l)).collect();
+        f.debug_struct("Regions")
+            .field("this", &self.this)
+            .field("names", &self.names)
+            .field("links", &links)
+            .field("interval", &self.interval)
+            .finish()
+    }
 }
 
 /// A limit's `scope = "global"`: its share in each region before any

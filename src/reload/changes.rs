@@ -78,6 +78,15 @@ pub(crate) fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
     );
     differ(&delayed, old.max_delayed != new.max_delayed);
     differ("[shedding]", old.shedding != new.shedding);
+    // Every region's exchange works out shares from the same regions and
+    // the same splits: they change everywhere at once, by a restart.
+    differ("[regions]", old.regions != new.regions);
+    for l in &new.limits {
+        let was = old.limits.iter().find(|o| o.name == l.name);
+        if was.is_some_and(|o| o.global != l.global) {
+            differ(&format!("[limits.{}] scope, split", l.name), true);
+        }
+    }
     out
 }
 
@@ -321,5 +330,71 @@ impl fmt::Display for Changes {
             write!(f, "{what}: {}", names.join(", "))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::*;
+
+    const REGIONS: &str = r#"
+[redis]
+url = "redis://127.0.0.1:6379"
+
+[regions]
+this = "eu"
+
+[regions.exchange]
+eu = "redis://10.0.0.1:6379"
+us = "redis://10.1.0.1:6379"
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 100
+refill = "10/s"
+scope = "global"
+
+[limits.per-ip]
+key = "ip"
+capacity = 10
+refill = "1/s"
+"#;
+
+    fn fixed(new: &str) -> Vec<String> {
+        let old = Config::from_toml_str(REGIONS).unwrap();
+        fixed_changes(&old, &Config::from_toml_str(new).unwrap())
+    }
+
+    /// Every region works out shares from the same regions and splits: a
+    /// change to either is a restart, named as in the file; the rest of a
+    /// global limit reloads as any limit's.
+    #[test]
+    fn regions_scope_and_split_are_restart_only() {
+        assert!(fixed(REGIONS).is_empty());
+        let interval = REGIONS.replace("this = \"eu\"", "this = \"eu\"\ninterval = \"5s\"");
+        assert_eq!(fixed(&interval), ["[regions]"]);
+        let region = REGIONS.replace("us = ", "ap = ");
+        assert_eq!(fixed(&region), ["[regions]"]);
+        let split = REGIONS.replace(
+            "scope = \"global\"",
+            "scope = \"global\"\nsplit = { eu = 0.6, us = 0.4 }",
+        );
+        assert_eq!(fixed(&split), ["[limits.per-key] scope, split"]);
+        let region_scope = REGIONS.replace("scope = \"global\"", "scope = \"region\"");
+        assert_eq!(fixed(&region_scope), ["[limits.per-key] scope, split"]);
+        let became_global =
+            REGIONS.replace("refill = \"1/s\"", "refill = \"1/s\"\nscope = \"global\"");
+        assert_eq!(fixed(&became_global), ["[limits.per-ip] scope, split"]);
+        // [regions] removed, its limit made regional: both named.
+        let (head, limits) = REGIONS.split_once("[regions]").unwrap();
+        let limits = &limits[limits.find("[limits").unwrap()..];
+        let one_region = format!("{head}{limits}").replace("scope = \"global\"\n", "");
+        assert_eq!(
+            fixed(&one_region),
+            ["[regions]", "[limits.per-key] scope, split"]
+        );
+        // A global limit's numbers reload.
+        let numbers = REGIONS.replace("capacity = 100", "capacity = 200");
+        assert!(fixed(&numbers).is_empty());
     }
 }

@@ -138,6 +138,9 @@ impl Limit {
             self.rule.describe(),
             if self.shadow { ", shadow" } else { "" }
         );
+        if self.global.is_some() {
+            s.push_str(", scope global");
+        }
         if let Some(f) = &self.failures {
             let statuses: Vec<String> = f.iter().map(u16::to_string).collect();
             s.push_str(&format!(", counts failures [{}]", statuses.join(", ")));

@@ -18,7 +18,8 @@ use crate::config::parts::{
     LimitConfig, LimitSpans, RouteConfig, RouteSpans, DEFAULT_FAILURE_STATUSES,
 };
 use crate::config::redis::{RedisSettings, RedisSpans};
-use crate::config::schema::{Count, Exceed, Mode, RawConfig, RawLimit, RawRecord};
+use crate::config::regions::{self, GlobalSpans, Split};
+use crate::config::schema::{Count, Exceed, Mode, RawConfig, RawLimit, RawRecord, Scope};
 use crate::config::validate::{fields, unknown_limit, LoginSpans};
 use crate::config::{units, ConfigError, Heartbeat};
 use crate::key::{ForwardedHeader, KeySource};
@@ -184,6 +185,11 @@ pub(super) fn lower(raw: RawConfig, src: &str) -> Result<ConfigBuilder, ConfigEr
         b.shedding = Some(cfg);
         b.at.shedding = spans;
     }
+    if let Some(r) = &raw.regions {
+        let (cfg, spans) = super::regions::lower(src, r)?;
+        b.regions = Some(cfg);
+        b.at.regions = spans;
+    }
     b.at.memory_max_keys = span(&raw.memory.max_keys);
     b.memory_max_keys = raw.memory.max_keys.map(Spanned::into_inner);
     if let Some(t) = &raw.plan_cache.ttl {
@@ -227,8 +233,10 @@ fn limit(
         lease: span(&l.lease_batch),
         login: LoginSpans::default(),
         record: Default::default(),
+        global: GlobalSpans::default(),
     };
     login(src, name.get_ref(), l, &mut out)?;
+    global(src, name.get_ref(), l, &mut out)?;
     if let Some(r) = &l.record {
         out.at.record = [Some(r.span()), Some(r.span())];
         out.record = match r.get_ref() {
@@ -289,6 +297,22 @@ fn login(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(
         _ => OnExceed::Refuse,
     };
     out.at.login = spans;
+    Ok(())
+}
+
+/// A limit's `scope` and `split` (which needs `scope = "global"`).
+fn global(src: &str, name: &str, l: &RawLimit, out: &mut LimitConfig) -> Result<(), ConfigError> {
+    let global = l.scope.as_ref().map(|s| *s.get_ref()) == Some(Scope::Global);
+    fields::split(src, name, global, span(&l.split))?;
+    if global {
+        let (split, mut spans) = match &l.split {
+            Some(s) => regions::split(s),
+            None => (Split::Equal, GlobalSpans::default()),
+        };
+        spans.scope = span(&l.scope);
+        out.global = Some(split);
+        out.at.global = spans;
+    }
     Ok(())
 }
 

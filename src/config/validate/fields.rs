@@ -103,3 +103,29 @@ pub(in crate::config) fn missing(src: &str, name: &str, field: &str, at: Span) -
 fn limit_err(src: &str, name: &str, at: Span, m: &str) -> ConfigError {
     ConfigError::at(src, at, format!("limit {name:?}: {m}"))
 }
+
+/// `[regions]` names this instance's region by `this` or `this_env`:
+/// `both` written (at `this_env`), or neither (at the table).
+pub(in crate::config) fn this_region(src: &str, at: Span, both: bool) -> ConfigError {
+    let m = if both {
+        "[regions] takes `this` or `this_env`, not both: this instance's region is named once"
+    } else {
+        "[regions] needs `this` (this instance's region, e.g. this = \"eu\") or `this_env` \
+         (the environment variable naming it, e.g. this_env = \"FLEETLIMIT_REGION\")"
+    };
+    ConfigError::at(src, at, m)
+}
+
+/// Limit `name`'s `split` (at `split`) needs `scope = "global"`.
+pub(in crate::config) fn split(
+    src: &str,
+    name: &str,
+    global: bool,
+    split: Span,
+) -> Result<(), ConfigError> {
+    let m = format!(
+        "limit {name:?}: `split` needs `scope = \"global\"` (it shares a global limit \
+         between regions)"
+    );
+    needs(src, global, split, m)
+}

@@ -16,6 +16,7 @@ use crate::shed::Priority;
 pub(super) mod fields;
 mod limit;
 mod redis;
+mod regions;
 mod route;
 mod settings;
 mod shedding;
