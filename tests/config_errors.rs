@@ -563,3 +563,289 @@ fn a_standalone_url_without_a_port_is_6379() {
         .try_with_redis_url("redis://cache.internal")
         .is_ok());
 }
+
+/// Regions and a global limit (`docs/configuration.md`, `[regions]`).
+const REGIONS: &str = r#"[redis]
+url = "redis://127.0.0.1:6379"
+
+[regions]
+this = "eu"
+interval = "2s"
+
+[regions.exchange]
+eu = "redis://10.0.0.1:6379"
+us = "redis://10.1.0.1:6379"
+ap = "redis://10.2.0.1:6379"
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 100
+refill = "10/s"
+scope = "global"
+split = { eu = 0.5, us = 0.3, ap = 0.2 }
+
+[[routes]]
+path = "/"
+limits = ["per-key"]
+"#;
+
+/// Loads `REGIONS` with one substitution; returns the error's text.
+fn regions_error(name: &str, from: &str, to: &str) -> String {
+    assert!(REGIONS.contains(from), "{from}");
+    let path = file_with(name, &REGIONS.replacen(from, to, 1));
+    let err = Config::from_toml_file(&path).unwrap_err();
+    err.to_string().replace(&path.display().to_string(), name)
+}
+
+#[test]
+fn the_regions_file_loads() {
+    let cfg = Config::from_toml_file(file_with("regions.toml", REGIONS)).unwrap();
+    let d = cfg.describe();
+    assert!(d.contains("regions: this instance in eu;"), "{d}");
+    assert!(
+        d.contains("global limits: per-key (eu 50%, us 30%, ap 20%)"),
+        "{d}"
+    );
+}
+
+#[test]
+fn this_instances_region_is_one_of_them_named_once() {
+    let e = regions_error("this.toml", "this = \"eu\"", "this = \"as\"");
+    assert_eq!(
+        e,
+        "this.toml:5:8: this instance's region \"as\" is not in [regions.exchange] (eu, us, ap)"
+    );
+    let e = regions_error(
+        "both.toml",
+        "this = \"eu\"",
+        "this = \"eu\"\nthis_env = \"REGION\"",
+    );
+    assert_eq!(
+        e,
+        "both.toml:6:12: [regions] takes `this` or `this_env`, not both: this instance's region is named once"
+    );
+    let e = regions_error("neither.toml", "this = \"eu\"\n", "");
+    assert!(
+        e.starts_with("neither.toml:4:1: [regions] needs `this` (this instance's region, e.g. this = \"eu\") or `this_env`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn this_instances_region_from_the_environment() {
+    // One variable per case: tests run in parallel.
+    let unset = "FLEETLIMIT_TEST_REGION_UNSET";
+    let e = regions_error(
+        "unset.toml",
+        "this = \"eu\"",
+        &format!("this_env = \"{unset}\""),
+    );
+    assert_eq!(
+        e,
+        format!(
+            "unset.toml:5:12: environment variable {unset} ([regions] this_env) is not set; \
+             it names this instance's region, one of eu, us, ap"
+        )
+    );
+    let empty = "FLEETLIMIT_TEST_REGION_EMPTY";
+    std::env::set_var(empty, "");
+    let e = regions_error(
+        "empty.toml",
+        "this = \"eu\"",
+        &format!("this_env = \"{empty}\""),
+    );
+    assert!(
+        e.starts_with(&format!(
+            "empty.toml:5:12: environment variable {empty} ([regions] this_env) is not set"
+        )),
+        "{e}"
+    );
+    let mars = "FLEETLIMIT_TEST_REGION_MARS";
+    std::env::set_var(mars, "mars");
+    let e = regions_error(
+        "mars.toml",
+        "this = \"eu\"",
+        &format!("this_env = \"{mars}\""),
+    );
+    assert_eq!(
+        e,
+        format!(
+            "mars.toml:5:12: this instance's region \"mars\" (environment variable {mars}, \
+             [regions] this_env) is not in [regions.exchange] (eu, us, ap)"
+        )
+    );
+    let us = "FLEETLIMIT_TEST_REGION_US";
+    std::env::set_var(us, "us");
+    let src = REGIONS.replace("this = \"eu\"", &format!("this_env = \"{us}\""));
+    let cfg = Config::from_toml_str(&src).unwrap();
+    assert!(cfg.describe().contains("regions: this instance in us;"));
+}
+
+#[test]
+fn regions_are_two_or_more_each_named_once_with_a_redis_url() {
+    let e = regions_error(
+        "one.toml",
+        "us = \"redis://10.1.0.1:6379\"\nap = \"redis://10.2.0.1:6379\"\n",
+        "",
+    );
+    assert_eq!(
+        e,
+        "one.toml:8:1: [regions.exchange] names 1 region (eu); a global limit needs at least two, \
+         each with the Redis URL this region's exchange reaches it by"
+    );
+    let e = regions_error("name.toml", "us = ", "\"u:s\" = ");
+    assert_eq!(
+        e,
+        "name.toml:10:1: region name \"u:s\" must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
+    );
+    let e = regions_error("url.toml", "\"redis://10.2.0.1:6379\"", "\"notaurl://x\"");
+    assert!(
+        e.starts_with(
+            "url.toml:11:6: [regions.exchange] ap: unsupported Redis URL scheme \"notaurl://\""
+        ),
+        "{e}"
+    );
+    let e = regions_error("port.toml", "10.1.0.1:6379", "10.1.0.1:port");
+    assert!(
+        e.starts_with("port.toml:10:6: [regions.exchange] us: cannot read the Redis URL"),
+        "{e}"
+    );
+    // A region twice is the toml parser's error, at the second.
+    let e = regions_error("twice.toml", "ap = ", "eu = ");
+    assert!(e.starts_with("twice.toml:11:1: duplicate key `eu`"), "{e}");
+}
+
+#[test]
+fn the_interval_is_100ms_to_60s() {
+    let e = regions_error("fast.toml", "\"2s\"", "\"50ms\"");
+    assert_eq!(
+        e,
+        "fast.toml:6:12: [regions] interval is 50ms; it must be between 100ms and 1min \
+         (how often quotas move between regions)"
+    );
+    let e = regions_error("slow.toml", "\"2s\"", "\"61s\"");
+    assert!(
+        e.starts_with("slow.toml:6:12: [regions] interval is 61s;"),
+        "{e}"
+    );
+    for ok in ["100ms", "60s"] {
+        let src = REGIONS.replace("\"2s\"", &format!("{ok:?}"));
+        assert!(Config::from_toml_str(&src).is_ok(), "{ok}");
+    }
+    // Unset: 2s.
+    let cfg = Config::from_toml_str(&REGIONS.replace("interval = \"2s\"\n", "")).unwrap();
+    assert!(cfg.describe().contains("quotas move every 2s"));
+}
+
+#[test]
+fn regions_need_redis_and_global_limits_need_regions() {
+    let e = regions_error(
+        "memory.toml",
+        "[redis]\nurl = \"redis://127.0.0.1:6379\"\n",
+        "",
+    );
+    assert_eq!(
+        e,
+        "memory.toml:2:1: [regions] needs the Redis store (a [redis] section, or \
+         ConfigBuilder::redis_url): each region decides its share of a global limit in its own Redis"
+    );
+    let (head, rest) = REGIONS.split_once("[regions]").unwrap();
+    let limits = &rest[rest.find("[limits").unwrap()..];
+    let path = file_with(
+        "no-regions.toml",
+        &format!("{head}{limits}").replace("split = { eu = 0.5, us = 0.3, ap = 0.2 }\n", ""),
+    );
+    let e = Config::from_toml_file(&path).unwrap_err();
+    assert_eq!((e.line(), e.column()), (Some(8), Some(9)), "{e}");
+    assert_eq!(
+        e.message(),
+        "limit \"per-key\": scope = \"global\" needs [regions] (this instance's region and \
+         every region that shares the limit)"
+    );
+}
+
+#[test]
+fn a_global_limit_is_a_token_bucket_without_leases_or_plans() {
+    let e = regions_error(
+        "window.toml",
+        "capacity = 100\nrefill = \"10/s\"",
+        "algorithm = \"sliding-window\"\nlimit = 100\nwindow = \"10s\"",
+    );
+    assert_eq!(
+        e,
+        "window.toml:18:9: limit \"per-key\": scope = \"global\" supports token buckets only: \
+         a window's count cannot change hands mid-window, and concurrency slots are not split \
+         across regions"
+    );
+    let e = regions_error(
+        "slots.toml",
+        "capacity = 100\nrefill = \"10/s\"",
+        "algorithm = \"concurrency\"\nmax_in_flight = 10",
+    );
+    assert!(
+        e.starts_with(
+            "slots.toml:17:9: limit \"per-key\": scope = \"global\" supports token buckets only"
+        ),
+        "{e}"
+    );
+    let e = regions_error(
+        "lease.toml",
+        "refill = \"10/s\"",
+        "refill = \"10/s\"\nlease_batch = 10",
+    );
+    assert_eq!(
+        e,
+        "lease.toml:17:15: limit \"per-key\": hot-key leases (lease_batch) are not supported on a \
+         global limit (scope = \"global\")"
+    );
+    let path = file_with(
+        "plan.toml",
+        &format!("{REGIONS}\n[plans.pro.per-key]\ncapacity = 200\n"),
+    );
+    let e = Config::from_toml_file(&path).unwrap_err().to_string();
+    assert_eq!(
+        e.replace(&path.display().to_string(), "plan.toml"),
+        "plan.toml:24:12: limit \"per-key\": plans are not supported on a global limit \
+         (scope = \"global\") yet: remove [plans.pro.per-key] or the limit's scope"
+    );
+}
+
+#[test]
+fn a_split_names_known_regions_with_fractions_adding_up_to_1_at_most() {
+    let e = regions_error("unknown.toml", "ap = 0.2", "as = 0.2");
+    assert_eq!(
+        e,
+        "unknown.toml:18:31: limit \"per-key\": split names region \"as\", which is not in \
+         [regions.exchange] (eu, us, ap)"
+    );
+    for (weight, shown) in [("-0.2", "-0.2"), ("nan", "NaN"), ("inf", "inf")] {
+        let e = regions_error("weight.toml", "ap = 0.2", &format!("ap = {weight}"));
+        assert_eq!(
+            e,
+            format!(
+                "weight.toml:18:36: limit \"per-key\": split: the weight of region \"ap\" is \
+                 {shown}; it must be a number from 0 to 1 (its fraction of the limit)"
+            )
+        );
+    }
+    let e = regions_error("sum.toml", "ap = 0.2", "ap = 0.3");
+    assert_eq!(
+        e,
+        "sum.toml:18:9: limit \"per-key\": split: the weights add up to 1.1; at most 1 \
+         (the regions' shares of a global limit never add up to more than the limit)"
+    );
+    let e = regions_error("regional.toml", "scope = \"global\"\n", "");
+    assert_eq!(
+        e,
+        "regional.toml:17:9: limit \"per-key\": `split` needs `scope = \"global\"` (it shares a \
+         global limit between regions)"
+    );
+    let e = regions_error("scope.toml", "\"global\"", "\"world\"");
+    assert!(
+        e.starts_with("scope.toml:17:9: unknown variant `world`, expected `region` or `global`"),
+        "{e}"
+    );
+    // Under 1 is allowed: the rest is no region's until quotas move.
+    let src = REGIONS.replace("ap = 0.2", "ap = 0.1");
+    assert!(Config::from_toml_str(&src).is_ok());
+}

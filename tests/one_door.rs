@@ -152,3 +152,73 @@ async fn every_constructor_refuses_the_same_configuration_alike() {
         assert_eq!(e, &errors[0]);
     }
 }
+
+/// `[regions]` and a global limit, from a file and from code, are one
+/// configuration: the file is lowered into the builder the code uses.
+#[cfg(feature = "redis")]
+#[test]
+fn regions_from_a_file_and_from_code_are_one_configuration() {
+    use fleetlimit::{KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
+    let file = Config::from_toml_str(
+        r#"
+[redis]
+url = "redis://127.0.0.1:6379"
+
+[regions]
+this = "us"
+interval = "500ms"
+
+[regions.exchange]
+eu = "redis://:secret@10.0.0.1:6379"
+us = "redis://10.1.0.1:6379"
+
+[limits.per-key]
+key = "header:x-api-key"
+capacity = 100
+refill = "10/s"
+scope = "global"
+split = { eu = 0.25, us = 0.75 }
+
+[limits.per-ip]
+key = "ip"
+capacity = 10
+refill = "1/s"
+scope = "global"
+
+[[routes]]
+path = "/"
+limits = ["per-key", "per-ip"]
+"#,
+    )
+    .unwrap();
+    let code = Config::builder()
+        .redis_url("redis://127.0.0.1:6379")
+        .regions(
+            RegionsConfig::new("us")
+                .region("eu", "redis://:secret@10.0.0.1:6379")
+                .region("us", "redis://10.1.0.1:6379")
+                .interval(Duration::from_millis(500)),
+        )
+        // The file's limits come sorted by name.
+        .limit(
+            "per-ip",
+            LimitConfig::token_bucket(KeySource::ClientIp, 10, Rate::per_second(1)).global(),
+        )
+        .limit(
+            "per-key",
+            LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
+                .global_split([("eu", 0.25), ("us", 0.75)]),
+        )
+        .route("/", RouteConfig::new(["per-key", "per-ip"]))
+        .build()
+        .unwrap();
+    assert_eq!(file.describe(), code.describe());
+    assert_eq!(format!("{file:?}"), format!("{code:?}"));
+    let d = file.describe();
+    assert!(d.contains("global limits: "), "{d}");
+    assert!(d.contains("per-key (eu 25%, us 75%)"), "{d}");
+    assert!(d.contains("per-ip (eu 50%, us 50%)"), "{d}");
+    // The exchange URL's password is in neither.
+    assert!(!d.contains(":secret@"), "{d}");
+    assert!(!format!("{file:?}").contains(":secret@"), "{file:?}");
+}

@@ -144,6 +144,14 @@ impl<T> fmt::Debug for Hidden<T> {
 /// retry_after = "1s"
 /// sheddable_at = 0.8            # priority = "sheddable" shed from this pressure
 /// critical_at = 1.5             # priority = "critical" shed from this one ("normal": 1.0)
+/// [regions]                     # global limits across regions; absent = one region
+/// this = "eu"                   # or this_env = "FLEETLIMIT_REGION"
+/// interval = "2s"               # how often quotas move (100ms to 60s)
+/// [regions.exchange]            # every region (two or more) and its Redis URL
+/// eu = "redis://10.0.0.1:6379"
+/// us = "redis://10.1.0.1:6379"
+///                               # and on a token bucket: scope = "global",
+///                               #   split = { eu = 0.6, us = 0.4 } (default: equal)
 /// ```
 ///
 /// Unknown fields, unknown limit or plan names, malformed rates or

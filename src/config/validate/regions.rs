@@ -198,7 +198,8 @@ impl Validator<'_> {
                         format!(
                             "split: the weights add up to {}; at most 1 (the regions' shares \
                              of a global limit never add up to more than the limit)",
-                            short_number(sum)
+                            // To the shares' resolution: 1.1, not 1.1000000000000001.
+                            short_number((sum * f64::from(WHOLE)).round() / f64::from(WHOLE))
                         ),
                     ));
                 }
