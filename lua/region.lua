@@ -17,6 +17,8 @@
 --            as read, got as read ("" none), new share, default share
 --            → 1, or 0 when either changed since it was read
 --   count    KEYS: demand             ARGV: (key, amount) pairs → 1
+--   peek     KEYS: share, got         ARGV: key, from → { share, got },
+--            each "" when none
 local ttl, step = ARGV[1], ARGV[2]
 local function now()
   local t = redis.call('TIME')
@@ -74,6 +76,9 @@ elseif step == 'apply' then
   redis.call('HSET', KEYS[2], field, ARGV[5])
   keep()
   return 1
+elseif step == 'peek' then
+  return { redis.call('HGET', KEYS[1], ARGV[3]) or '',
+           redis.call('HGET', KEYS[2], ARGV[3] .. '|' .. ARGV[4]) or '' }
 elseif step == 'count' then
   for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
   keep()

@@ -448,7 +448,10 @@ async fn cycle(
         let Ok(total) = total.parse::<u64>() else {
             continue;
         };
-        push(rt, quota, link, prefix, key, theirs, y, total).await;
+        let got = num(&theirs.held_or_got, &format!("{key}|{}", r.names[x]));
+        if total > got {
+            push(rt, quota, link, prefix, key, y, total).await;
+        }
     }
 }
 
@@ -495,31 +498,29 @@ async fn give(
     }
 }
 
-/// Step 3's push: region `y` receives what it has not of `total`.
-#[allow(clippy::too_many_arguments)]
+/// Step 3's push: region `y` receives what it has not of `total`. Its
+/// share and what it received are read again just before (other regions
+/// push to it too), its bucket rescaled from that share, then both are
+/// set if still as read; else it is tried again, a few times, then left
+/// to the next cycle (the bucket rescaled for nothing: tokens lost, never
+/// made).
 async fn push(
     rt: &Runtime,
     quota: &Quota,
     link: &Pool,
     prefix: &str,
     key: &str,
-    theirs: &Seen,
     y: usize,
     total: u64,
 ) {
     let r = &rt.regions;
     let from = &*r.names[r.this];
-    let field = format!("{key}|{from}");
-    let got_read = theirs.held_or_got.get(&field).cloned().unwrap_or_default();
-    let got: u64 = got_read.parse().unwrap_or(0);
-    if total <= got {
-        return;
-    }
-    let before = theirs.share(key, quota.split[y]);
-    let add = u32::try_from(total - got).unwrap_or(WHOLE);
-    let after = before.saturating_add(add).min(WHOLE);
-    // The bucket first: until the share rises, its readers see fewer
-    // tokens than it holds, never more.
+    let keys = || {
+        vec![
+            hash(prefix, &quota.name, "share"),
+            hash(prefix, &quota.name, "got"),
+        ]
+    };
     let (_, burst) = match quota.rule {
         crate::algorithm::Rule::TokenBucket {
             capacity,
@@ -527,32 +528,53 @@ async fn push(
         } => LeanArgs::new(capacity, refill_per_sec, 1.0).args(),
         _ => return,
     };
-    let args: Vec<Value> = vec![
-        burst.to_string().into(),
-        i64::from(before.max(1)).into(),
-        i64::from(after).into(),
-    ];
-    if eval(rt, link, RESCALE, vec![key.to_owned()], args)
-        .await
-        .is_err()
-    {
-        return;
+    for _ in 0..3 {
+        let peek = step("peek", [key.into(), from.into()]);
+        let Ok(v) = eval(rt, link, SCRIPT, keys(), peek).await else {
+            return;
+        };
+        let mut it = v
+            .into_array()
+            .into_iter()
+            .map(|v| v.as_string().unwrap_or_default());
+        let (share_read, got_read) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
+        let got: u64 = got_read.parse().unwrap_or(0);
+        if total <= got {
+            return;
+        }
+        let before = if share_read.is_empty() {
+            quota.split[y]
+        } else {
+            ppm(&share_read)
+        };
+        let add = u32::try_from(total - got).unwrap_or(WHOLE);
+        let after = before.saturating_add(add).min(WHOLE);
+        // The bucket first: until the share rises, its readers see fewer
+        // tokens than it holds, never more.
+        let args: Vec<Value> = vec![
+            burst.to_string().into(),
+            i64::from(before.max(1)).into(),
+            i64::from(after).into(),
+        ];
+        if eval(rt, link, RESCALE, vec![key.to_owned()], args)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let args = [
+            key.into(),
+            from.into(),
+            i64::try_from(total).unwrap_or(i64::MAX).into(),
+            share_read.into(),
+            got_read.into(),
+            i64::from(after).into(),
+            i64::from(quota.split[y]).into(),
+        ];
+        if let Ok(Value::Integer(1)) = eval(rt, link, SCRIPT, keys(), step("apply", args)).await {
+            return;
+        }
     }
-    let share_read = theirs.shares.get(key).cloned().unwrap_or_default();
-    let args = [
-        key.into(),
-        from.into(),
-        i64::try_from(total).unwrap_or(i64::MAX).into(),
-        share_read.into(),
-        got_read.into(),
-        i64::from(after).into(),
-        i64::from(quota.split[y]).into(),
-    ];
-    let keys = vec![
-        hash(prefix, &quota.name, "share"),
-        hash(prefix, &quota.name, "got"),
-    ];
-    let _ = eval(rt, link, SCRIPT, keys, step("apply", args)).await;
 }
 
 /// Every future's output, in order, run at once.
