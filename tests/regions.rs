@@ -236,6 +236,34 @@ fn assert_bound(answers: &[Answer], regions: &[usize], share: f64, what: &str) {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_say_the_global_policy_and_what_this_region_can_still_admit() {
+    let fleet = Fleet::start("regions-headers").await;
+    // Views are read before the layer is built: decided at once. Each
+    // region holds its own third (quota moves a whole interval later).
+    let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
+    let res = send(&fleet.apps[1][0], req).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 15);
+    let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
+    let res = send(&fleet.apps[0][0], req).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(header_u64(&res, "x-ratelimit-limit"), BURST as u64);
+    // A third of the burst, one taken.
+    assert_eq!(header_u64(&res, "x-ratelimit-remaining"), 15);
+    // That third spent: refused in this region, with the time its share
+    // takes to refill one.
+    for _ in 0..15 {
+        let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
+        assert_eq!(send(&fleet.apps[0][1], req).await.status(), 200);
+    }
+    let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
+    let res = send(&fleet.apps[0][0], req).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(header_u64(&res, "x-ratelimit-limit"), BURST as u64);
+    assert_eq!(header_u64(&res, "retry-after"), 1);
+}
+
 /// Whole intervals for quotas to follow demand: one to count it, one to
 /// take and hold, one to release and push (and the views read).
 const CONVERGE: Duration = Duration::from_secs(3);

@@ -374,12 +374,8 @@ async fn start_redis_tasks(
     }
     if let Some(rt) = &core.regions {
         let pool = own.store.pool().clone();
-        crate::region::start(
-            rt,
-            pool,
-            Arc::clone(&cfg.key_prefix),
-            Arc::clone(&own.instance),
-        );
+        let (prefix, instance) = (Arc::clone(&cfg.key_prefix), Arc::clone(&own.instance));
+        crate::region::start(rt, pool, prefix, instance).await;
     }
     if let Some(hb) = cfg.heartbeat {
         let key = cfg.heartbeat_key();

@@ -410,28 +410,31 @@ impl<'a> Answered<'a> {
 fn buckets(p: &mut Pending, regions: Option<&Runtime>) -> Result<Buckets, Rejection> {
     let mut buckets = Buckets::with_capacity(p.keys.len());
     for (limit, k) in p.policy.limits.iter().zip(&mut p.keys) {
-        let mut rule = limit.rule_for(k.plan.as_deref());
+        let rule = limit.rule_for(k.plan.as_deref());
+        k.rule = rule;
         let shadow = limit.shadow || p.policy.shadow;
         // A concurrency limit takes one slot whatever the cost.
         if f64::from(p.cost) > rule.capacity() && !shadow && !rule.is_concurrency() {
             return Err(response::too_costly(&**limit, p.cost, rule.capacity()));
         }
+        // The headers say the global policy (`k.rule`); the bucket is this
+        // region's share of it.
+        let mut stored = rule;
         if limit.global.is_some() {
             match regions.and_then(|r| r.quota(&limit.name)) {
                 Some(q) => {
                     q.offer(&k.key, p.cost);
                     match q.share(&k.key) {
-                        Some(share) => rule = rule.quota(share),
+                        Some(share) => stored = rule.quota(share),
                         None => p.quota_unknown = true,
                     }
                 }
                 None => p.quota_unknown = true,
             }
         }
-        k.rule = rule;
         buckets.push(Bucket {
             key: std::mem::take(&mut k.key),
-            rule,
+            rule: stored,
             // A limit that escalates is soft in the store (see escalate.rs).
             shadow: shadow || limit.escalates(),
         });

@@ -58,8 +58,13 @@ pub(crate) const MAX_KEYS: usize = 1000;
 /// How long the exchange's hashes live without a cycle touching them.
 const KEEP: Duration = Duration::from_secs(86_400);
 
-/// Starts this instance's exchange; it ends with the runtime.
-pub(crate) fn start(rt: &Arc<Runtime>, own: Pool, prefix: Arc<str>, instance: Arc<str>) {
+/// Reads this region's shares once (so requests are decided on them as
+/// soon as the layer is built, Redis up), then starts this instance's
+/// exchange; it ends with the runtime.
+pub(crate) async fn start(rt: &Arc<Runtime>, own: Pool, prefix: Arc<str>, instance: Arc<str>) {
+    if own.is_connected() {
+        refresh(rt, &own, &prefix).await;
+    }
     let links = connect_links(rt);
     let weak = Arc::downgrade(rt);
     tokio::spawn(run(weak, own, links, prefix, instance));
