@@ -147,6 +147,7 @@ pub use plan::{PlanError, PlanFuture, PlanResolver, PlanResult};
 #[cfg(feature = "postgres")]
 pub use plan_postgres::{PostgresPlans, PostgresPlansError};
 pub use record::RecordStats;
+pub use region::RegionStats;
 pub use reload::{Changes, ReloadError, ReloadHandle, ReloadOptions};
 pub use request::RequestRef;
 pub use route::{OnExceed, RecordConfig};

@@ -33,6 +33,7 @@ struct Fleet {
     links: Vec<Vec<Option<Relay>>>,
     /// Two instances per region.
     apps: Vec<[Router; 2]>,
+    layers: Vec<fleetlimit::RateLimitLayer>,
     prefix: String,
 }
 
@@ -48,6 +49,7 @@ impl Fleet {
             .collect();
         let prefix = prefix(test);
         let mut apps = Vec::new();
+        let mut layers = Vec::new();
         for x in 0..3 {
             let mut exchange = String::new();
             for (y, name) in NAMES.iter().enumerate() {
@@ -78,13 +80,20 @@ on_redis_error = "closed"
                 this = NAMES[x],
                 interval = INTERVAL.as_millis(),
             );
-            let one = || redis_config(&servers[x], &prefix, "250ms", &body);
-            apps.push([ok_app(one()).await, ok_app(one()).await]);
+            let mut two = Vec::new();
+            for _ in 0..2 {
+                let cfg = redis_config(&servers[x], &prefix, "250ms", &body);
+                let layer = fleetlimit::RateLimitLayer::new(cfg).await.unwrap();
+                layers.push(layer.clone());
+                two.push(ok_routes(layer, ["/"]));
+            }
+            apps.push([two[0].clone(), two[1].clone()]);
         }
         Self {
             servers,
             links,
             apps,
+            layers,
             prefix,
         }
     }
@@ -107,6 +116,30 @@ on_redis_error = "closed"
                 r.heal();
             }
         }
+    }
+
+    /// Prints what a scenario admitted, per window, as a share of the
+    /// limit's refill, and what the exchange cost (docs/regions.md's
+    /// table is made of these lines: `-- --nocapture`).
+    fn report(&self, scenario: &str, counts: &[u64]) {
+        let per = |c: u64| c as f64 / (RATE * WINDOW.as_secs_f64());
+        let min = counts.iter().copied().min().map_or(0.0, per);
+        let max = counts.iter().copied().max().map_or(0.0, per);
+        let mean = per(counts.iter().sum::<u64>()) / counts.len().max(1) as f64;
+        let stats: Vec<fleetlimit::RegionStats> = self
+            .layers
+            .iter()
+            .filter_map(|l| l.region_stats())
+            .collect();
+        let calls: u64 = stats.iter().map(|s| s.calls).sum();
+        let cycles: u64 = stats.iter().map(|s| s.cycles).sum();
+        let moved: u64 = stats.iter().map(|s| s.moved).sum();
+        eprintln!(
+            "figures: {scenario}: {} windows, admitted ÷ refill per window min {min:.2} mean {mean:.2} max {max:.2}; \
+             exchange: {cycles} cycles, {calls} calls by 6 instances, {:.2} of a limit moved",
+            counts.len(),
+            moved as f64 / 1e6
+        );
     }
 
     /// Region `x`'s share of API key `value` in its Redis, in parts per
@@ -314,6 +347,10 @@ async fn twice_the_limit_split_60_30_10_is_admitted_at_90_to_100_percent() {
     }
     let shares: Vec<u64> = (0..3).map(|x| fleet.share(x, "split")).collect();
     assert!(shares.iter().sum::<u64>() <= 1_000_000, "{shares:?}");
+    fleet.report(
+        "60/30/10 at twice the limit, after three intervals",
+        &counts,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,6 +412,7 @@ async fn a_region_without_its_redis_follows_its_policy_and_the_others_are_unchan
     let (ab_during, _) = admitted_per_window(&during, &[0, 1], Duration::ZERO);
     let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
     let (b, d) = (mean(&ab_before), mean(&ab_during));
+    fleet.report("a and b while c's Redis is down", &ab_during);
     assert!(
         (d - b).abs() <= 0.1 * b,
         "a and b admitted {d:.1} a window with c down, {b:.1} before ({ab_before:?} → {ab_during:?})"

@@ -165,6 +165,15 @@ impl RateLimitLayer {
     pub fn fleet_size(&self) -> u32 {
         self.live.core().fleet_size()
     }
+
+    /// What this instance's part of the quota exchange did (`[regions]`,
+    /// `docs/regions.md`); `None` without `[regions]` or without a global
+    /// limit.
+    #[must_use]
+    pub fn region_stats(&self) -> Option<crate::RegionStats> {
+        let rt = self.live.core().regions.as_ref()?;
+        Some(rt.stats.snapshot())
+    }
 }
 
 impl<S> Layer<S> for RateLimitLayer {

@@ -133,23 +133,21 @@ async fn run(
         refresh(&rt, &own, &prefix).await;
         match tick % 4 {
             0 => publish(&rt, &own, &prefix, tick / 4 - 1).await,
-            1 => {
-                if lock(&rt, &own, &prefix, &instance).await {
-                    let (rt, own, links, prefix) = (
-                        Arc::clone(&rt),
-                        own.clone(),
-                        Arc::clone(&links),
-                        Arc::clone(&prefix),
-                    );
-                    // Its own task: views keep being read meanwhile.
-                    tokio::spawn(async move {
-                        let epoch = tick / 4 - 1;
-                        for quota in rt.quotas.iter() {
-                            cycle(&rt, quota, &own, &links, &prefix, epoch).await;
-                        }
-                        rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
-                    });
-                }
+            1 if lock(&rt, &own, &prefix, &instance).await => {
+                let (rt, own, links, prefix) = (
+                    Arc::clone(&rt),
+                    own.clone(),
+                    Arc::clone(&links),
+                    Arc::clone(&prefix),
+                );
+                // Its own task: views keep being read meanwhile.
+                tokio::spawn(async move {
+                    let epoch = tick / 4 - 1;
+                    for quota in rt.quotas.iter() {
+                        cycle(&rt, quota, &own, &links, &prefix, epoch).await;
+                    }
+                    rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
+                });
             }
             _ => {}
         }
@@ -357,7 +355,7 @@ async fn cycle(
             given: HashMap::new(),
         })
     });
-    let mut seen: Vec<Option<Seen>> = futures_join(reads).await;
+    let mut seen: Vec<Option<Seen>> = join_all(reads).await;
     seen[x] = Some(mine);
     let mine = seen[x].as_ref().expect("this region's read");
 
@@ -582,40 +580,28 @@ async fn push(
     }
 }
 
-/// Every future's output, in order, run at once.
-async fn futures_join<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let handles: Vec<_> = futs.map(Box::pin).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    // Few regions: joined one after the other, but all started (each is
-    // polled by `join_all`-style progress below).
-    let mut pending: Vec<_> = handles.into_iter().map(Some).collect();
-    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+/// Every future's output, in order, all polled together (a region's
+/// read waits for no other's).
+async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut futs: Vec<_> = futs.map(|f| Some(Box::pin(f))).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
-        let mut done = true;
-        for (i, slot) in pending.iter_mut().enumerate() {
-            if let Some(f) = slot {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        results[i] = Some(v);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => done = false,
+        for (f, o) in futs.iter_mut().zip(&mut out) {
+            if let Some(fut) = f {
+                if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
+                    *o = Some(v);
+                    *f = None;
                 }
             }
         }
-        if done {
+        if futs.iter().all(Option::is_none) {
             std::task::Poll::Ready(())
         } else {
             std::task::Poll::Pending
         }
     })
     .await;
-    out.extend(
-        results
-            .into_iter()
-            .map(|r| r.expect("every future finished")),
-    );
-    out
+    out.into_iter().flatten().collect()
 }
 
 /// Each region's target share of a key: the reachable regions' total,

@@ -81,6 +81,27 @@ mod share;
 pub(crate) use self::exchange::start;
 pub(crate) use self::share::Runtime;
 
+/// What this instance's exchange did since its layer was built
+/// ([`RateLimitLayer::region_stats`](crate::RateLimitLayer::region_stats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RegionStats {
+    /// Quota this region gave away, summed over keys, in millionths of a
+    /// limit (a key's whole limit moved once counts 1,000,000).
+    pub moved: u64,
+    /// Hand-offs: one key given away in one cycle.
+    pub rebalanced: u64,
+    /// Quota this region gave but the receivers have not yet counted, at
+    /// its last cycle (in millionths of a limit): missing for a while,
+    /// never counted twice.
+    pub in_flight: u64,
+    /// Calls the exchange made to any region's Redis (reads of this
+    /// region's shares included).
+    pub calls: u64,
+    /// Cycles this instance ran (one region runs one an interval).
+    pub cycles: u64,
+}
+
 /// What the exchange did, since the layer was built.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
@@ -94,4 +115,17 @@ pub(crate) struct Stats {
     pub(crate) calls: std::sync::atomic::AtomicU64,
     /// Cycles this instance ran.
     pub(crate) cycles: std::sync::atomic::AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn snapshot(&self) -> RegionStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        RegionStats {
+            moved: self.moved.load(Relaxed),
+            rebalanced: self.rebalanced.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+            calls: self.calls.load(Relaxed),
+            cycles: self.cycles.load(Relaxed),
+        }
+    }
 }
