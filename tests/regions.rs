@@ -418,3 +418,36 @@ async fn a_region_without_its_redis_follows_its_policy_and_the_others_are_unchan
         "a and b admitted {d:.1} a window with c down, {b:.1} before ({ab_before:?} → {ab_during:?})"
     );
 }
+
+/// A global limit is decided on the configuration's own Redis: a layer on
+/// another store is refused when it is built, never at request time.
+#[tokio::test]
+async fn a_global_limit_on_another_store_is_refused_when_the_layer_is_built() {
+    let body = r#"
+[regions]
+this = "a"
+[regions.exchange]
+a = "redis://127.0.0.1:1"
+b = "redis://127.0.0.1:2"
+
+[limits.api]
+key = "header:x-api-key"
+capacity = 5
+refill = "1/s"
+scope = "global"
+
+[default]
+limits = ["api"]
+"#;
+    let cfg = config_at("redis://127.0.0.1:1", "regions-store", "5ms", body);
+    let why = |e: fleetlimit::BuildError| e.to_string();
+    let in_memory = fleetlimit::RateLimitLayer::in_memory(&cfg).map(|_| ()).map_err(why);
+    let err = in_memory.unwrap_err();
+    assert!(err.contains("limit \"api\" is global"), "{err}");
+    let without = fleetlimit::RateLimitLayer::new(cfg.clone().without_redis()).await;
+    let err = without.map(|_| ()).map_err(why).unwrap_err();
+    assert!(err.contains("own Redis"), "{err}");
+    // The same configuration on its Redis builds (Redis down: it decides
+    // by `on_redis_error` until Redis answers).
+    assert!(fleetlimit::RateLimitLayer::new(cfg).await.is_ok());
+}

@@ -277,6 +277,7 @@ impl RateLimitLayerBuilder {
     pub async fn build(self) -> Result<RateLimitLayer, BuildError> {
         let cfg = self.config;
         check(&cfg, &self.extras)?;
+        cfg.check_global_store(self.store.is_none() && cfg.redis.is_some())?;
         #[cfg(feature = "redis")]
         let mut redis = None;
         let store: Arc<dyn Store> = match (self.store, &cfg.redis) {

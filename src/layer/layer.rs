@@ -110,6 +110,7 @@ impl RateLimitLayer {
     pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Result<Self, BuildError> {
         let extras = Extras::none();
         check(config, &extras)?;
+        config.check_global_store(false)?;
         Ok(Self {
             live: assemble(config, store, extras, None),
         })

@@ -105,6 +105,28 @@ impl Config {
     /// Every limit keyed by a custom key has its extractor among
     /// `registered`; else the error names the limit, the key, and where it
     /// was written.
+    /// A global limit (`scope = "global"`) needs the configuration's own
+    /// Redis: its quotas are read from it and exchanged through it, which
+    /// a layer on another store (in-process, or one of the user's) cannot.
+    pub(crate) fn check_global_store(&self, own_redis: bool) -> Result<(), ConfigError> {
+        let Some(l) = self.limits.iter().find(|l| l.global.is_some()) else {
+            return Ok(());
+        };
+        if own_redis {
+            return Ok(());
+        }
+        let mut e = ConfigError::new(format!(
+            "limit {:?} is global (scope = \"global\"): it is decided on the configuration's \
+             own Redis, which this layer does not use (in_memory, with_store, a store given \
+             to the builder, or without_redis); build it with RateLimitLayer::new",
+            l.name
+        ));
+        if let Some(f) = &self.file {
+            e = e.in_file(f);
+        }
+        Err(e)
+    }
+
     pub(crate) fn check_custom_keys(
         &self,
         registered: impl Fn(&str) -> bool,
