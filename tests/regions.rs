@@ -441,7 +441,9 @@ limits = ["api"]
 "#;
     let cfg = config_at("redis://127.0.0.1:1", "regions-store", "5ms", body);
     let why = |e: fleetlimit::BuildError| e.to_string();
-    let in_memory = fleetlimit::RateLimitLayer::in_memory(&cfg).map(|_| ()).map_err(why);
+    let in_memory = fleetlimit::RateLimitLayer::in_memory(&cfg)
+        .map(|_| ())
+        .map_err(why);
     let err = in_memory.unwrap_err();
     assert!(err.contains("limit \"api\" is global"), "{err}");
     let without = fleetlimit::RateLimitLayer::new(cfg.clone().without_redis()).await;
@@ -450,4 +452,98 @@ limits = ["api"]
     // The same configuration on its Redis builds (Redis down: it decides
     // by `on_redis_error` until Redis answers).
     assert!(fleetlimit::RateLimitLayer::new(cfg).await.is_ok());
+}
+
+/// The receiving region's rescale (`lua/token_bucket_rescale.lua`): a
+/// bucket keeps the tokens it holds when its share grows, never gains any;
+/// a missing key is a bucket full at the old share; a value that is not a
+/// bucket's is one too; every key it writes expires.
+#[tokio::test]
+async fn a_bucket_rescaled_to_a_larger_share_keeps_its_tokens() {
+    const RESCALE: &str = concat!(
+        include_str!("../lua/token_bucket.lua"),
+        include_str!("../lua/token_bucket_rescale.lua")
+    );
+    let server = RedisServer::start();
+    let (third, two_thirds) = (333_333.0, 666_666.0);
+    let tokens = |key: &str, share: f64| {
+        let s = share / 1e6;
+        tokens(&server, key, BURST * s, RATE * s)
+    };
+    // The burst as the checks send it: capacity ÷ refill in µs, plus slack.
+    let burst = format!("{}", BURST / RATE * 1e6 + 0.5);
+    let rescale = |key: &str| {
+        let out = server.cli(&["EVAL", RESCALE, "1", key, &burst, "333333", "666666"]);
+        out.unwrap().trim().to_owned()
+    };
+    let now = || {
+        let t = server.cli(&["TIME"]).unwrap();
+        let mut it = t.lines().map(|l| l.trim().parse::<f64>().unwrap());
+        it.next().unwrap() * 1e6 + it.next().unwrap()
+    };
+    // Half full at a third of the limit.
+    let tat = format!("{}", now() + 0.5 * BURST / RATE * 1e6);
+    server.cli(&["SET", "half", &tat, "PX", "60000"]).unwrap();
+    let t0 = Instant::now();
+    let before = tokens("half", third);
+    assert_eq!(rescale("half"), "1");
+    let after = tokens("half", two_thirds);
+    // At most what refill at the larger share adds meanwhile.
+    let refill = RATE * two_thirds / 1e6 * t0.elapsed().as_secs_f64();
+    assert!(
+        after >= before - 0.01 && after <= before + refill + 0.01,
+        "{before} tokens at a third, {after} at two thirds"
+    );
+    assert!(before > 7.0 && before < 9.0, "{before}");
+    // Missing, and not a bucket's: full at the old share, written with an
+    // expiry.
+    server.cli(&["SET", "junk", "garbage"]).unwrap();
+    for key in ["missing", "junk"] {
+        let t0 = Instant::now();
+        assert_eq!(rescale(key), "1", "{key}");
+        let full = BURST / 3.0;
+        let after = tokens(key, two_thirds);
+        let refill = RATE * two_thirds / 1e6 * t0.elapsed().as_secs_f64();
+        assert!(
+            after >= full - 0.01 && after <= full + refill + 0.01,
+            "{key}: {after}"
+        );
+        let ttl: i64 = server.cli(&["PTTL", key]).unwrap().trim().parse().unwrap();
+        assert!(ttl > 0, "{key}: PTTL {ttl}");
+    }
+}
+
+/// A share in a region's hash that is not a number is read as none: that
+/// key alone is refused there (never a 500), the others are untouched,
+/// and the exchange repairs it with quota from the other regions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_share_refuses_that_key_alone_until_the_exchange_repairs_it() {
+    let fleet = Fleet::start("regions-garbage").await;
+    let hash = format!("{}:regions:{{api}}:share", fleet.prefix);
+    let bad = header_key(&fleet.prefix, "api", "bad");
+    fleet.servers[0]
+        .cli(&["HSET", &hash, &bad, "not a share"])
+        .unwrap();
+    // Read by the views within a quarter interval.
+    tokio::time::sleep(INTERVAL / 2).await;
+    let status = |x: usize, value: &'static str| {
+        let app = fleet.apps[x][0].clone();
+        async move {
+            let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", value)]);
+            send(&app, req).await.status().as_u16()
+        }
+    };
+    assert_eq!(status(0, "bad").await, 429);
+    assert_eq!(status(0, "good").await, 200);
+    assert_eq!(status(1, "bad").await, 200);
+    // Asked for in a, the key's quota comes back there.
+    let answers = drive(&fleet, "bad", [RATE, 0.0, 0.0], CONVERGE + 3 * WINDOW).await;
+    assert!(answers.iter().all(|a| a.status == 200 || a.status == 429));
+    assert_bound(&answers, &[0, 1, 2], 1.0, "fleet");
+    let (counts, _) = admitted_per_window(&answers, &[0], CONVERGE);
+    assert!(
+        counts.iter().all(|&c| c > 0),
+        "a never admitted \"bad\" again: {counts:?}"
+    );
+    assert!(fleet.share(0, "bad") > 0);
 }
