@@ -28,7 +28,11 @@
 //!   `tower-rate-limit-fred` (GCRA, its fred pool of the same size), 10,000
 //!   keys cycled, one request at a time; the deadline is 10 s, since valgrind
 //!   runs the client some fifty times slower than Redis answers. Only this
-//!   process is counted (the kernel's and Redis's work are not).
+//!   process is counted (the kernel's and Redis's work are not);
+//! - `global` (feature `redis`): `redis` with the limit global
+//!   (`scope = "global"`, `[regions]` of two, this one on that Redis, the
+//!   other's link unreachable, interval 60 s): a region's share looked up
+//!   and its demand counted per request, beside the same script call.
 //!
 //! Run under valgrind, the count does not depend on what else the machine
 //! is doing:
@@ -36,7 +40,7 @@
 //! ```sh
 //! cargo bench --bench instructions --no-run      # prints the binary's path
 //! B=target/release/deps/instructions-<hash>
-//! for mode in bare layer governor refused remembered two shadow refund failures lease redis peer; do for n in 10000 30000; do
+//! for mode in bare layer governor refused remembered two shadow refund failures lease redis peer global; do for n in 10000 30000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B $mode $n 2>&1 | grep Collected
 //! done; done
 //! ```
@@ -127,7 +131,8 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     #[cfg(feature = "redis")]
-    let server = matches!(mode.as_str(), "redis" | "peer").then(redis::RedisServer::start);
+    let server =
+        matches!(mode.as_str(), "redis" | "peer" | "global").then(redis::RedisServer::start);
     rt.block_on(async {
         let mut app = Router::new().route("/", get(|| async { "ok" }));
         // After the loop: what says each request was decided by Redis.
@@ -182,12 +187,27 @@ fn main() {
                 (10, StatusCode::OK)
             }
             #[cfg(feature = "redis")]
-            "redis" => {
+            "redis" | "global" => {
                 let port = server.as_ref().map(|s| s.port).unwrap_or_default();
+                let global = if mode == "global" {
+                    format!(
+                        "scope = \"global\"\n[regions]\nthis = \"a\"\ninterval = \"60s\"\n\
+                         [regions.exchange]\na = \"redis://127.0.0.1:{port}\"\n\
+                         b = \"redis://127.0.0.1:1\"\n"
+                    )
+                } else {
+                    String::new()
+                };
+                // A share not known would be a 503, not a 200 unlimited.
+                let closed = if mode == "global" {
+                    "on_redis_error = \"closed\"\n"
+                } else {
+                    ""
+                };
                 let cfg = Config::from_toml_str(&format!(
                     "[redis]\nurl = \"redis://127.0.0.1:{port}\"\npool_size = {POOL}\n\
                      deadline = \"10s\"\n[limits.k]\nkey = \"header:x-api-key\"\n{huge}\n\
-                     [default]\nlimits = [\"k\"]\n"
+                     {global}[default]\nlimits = [\"k\"]\n{closed}"
                 ))
                 .expect("a valid configuration");
                 let layer = RateLimitLayer::new(cfg).await.expect("the Redis layer");
@@ -213,7 +233,7 @@ fn main() {
             }
             other => panic!(
                 "unknown mode {other:?}: bare, layer, governor, refused, remembered, \
-                 two, shadow, refund, failures, lease, redis or peer"
+                 two, shadow, refund, failures, lease, redis, peer or global"
             ),
         };
         let keys: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
@@ -239,7 +259,10 @@ fn main() {
     // Every key has its bucket in Redis: it decided them. (The peer's
     // buckets expire within a millisecond; it fails closed instead.)
     #[cfg(feature = "redis")]
-    if let Some(server) = server.as_ref().filter(|_| mode == "redis") {
+    if let Some(server) = server
+        .as_ref()
+        .filter(|_| mode == "redis" || mode == "global")
+    {
         let keys = match server.cmd(&["DBSIZE"]) {
             Ok(redis::Reply::Int(n)) => n,
             other => panic!("DBSIZE: {other:?}"),

@@ -24,7 +24,8 @@ const BURST: f64 = 50.0;
 const RATE: f64 = 50.0;
 /// Each window the bound is checked over.
 const WINDOW: Duration = Duration::from_secs(1);
-/// Between regions.
+/// Between regions: each command to another region's Redis is held this
+/// long by its relay.
 const RTT: Duration = Duration::from_millis(20);
 
 struct Fleet {
@@ -43,7 +44,7 @@ impl Fleet {
         let links: Vec<Vec<Option<Relay>>> = (0..3)
             .map(|x| {
                 (0..3)
-                    .map(|y| (x != y).then(|| Relay::with_latency(servers[y].port, RTT / 2)))
+                    .map(|y| (x != y).then(|| Relay::with_latency(servers[y].port, RTT)))
                     .collect()
             })
             .collect();

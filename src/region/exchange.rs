@@ -190,9 +190,18 @@ async fn eval(
         .map_err(map_err)
 }
 
-/// `region.lua`'s arguments: the hashes' expiry and the step, then `rest`.
+/// `region.lua`'s arguments: the expiry of what it writes, the step, then
+/// `rest`.
 fn step(name: &'static str, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
-    let keep = i64::try_from(KEEP.as_millis()).unwrap_or(i64::MAX);
+    step_for(KEEP, name, rest)
+}
+
+fn step_for(
+    keep: Duration,
+    name: &'static str,
+    rest: impl IntoIterator<Item = Value>,
+) -> Vec<Value> {
+    let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
     [keep.into(), name.into()].into_iter().chain(rest).collect()
 }
 
@@ -208,23 +217,19 @@ fn map(v: Value) -> HashMap<String, String> {
     out
 }
 
-/// A share as stored: a count of [`WHOLE`]s; anything else is none at all
-/// (a region never decides on a share it cannot read as one).
-fn ppm(s: &str) -> u32 {
-    s.parse::<u32>().map_or(0, |n| n.min(WHOLE))
+/// A share as stored: a count of [`WHOLE`]s at most one; anything else is
+/// none at all (a region never decides on a share it cannot read as one).
+pub(crate) fn ppm(s: &str) -> u32 {
+    s.parse::<u32>().ok().filter(|&n| n <= WHOLE).unwrap_or(0)
 }
 
 /// Reads this region's shares of every global limit into the views.
 async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) {
-    let keys: Vec<String> = rt
-        .quotas
-        .iter()
-        .map(|q| hash(prefix, &q.name, "share"))
-        .collect();
     // One call per limit: a Cluster puts each limit's hashes on its slot.
-    for (q, key) in rt.quotas.iter().zip(keys) {
+    for q in rt.quotas.iter() {
+        let key = hash(prefix, &q.name, "share");
         let sent = Instant::now();
-        match eval(rt, own, SCRIPT, vec![key], step("read", [])).await {
+        match eval(rt, own, SCRIPT, vec![key], step("read", [0.into()])).await {
             Ok(v) => {
                 let shares = v
                     .into_array()
@@ -245,7 +250,7 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) {
 }
 
 /// Adds what this instance counted in interval `epoch` to its region's
-/// demand of that interval.
+/// demand of that interval (kept four intervals).
 async fn publish(rt: &Runtime, own: &Pool, prefix: &str, epoch: u64) {
     for q in rt.quotas.iter() {
         let demand = q.take_demand(MAX_KEYS);
@@ -259,7 +264,8 @@ async fn publish(rt: &Runtime, own: &Pool, prefix: &str, epoch: u64) {
                 Value::from(i64::try_from(n).unwrap_or(i64::MAX)),
             ]
         });
-        if let Err(e) = eval(rt, own, SCRIPT, vec![key], step("count", pairs)).await {
+        let args = step_for(rt.regions.interval * 4, "count", pairs);
+        if let Err(e) = eval(rt, own, SCRIPT, vec![key], args).await {
             tracing::debug!(target: "fleetlimit", limit = &*q.name, error = %e, "demand not published");
         }
     }
@@ -280,6 +286,7 @@ async fn lock(rt: &Runtime, own: &Pool, prefix: &str, instance: &str) -> bool {
         "PX".into(),
         half.max(1).into(),
     ];
+    rt.stats.calls.fetch_add(1, Ordering::Relaxed);
     matches!(
         own.with_options(&options(rt))
             .custom::<Value, _>(cmd, args)
@@ -288,15 +295,10 @@ async fn lock(rt: &Runtime, own: &Pool, prefix: &str, instance: &str) -> bool {
     )
 }
 
-/// What a cycle read of one region.
-#[derive(Default)]
+/// One region's shares and demand, as a cycle read them.
 struct Seen {
     shares: HashMap<String, String>,
     demand: HashMap<String, String>,
-    /// This region: what it holds for others; another: what it received.
-    held_or_got: HashMap<String, String>,
-    /// This region only: what it gave, in total.
-    given: HashMap<String, String>,
 }
 
 impl Seen {
@@ -311,9 +313,11 @@ impl Seen {
     }
 }
 
-fn num(m: &HashMap<String, String>, field: &str) -> u64 {
-    m.get(field)
-        .and_then(|v| v.split(':').next()?.parse().ok())
+/// The leading number of `"<n>:<µs>"`.
+fn amount(v: &str) -> u64 {
+    v.split(':')
+        .next()
+        .and_then(|a| a.parse().ok())
         .unwrap_or(0)
 }
 
@@ -331,35 +335,33 @@ async fn cycle(
     let name = &*quota.name;
     let h = |part: &str| hash(prefix, name, part);
     let demand_key = h(&format!("demand:{epoch}"));
-    // 1. What every reachable region holds and asked for.
-    let own_keys = vec![h("share"), demand_key.clone(), h("held"), h("given")];
-    let Ok(v) = eval(rt, own, SCRIPT, own_keys, step("read", [])).await else {
+    // 1. What every reachable region holds and asked for; what this one
+    //    holds for others and has not seen received.
+    let own_keys = vec![h("share"), h("held"), h("pending"), demand_key.clone()];
+    let Ok(v) = eval(rt, own, SCRIPT, own_keys, step("read", [3.into()])).await else {
         return;
     };
     let mut it = v.into_array().into_iter().map(map);
-    let mine = Seen {
-        shares: it.next().unwrap_or_default(),
-        demand: it.next().unwrap_or_default(),
-        held_or_got: it.next().unwrap_or_default(),
-        given: it.next().unwrap_or_default(),
-    };
+    let (shares, held, pending, demand) = (
+        it.next().unwrap_or_default(),
+        it.next().unwrap_or_default(),
+        it.next().unwrap_or_default(),
+        it.next().unwrap_or_default(),
+    );
     let reads = links.iter().map(|link| async {
-        let link = link.as_ref()?;
-        let keys = vec![h("share"), demand_key.clone(), h("got")];
-        let v = eval(rt, link, SCRIPT, keys, step("read", [])).await.ok()?;
-        let mut it = v.into_array().into_iter().map(map);
+        let keys = vec![h("share"), demand_key.clone()];
+        let v = eval(rt, link.as_ref()?, SCRIPT, keys, step("read", [0.into()])).await;
+        let mut it = v.ok()?.into_array().into_iter().map(map);
         Some(Seen {
             shares: it.next().unwrap_or_default(),
             demand: it.next().unwrap_or_default(),
-            held_or_got: it.next().unwrap_or_default(),
-            given: HashMap::new(),
         })
     });
     let mut seen: Vec<Option<Seen>> = join_all(reads).await;
-    seen[x] = Some(mine);
-    let mine = seen[x].as_ref().expect("this region's read");
+    seen[x] = Some(Seen { shares, demand });
 
-    // 2. Keys to consider: asked for anywhere, or away from the split here.
+    // 2. Keys to consider: asked for anywhere, or away from the split here;
+    //    none with a hand-off of this region's under way.
     let mut asked: HashMap<&str, u64> = HashMap::new();
     for s in seen.iter().flatten() {
         for (k, n) in &s.demand {
@@ -371,39 +373,12 @@ async fn cycle(
         keys.select_nth_unstable_by(MAX_KEYS, |a, b| asked[b].cmp(&asked[a]));
         keys.truncate(MAX_KEYS);
     }
+    let mine = seen[x].as_ref().expect("this region's read");
     let mut keys: BTreeSet<&str> = keys.into_iter().collect();
-    for k in mine.shares.keys().take(MAX_KEYS) {
-        keys.insert(k);
-    }
-    let mut in_flight = 0u64;
-    let mut busy: BTreeSet<&str> = BTreeSet::new();
-    for (field, v) in mine.held_or_got.iter().chain(&mine.given) {
-        let Some((k, to)) = field.rsplit_once('|') else {
-            continue;
-        };
-        let amount = v
-            .split(':')
-            .next()
-            .and_then(|a| a.parse::<u64>().ok())
-            .unwrap_or(0);
-        let got = r
-            .names
-            .iter()
-            .position(|n| **n == *to)
-            .and_then(|y| seen[y].as_ref())
-            .map(|s| num(&s.held_or_got, &format!("{k}|{}", r.names[x])));
-        // Given and received: nothing under way. Unreachable: unknown.
-        let under_way = if mine.given.contains_key(field) {
-            got.map_or(1, |g| amount.saturating_sub(g))
-        } else {
-            amount
-        };
-        if under_way > 0 {
-            in_flight += under_way;
-            busy.insert(k);
-        }
-    }
-    rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
+    keys.extend(mine.shares.keys().take(MAX_KEYS).map(String::as_str));
+    let busy: BTreeSet<&str> = (held.keys().chain(pending.keys()))
+        .filter_map(|f| Some(f.rsplit_once('|')?.0))
+        .collect();
     for key in keys {
         if busy.contains(key) {
             continue;
@@ -427,39 +402,45 @@ async fn cycle(
         }
         let gifts = split_excess(excess, &shares, &targets);
         let total: u32 = gifts.iter().map(|g| g.1).sum();
-        if total == 0 {
-            continue;
+        if total > 0 {
+            let read = mine.shares.get(key).map_or("", String::as_str);
+            give(rt, quota, own, prefix, key, read, have - total, &gifts).await;
         }
-        give(rt, quota, own, prefix, key, mine, have - total, &gifts).await;
     }
 
-    // 3. Release what was held long enough, and push every total given.
-    let keys = vec![h("held"), h("given")];
-    let Ok(given) = eval(rt, own, SCRIPT, keys, step("release", [])).await else {
+    // 3. Release what was held long enough; push every total not yet
+    //    acknowledged.
+    let given = Value::from(h("given:"));
+    let release = step("release", [given]);
+    let Ok(pending) = eval(rt, own, SCRIPT, vec![h("held"), h("pending")], release).await else {
         return;
     };
-    for (field, total) in map(given) {
+    let mut in_flight: u64 = held.values().map(|v| amount(v)).sum();
+    for (field, v) in map(pending) {
         let Some((key, to)) = field.rsplit_once('|') else {
             continue;
         };
-        let Some(y) = r.names.iter().position(|n| **n == *to) else {
-            continue;
+        let total = amount(&v);
+        let y = r.names.iter().position(|n| **n == *to);
+        let link = y.and_then(|y| Some((y, links[y].as_ref()?)));
+        let left = match link {
+            Some((y, link)) => push(rt, quota, link, prefix, key, y, total).await,
+            None => None,
         };
-        let (Some(link), Some(theirs)) = (links[y].as_ref(), seen[y].as_ref()) else {
-            continue;
-        };
-        let Ok(total) = total.parse::<u64>() else {
-            continue;
-        };
-        let got = num(&theirs.held_or_got, &format!("{key}|{}", r.names[x]));
-        if total > got {
-            push(rt, quota, link, prefix, key, y, total).await;
+        match left {
+            Some(0) => {
+                let args = step("ack", [field.into(), total.to_string().into()]);
+                let _ = eval(rt, own, SCRIPT, vec![h("pending")], args).await;
+            }
+            Some(n) => in_flight += n,
+            None => in_flight += total,
         }
     }
+    rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
 }
 
 /// Step 2's hand-off: lowers this region's share of `key` to `new` (if it
-/// is still what was read) and holds the gifts.
+/// is still `read`, as stored) and holds the gifts.
 #[allow(clippy::too_many_arguments)]
 async fn give(
     rt: &Runtime,
@@ -467,7 +448,7 @@ async fn give(
     own: &Pool,
     prefix: &str,
     key: &str,
-    mine: &Seen,
+    read: &str,
     new: u32,
     gifts: &[(usize, u32)],
 ) {
@@ -476,7 +457,6 @@ async fn give(
     // quarters of an interval from their read.
     let hold = rt.trusted_for() + quarter(rt) / 2;
     let hold_us = i64::try_from(hold.as_micros()).unwrap_or(i64::MAX);
-    let read = mine.shares.get(key).cloned().unwrap_or_default();
     let mut args: Vec<Value> = vec![
         key.into(),
         read.into(),
@@ -502,11 +482,11 @@ async fn give(
 }
 
 /// Step 3's push: region `y` receives what it has not of `total`. Its
-/// share and what it received are read again just before (other regions
-/// push to it too), its bucket rescaled from that share, then both are
-/// set if still as read; else it is tried again, a few times, then left
-/// to the next cycle (the bucket rescaled for nothing: tokens lost, never
-/// made).
+/// share and what it received are read just before (other regions push
+/// to it too), its bucket rescaled from that share, then both are set if
+/// still as read; else it is tried again, a few times, then left to the
+/// next cycle (the bucket rescaled for nothing: tokens lost, never made).
+/// Returns what `y` has still not received (`None`: not known).
 async fn push(
     rt: &Runtime,
     quota: &Quota,
@@ -515,35 +495,36 @@ async fn push(
     key: &str,
     y: usize,
     total: u64,
-) {
+) -> Option<u64> {
     let r = &rt.regions;
     let from = &*r.names[r.this];
-    let keys = || {
-        vec![
-            hash(prefix, &quota.name, "share"),
-            hash(prefix, &quota.name, "got"),
-        ]
+    let share_key = || vec![hash(prefix, &quota.name, "share")];
+    let got_key = hash(prefix, &quota.name, &format!("got:{key}|{from}"));
+    let crate::algorithm::Rule::TokenBucket {
+        capacity,
+        refill_per_sec,
+    } = quota.rule
+    else {
+        return None;
     };
-    let (_, burst) = match quota.rule {
-        crate::algorithm::Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } => LeanArgs::new(capacity, refill_per_sec, 1.0).args(),
-        _ => return,
-    };
+    let (_, burst) = LeanArgs::new(capacity, refill_per_sec, 1.0).args();
     for _ in 0..3 {
-        let peek = step("peek", [key.into(), from.into()]);
-        let Ok(v) = eval(rt, link, SCRIPT, keys(), peek).await else {
-            return;
-        };
+        let peek = step("peek", [key.into(), got_key.as_str().into()]);
+        let v = eval(rt, link, SCRIPT, share_key(), peek).await.ok()?;
         let mut it = v
             .into_array()
             .into_iter()
             .map(|v| v.as_string().unwrap_or_default());
         let (share_read, got_read) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
-        let got: u64 = got_read.parse().unwrap_or(0);
+        // What is not a total is not taken for none: pushing over it could
+        // count the same quota twice.
+        let got: u64 = if got_read.is_empty() {
+            0
+        } else {
+            got_read.parse().ok()?
+        };
         if total <= got {
-            return;
+            return Some(0);
         }
         let before = if share_read.is_empty() {
             quota.split[y]
@@ -559,25 +540,25 @@ async fn push(
             i64::from(before.max(1)).into(),
             i64::from(after).into(),
         ];
-        if eval(rt, link, RESCALE, vec![key.to_owned()], args)
+        eval(rt, link, RESCALE, vec![key.to_owned()], args)
             .await
-            .is_err()
-        {
-            return;
-        }
+            .ok()?;
         let args = [
             key.into(),
-            from.into(),
+            got_key.as_str().into(),
             i64::try_from(total).unwrap_or(i64::MAX).into(),
             share_read.into(),
             got_read.into(),
             i64::from(after).into(),
             i64::from(quota.split[y]).into(),
         ];
-        if let Ok(Value::Integer(1)) = eval(rt, link, SCRIPT, keys(), step("apply", args)).await {
-            return;
+        if let Ok(Value::Integer(1)) =
+            eval(rt, link, SCRIPT, share_key(), step("apply", args)).await
+        {
+            return Some(0);
         }
     }
+    None
 }
 
 /// Every future's output, in order, all polled together (a region's

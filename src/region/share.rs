@@ -99,14 +99,16 @@ impl Quota {
         }
     }
 
-    /// This region's share of `key` now, in [`WHOLE`]s; `None` when the
-    /// view is too old to be trusted.
-    pub(crate) fn share(&self, key: &str) -> Option<u32> {
+    /// This region's share of `key` now, in [`WHOLE`]s; `Err` with the
+    /// last one read when the view is too old to be trusted (for the
+    /// `local` policy's estimate, never for Redis's decision).
+    pub(crate) fn share(&self, key: &str) -> Result<u32, u32> {
         let view = self.view.load();
+        let share = view.shares.get(key).copied().unwrap_or(self.default);
         if view.trusted_until.is_none_or(|t| Instant::now() >= t) {
-            return None;
+            return Err(share);
         }
-        Some(view.shares.get(key).copied().unwrap_or(self.default))
+        Ok(share)
     }
 
     /// Replaces the view with shares read by a call sent at `sent`.

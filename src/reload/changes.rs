@@ -81,10 +81,18 @@ pub(crate) fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
     // Every region's exchange works out shares from the same regions and
     // the same splits: they change everywhere at once, by a restart.
     differ("[regions]", old.regions != new.regions);
+    // A global limit's numbers too: every region decides and rescales
+    // its share of the same bucket. And a new global limit has no quota
+    // until the exchange that keeps them starts.
     for l in &new.limits {
         let was = old.limits.iter().find(|o| o.name == l.name);
         if was.is_some_and(|o| o.global != l.global) {
             differ(&format!("[limits.{}] scope, split", l.name), true);
+        } else if l.global.is_some() && was.is_none_or(|o| o.rule != l.rule) {
+            differ(
+                &format!("[limits.{}] numbers of a global limit", l.name),
+                true,
+            );
         }
     }
     out
@@ -393,8 +401,14 @@ refill = "1/s"
             fixed(&one_region),
             ["[regions]", "[limits.per-key] scope, split"]
         );
-        // A global limit's numbers reload.
+        // A global limit's numbers do not (every region rescales buckets
+        // of the same numbers); a regional limit's do.
         let numbers = REGIONS.replace("capacity = 100", "capacity = 200");
-        assert!(fixed(&numbers).is_empty());
+        assert_eq!(
+            fixed(&numbers),
+            ["[limits.per-key] numbers of a global limit"]
+        );
+        let regional = REGIONS.replace("capacity = 10\n", "capacity = 20\n");
+        assert!(fixed(&regional).is_empty());
     }
 }
