@@ -147,6 +147,7 @@ async fn run(
                         cycle(&rt, quota, &own, &links, &prefix, epoch).await;
                     }
                     rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
+                    rt.metrics.cycle();
                 });
             }
             _ => {}
@@ -177,6 +178,7 @@ async fn eval(
     args: Vec<Value>,
 ) -> Result<Value, StoreError> {
     rt.stats.calls.fetch_add(1, Ordering::Relaxed);
+    rt.metrics.call();
     let slot = ClusterHash::Custom(fred::util::redis_keyslot(keys[0].as_bytes()));
     let cmd = CustomCommand::new_static("EVAL", slot, false);
     let mut all: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
@@ -404,6 +406,7 @@ async fn cycle(
         }
     }
     rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
+    quota.metrics.in_flight(in_flight);
     for key in keys {
         if busy.contains(key) {
             continue;
@@ -498,6 +501,7 @@ async fn give(
             .moved
             .fetch_add(u64::from(moved), Ordering::Relaxed);
         rt.stats.rebalanced.fetch_add(1, Ordering::Relaxed);
+        quota.metrics.gave(u64::from(moved));
     }
 }
 
