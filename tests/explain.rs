@@ -779,3 +779,192 @@ limits = ["a", "b"]
     );
     server.assert_every_key_expires(&prefix);
 }
+
+/// A global limit (`[regions]`, `scope = "global"`): the contract is the
+/// global policy; the bucket is this region's, under its share of the key
+/// as its Redis holds it (none: the configured split; a value that is not
+/// a count of parts per million: 0, as the limiter reads it), and says
+/// what this region can still admit. The other region's Redis is never
+/// asked (its URL is an unused port).
+#[tokio::test]
+async fn explain_a_global_limit_shows_this_regions_share() {
+    let server = RedisServer::start();
+    let prefix = prefix("explain-global");
+    let path = write_config(
+        "global.toml",
+        &format!(
+            r#"{}
+[regions]
+this = "a"
+
+[regions.exchange]
+a = "{}"
+b = "redis://127.0.0.1:{}"
+
+[limits.api]
+key = "header:x-api-key"
+capacity = 100
+refill = "60/min"
+scope = "global"
+split = {{ a = 0.6, b = 0.4 }}
+
+[limits.local]
+key = "header:x-api-key"
+capacity = 100
+refill = "60/min"
+
+[default]
+limits = ["api"]
+"#,
+            redis_section(&server, &prefix, "500ms"),
+            server.url(),
+            support::free_port(),
+        ),
+    );
+    let config = path.to_str().unwrap();
+    let explain = |limit: &str, json: bool| {
+        let mut args = vec!["explain", PRO_KEY, "--limit", limit, "--config", config];
+        if json {
+            args.push("--json");
+        }
+        let (code, out, err) = run_cli(&args, &[]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let json = |limit: &str| -> serde_json::Value {
+        let out = explain(limit, true);
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+
+    // A fresh key: the configured split, a full bucket of its share.
+    let out = explain("api", false);
+    assert!(
+        out.contains("contract (the global policy): token bucket: a burst of up to 100"),
+        "{out}"
+    );
+    assert!(
+        out.contains("scope: global, one limit across regions a, b; region a"),
+        "{out}"
+    );
+    assert!(
+        out.contains("60% (600000 ppm) of the limit: a burst of 60, then 0.6 per second (none stored: the configured split)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("now: 60.00 of 60 tokens (no key: a full bucket): region a can admit 60 more"),
+        "{out}"
+    );
+    let v = json("api");
+    assert_eq!(v["scope"], "global", "{v}");
+    let g = &v["global"];
+    assert_eq!(
+        (
+            &g["region"],
+            &g["regions"],
+            &g["ppm"],
+            &g["source"],
+            &g["stored"]
+        ),
+        (
+            &serde_json::json!("a"),
+            &serde_json::json!(["a", "b"]),
+            &serde_json::json!(600_000),
+            &serde_json::json!("split"),
+            &serde_json::Value::Null
+        ),
+        "{v}"
+    );
+    assert_eq!(g["percent"].as_f64(), Some(60.0), "{v}");
+    assert_eq!(g["capacity"].as_f64(), Some(60.0), "{v}");
+    assert_eq!(g["remaining"], 60, "{v}");
+    assert_eq!(g["full_in_ms"], 0, "{v}");
+
+    // 90 % stored in this region's hash: a burst of 90 here.
+    let hash = format!("{prefix}:regions:{{api}}:share");
+    let key = header_key(&prefix, "api", PRO_KEY);
+    server.cli(&["HSET", &hash, &key, "900000"]).unwrap();
+    let out = explain("api", false);
+    assert!(
+        out.contains("90% (900000 ppm) of the limit: a burst of 90, then 0.9 per second (stored in region a's Redis)"),
+        "{out}"
+    );
+    assert!(out.contains("now: 90.00 of 90 tokens"), "{out}");
+    assert!(out.contains("a burst of up to 100 requests"), "{out}");
+    let v = json("api");
+    let g = &v["global"];
+    assert_eq!(
+        (&g["ppm"], &g["source"]),
+        (&serde_json::json!(900_000), &serde_json::json!("stored"))
+    );
+    assert_eq!(g["stored"], "900000", "{v}");
+    assert_eq!(g["capacity"].as_f64(), Some(90.0), "{v}");
+    assert_eq!(g["remaining"], 90, "{v}");
+
+    // 30 requests in this region: its bucket (90 at 0.9/s) has 60 left,
+    // read with the share's numbers (under the whole limit's, the same
+    // stored state would read 66.7 of 100).
+    let (app, _layer) = app_of(&path).await;
+    for _ in 0..30 {
+        let (status, _) = hit(&app).await;
+        assert_eq!(status, 200);
+    }
+    let (_, remaining) = hit(&app).await;
+    assert_eq!(remaining, Some(59), "X-RateLimit-Remaining under the share");
+    let v = json("api");
+    let g = &v["global"];
+    let left = g["remaining"].as_u64().unwrap();
+    assert!((59..=61).contains(&left), "{v}");
+    // 31 requests of 1/0.9 s each: about 34 s until full.
+    let full_in = g["full_in_ms"].as_u64().unwrap();
+    assert!((30_000..=34_500).contains(&full_in), "{v}");
+    let out = explain("api", false);
+    let now = out.lines().find(|l| l.starts_with("now: ")).unwrap();
+    assert!(now.contains(" of 90 tokens (full in "), "{now}");
+    let admits: u64 = now
+        .split("region a can admit ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{now}"));
+    assert!((59..=61).contains(&admits), "{now}");
+
+    // A share that is not a count of parts per million: read as 0.
+    server.cli(&["HSET", &hash, &key, "lots"]).unwrap();
+    let out = explain("api", false);
+    assert!(out.contains("0% (0 ppm) of the limit"), "{out}");
+    assert!(
+        out.contains("its stored share \"lots\" is not a whole number of parts per million: the limiter reads it as 0"),
+        "{out}"
+    );
+    assert!(out.contains("region a can admit 0 more"), "{out}");
+    let v = json("api");
+    let g = &v["global"];
+    assert_eq!(
+        (&g["ppm"], &g["source"], &g["stored"]),
+        (
+            &serde_json::json!(0),
+            &serde_json::json!("unreadable"),
+            &serde_json::json!("lots")
+        )
+    );
+    assert_eq!(g["remaining"], 0, "{v}");
+
+    // A regional limit of the same configuration: no share.
+    let out = explain("local", false);
+    assert!(out.contains("\ncontract: token bucket"), "{out}");
+    assert!(!out.contains("scope:"), "{out}");
+    let v = json("local");
+    assert_eq!(
+        (&v["scope"], &v["global"]),
+        (&serde_json::json!("region"), &serde_json::Value::Null)
+    );
+
+    // The share hash of another type: a failure, said so.
+    server.cli(&["DEL", &hash]).unwrap();
+    server.cli(&["SET", &hash, "x", "EX", "60"]).unwrap();
+    let (code, _, err) = run_cli(
+        &["explain", PRO_KEY, "--limit", "api", "--config", config],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not a hash"), "{err}");
+}

@@ -441,6 +441,95 @@ async fn lease_refusals_and_stranded_tokens_are_counted_on_redis() {
     assert_eq!(server.calls_of("evalsha"), 5 + 3, "5 leases, 3 lean checks");
 }
 
+/// Regions (`[regions]`, `scope = "global"`): two `redis-server`s as
+/// regions `a` and `b`, one instance each, in this test's process. Only
+/// region `a` is asked for the key, so `b` gives its quota away: the
+/// exchange's figures, labelled by limit and region, match what
+/// `RateLimitLayer::region_stats` says.
+#[tokio::test]
+async fn the_regions_exchange_is_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let servers = [RedisServer::start(), RedisServer::start()];
+    let prefix = support::prefix("region-metrics");
+    let exchange = format!(
+        "a = \"{}\"\nb = \"{}\"\n",
+        servers[0].url(),
+        servers[1].url()
+    );
+    let mut layers = Vec::new();
+    for (server, this) in servers.iter().zip(["a", "b"]) {
+        let body = format!(
+            r#"
+[regions]
+this = "{this}"
+interval = "400ms"
+
+[regions.exchange]
+{exchange}
+[limits.api]
+key = "header:x-api-key"
+capacity = 20
+refill = "20/s"
+scope = "global"
+
+[default]
+limits = ["api"]
+"#
+        );
+        let cfg = support::redis_config(server, &prefix, "250ms", &body);
+        layers.push(RateLimitLayer::new(cfg).await.unwrap());
+    }
+    let a = support::ok_routes(layers[0].clone(), ["/"]);
+    // 50 a second in region a for 3 s: several intervals of demand.
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+    for _ in 0..150 {
+        tick.tick().await;
+        statuses(&a, "/", "k", 1).await;
+    }
+    let s = snapshot(&snapshotter);
+    let stats: Vec<fleetlimit::RegionStats> =
+        layers.iter().map(|l| l.region_stats().unwrap()).collect();
+    let api = |region: &'static str| [("limit", "api"), ("region", region)];
+    let moved = value(&s, "fleetlimit_region_quota_moved_total", &api("b"));
+    assert!(moved > 0.0, "region b gave quota away: {stats:?}");
+    assert_eq!(moved, stats[1].moved as f64);
+    assert_eq!(
+        value(&s, "fleetlimit_region_rebalanced_total", &api("b")),
+        stats[1].rebalanced as f64
+    );
+    assert!(stats[1].rebalanced > 0, "{stats:?}");
+    assert_eq!(
+        value(&s, "fleetlimit_region_quota_moved_total", &api("a")),
+        stats[0].moved as f64
+    );
+    assert_eq!(
+        value(&s, "fleetlimit_region_quota_in_flight", &api("b")),
+        stats[1].in_flight as f64
+    );
+    for (x, region) in ["a", "b"].into_iter().enumerate() {
+        let calls = value(
+            &s,
+            "fleetlimit_region_exchange_calls_total",
+            &[("region", region)],
+        );
+        let cycles = value(
+            &s,
+            "fleetlimit_region_exchange_cycles_total",
+            &[("region", region)],
+        );
+        assert!(
+            calls > 0.0 && cycles > 0.0,
+            "{region}: {calls} calls, {cycles} cycles"
+        );
+        // One thread runs the exchange and the test: nothing ran between
+        // the snapshot and the stats.
+        assert_eq!(calls, stats[x].calls as f64, "{region}");
+        assert_eq!(cycles, stats[x].cycles as f64, "{region}");
+    }
+}
+
 /// The Prometheus text of `/metrics`: the value of the sample `name` with
 /// exactly `labels` (0 when absent).
 fn scraped(ex: &Example, name: &str, labels: &[(&str, &str)]) -> f64 {

@@ -12,6 +12,7 @@ use super::{keys_of, printable, Admin};
 use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::key::StoreKey;
 use crate::record::stream_key;
+use crate::region::WHOLE;
 use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
@@ -62,8 +63,16 @@ pub struct Explanation {
     pub plan: Option<String>,
     /// The contract under that plan, in words.
     pub contract: String,
-    /// The bucket now, in words.
+    /// The bucket now, in words: for a global limit, this region's bucket
+    /// under its share ([`RegionShare`]).
     pub state: String,
+    /// `region` (decided against the whole limit in each region) or
+    /// `global` (one limit across `[regions]`, each region deciding against
+    /// its share of it).
+    pub scope: &'static str,
+    /// For a global limit: this region's share of the caller's key, and
+    /// what it can still admit under it (`None` for a regional limit).
+    pub global: Option<RegionShare>,
     /// Whether the limit records decisions at all.
     pub recording: bool,
     /// The range read, in ms since the epoch (Redis's clock).
@@ -72,6 +81,41 @@ pub struct Explanation {
     pub to_ms: u64,
     /// The caller's recorded decisions in the range, oldest first.
     pub decisions: Vec<RecordedDecision>,
+}
+
+/// A global limit's share of one key in this region, as `explain` reads
+/// it from the region's Redis (`<prefix>:regions:{<limit>}:share`, field:
+/// the key), and the key's bucket under that share: the limit's contract
+/// is the global policy, this is what this region decides the key against.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RegionShare {
+    /// This instance's region (`[regions] this`).
+    #[serde(serialize_with = "super::shown::one")]
+    pub region: String,
+    /// Every region of `[regions.exchange]`, in the configuration's order.
+    #[serde(serialize_with = "super::shown::all")]
+    pub regions: Vec<String>,
+    /// This region's share, in parts per million of the limit, as the
+    /// limiter reads it.
+    pub ppm: u32,
+    /// The same, in percent.
+    pub percent: f64,
+    /// Where the share comes from: `split` (none stored: the configured
+    /// split), `stored`, or `unreadable` (a stored value that is not a
+    /// whole number of parts per million: the limiter reads it as 0).
+    pub source: &'static str,
+    /// The stored value, as stored (`None`: none).
+    #[serde(serialize_with = "super::shown::opt")]
+    pub stored: Option<String>,
+    /// The share's burst: the limit's capacity × the share.
+    pub capacity: f64,
+    /// The share's refill, per second: the limit's refill × the share.
+    pub refill_per_sec: f64,
+    /// Whole requests this region can still admit for the key now.
+    pub remaining: u64,
+    /// When the share's bucket is full again, in ms from now (0: full).
+    pub full_in_ms: u64,
 }
 
 /// One recorded decision.
@@ -137,7 +181,19 @@ impl Admin {
             .rev()
             .find_map(|d| d.plan.clone())
             .or_else(|| config.plan_assignments.0.get(value).map(|p| p.to_string()));
-        let rule = l.rule_for(plan.as_deref());
+        let policy = l.rule_for(plan.as_deref());
+        // A global limit's bucket here is this region's share of it.
+        let share = match (&l.global, &config.regions) {
+            (Some(g), Some(r)) => {
+                let hash = share_hash(&config.key_prefix, &l.name);
+                let stored = read_stored_share(pool, &hash, &key, &l.name).await?;
+                Some((r, read_share(stored.as_deref(), g.split[r.this]), stored))
+            }
+            _ => None,
+        };
+        let rule = share
+            .as_ref()
+            .map_or(policy, |(_, (ppm, _), _)| policy.quota(*ppm));
         let (raw, pttl): (Option<String>, i64) = if rule.is_concurrency() {
             (None, -2)
         } else {
@@ -150,11 +206,30 @@ impl Admin {
                 Err(e) => return Err(map_err(e)),
             }
         };
+        let (global, state_text) = match share {
+            Some((r, (ppm, source), stored)) => {
+                let region = r.names[r.this].to_string();
+                let regions = r.names.iter().map(|n| n.to_string()).collect();
+                let g = region_share(
+                    region,
+                    regions,
+                    (ppm, source, stored),
+                    &rule,
+                    &raw,
+                    pttl,
+                    now_us,
+                );
+                (Some(g.0), g.1)
+            }
+            None => (None, state(&rule, raw.as_deref(), pttl, now_us)),
+        };
         Ok(Explanation {
             limit: l.name.to_string(),
             key_id,
-            contract: contract(&rule),
-            state: state(&rule, raw.as_deref(), pttl, now_us),
+            contract: contract(&policy),
+            state: state_text,
+            scope: if global.is_some() { "global" } else { "region" },
+            global,
             plan,
             recording: l.record.is_some(),
             from_ms,
@@ -162,6 +237,112 @@ impl Admin {
             decisions,
         })
     }
+}
+
+/// The hash holding a global limit's shares in this region (the
+/// exchange's, `src/region/exchange.rs`).
+fn share_hash(prefix: &str, limit: &str) -> String {
+    format!("{prefix}:regions:{{{limit}}}:share")
+}
+
+/// The stored share of `key` in `hash` (`None`: none); a `hash` of
+/// another type is an error: the limiter cannot read the region's shares
+/// of `limit` either, and decides its keys as on a Redis failure.
+async fn read_stored_share(
+    pool: &fred::clients::Pool,
+    hash: &str,
+    key: &str,
+    limit: &str,
+) -> Result<Option<String>, StoreError> {
+    let hget = CustomCommand::new_static("HGET", ClusterHash::FirstKey, false);
+    let args: Vec<Value> = vec![hash.into(), key.into()];
+    match pool.custom::<Value, _>(hget, args).await {
+        Ok(Value::Null) => Ok(None),
+        // Not text (bytes that are not UTF-8): the limiter's read of the
+        // hash skips the field, as if none were stored.
+        Ok(v) => Ok(v.as_string()),
+        Err(e) if e.details().starts_with("WRONGTYPE") => Err(StoreError::Protocol(format!(
+            "{} is not a hash: this region's shares of limit {} cannot be read (the limiter \
+             decides its keys as on a Redis failure)",
+            printable(hash),
+            printable(limit)
+        ))),
+        Err(e) => Err(map_err(e)),
+    }
+}
+
+/// A share as the limiter reads it from its region's hash (`stored`: the
+/// key's field, `None` when there is none): the configured split
+/// `default` when there is none, the stored count of parts per million
+/// (at most [`WHOLE`]), and anything else as 0 (as the exchange reads it); with where it came from.
+fn read_share(stored: Option<&str>, default: u32) -> (u32, &'static str) {
+    match stored {
+        None => (default, "split"),
+        Some(s) => match crate::region::stored_share(s) {
+            Some(n) => (n, "stored"),
+            None => (0, "unreadable"),
+        },
+    }
+}
+
+/// A global key's share in this region and its bucket under that share
+/// (`rule`: the limit's rule for the share), with the bucket in words.
+fn region_share(
+    region: String,
+    regions: Vec<String>,
+    (ppm, source, stored): (u32, &'static str, Option<String>),
+    rule: &Rule,
+    raw: &Option<String>,
+    pttl: i64,
+    now_us: f64,
+) -> (RegionShare, String) {
+    let (capacity, refill_per_sec) = match *rule {
+        Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } => (capacity, refill_per_sec),
+        // Refused by the configuration: global limits are token buckets.
+        _ => (rule.capacity(), 0.0),
+    };
+    let read = rule.read_stored(raw.as_deref(), pttl, now_us);
+    let tokens = read.remaining(capacity).clamp(0.0, capacity);
+    let full_in = if refill_per_sec > 0.0 {
+        (capacity - tokens) / refill_per_sec
+    } else {
+        0.0
+    };
+    let full_in_ms = (full_in * 1000.0).ceil().max(0.0) as u64;
+    // A token within a millionth of whole counts whole (float steps).
+    let remaining = (tokens + 1e-6).floor() as u64;
+    let bucket = match read {
+        Stored::Valid { .. } if full_in_ms == 0 => "full".to_owned(),
+        Stored::Valid { .. } => format!("full in {} s", num(full_in_ms as f64 / 1000.0)),
+        Stored::Absent if pttl == -2 => "no key: a full bucket".into(),
+        Stored::Absent => format!("a key of another type: {INVALID_STATE}"),
+        Stored::Invalid => format!(
+            "{INVALID_STATE}: {}",
+            printable(raw.as_deref().unwrap_or(""))
+        ),
+    };
+    let text = format!(
+        "{tokens:.2} of {} tokens ({bucket}): region {} can admit {remaining} more request(s) \
+         of this caller now",
+        num(capacity),
+        printable(&region),
+    );
+    let share = RegionShare {
+        region,
+        regions,
+        ppm,
+        percent: f64::from(ppm) * 100.0 / f64::from(WHOLE),
+        source,
+        stored,
+        capacity,
+        refill_per_sec,
+        remaining,
+        full_in_ms,
+    };
+    (share, text)
 }
 
 /// Redis `TIME` in µs.
@@ -370,7 +551,13 @@ impl fmt::Display for Explanation {
             printable(&self.key_id),
             printable(plan)
         )?;
-        writeln!(f, "contract: {}", self.contract)?;
+        match &self.global {
+            None => writeln!(f, "contract: {}", self.contract)?,
+            Some(g) => {
+                writeln!(f, "contract (the global policy): {}", self.contract)?;
+                write_share(f, g)?;
+            }
+        }
         writeln!(f, "now: {}", self.state)?;
         let range = format!(
             "{} to {} (Redis clock)",
@@ -470,6 +657,33 @@ impl fmt::Display for Explanation {
     }
 }
 
+/// The `scope:` line of a global limit.
+fn write_share(f: &mut fmt::Formatter<'_>, g: &RegionShare) -> fmt::Result {
+    let regions: Vec<String> = g.regions.iter().map(|r| printable(r)).collect();
+    let region = printable(&g.region);
+    write!(
+        f,
+        "scope: global, one limit across regions {}; region {region} decides this caller \
+         against its share, {}% ({} ppm) of the limit: a burst of {}, then {} per second",
+        regions.join(", "),
+        num(g.percent),
+        g.ppm,
+        num(g.capacity),
+        num(g.refill_per_sec),
+    )?;
+    match g.source {
+        "split" => writeln!(f, " (none stored: the configured split)"),
+        "unreadable" => writeln!(
+            f,
+            " (its stored share {:?} is not a whole number of parts per million: the limiter \
+             reads it as 0, so region {region} admits nothing of this caller until the exchange \
+             writes it a share)",
+            printable(g.stored.as_deref().unwrap_or(""))
+        ),
+        _ => writeln!(f, " (stored in region {region}'s Redis)"),
+    }
+}
+
 fn show_remaining(r: Option<u64>) -> String {
     r.map_or_else(|| "?".into(), |n| n.to_string())
 }
@@ -491,6 +705,22 @@ fn write_run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_is_read_as_the_limiter_reads_it() {
+        assert_eq!(read_share(None, 333_333), (333_333, "split"));
+        assert_eq!(read_share(Some("900000"), 1), (900_000, "stored"));
+        assert_eq!(read_share(Some("0"), 1), (0, "stored"));
+        // Above the whole: the whole.
+        assert_eq!(read_share(Some("2000000"), 1), (0, "unreadable"));
+        for garbage in ["lots", "", "-5", "0.5", "99999999999", " 7"] {
+            assert_eq!(
+                read_share(Some(garbage), 1),
+                (0, "unreadable"),
+                "{garbage:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_contract_says_burst_and_rate() {

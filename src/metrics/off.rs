@@ -128,3 +128,31 @@ impl FleetMetrics {
     #[inline(always)]
     pub(crate) fn set(&self, _: u32) {}
 }
+
+#[derive(Debug)]
+pub(crate) struct RegionMetrics;
+
+impl RegionMetrics {
+    #[inline(always)]
+    pub(crate) fn new(_region: &str) -> Self {
+        Self
+    }
+    #[inline(always)]
+    pub(crate) fn call(&self) {}
+    #[inline(always)]
+    pub(crate) fn cycle(&self) {}
+}
+
+#[derive(Debug)]
+pub(crate) struct QuotaMetrics;
+
+impl QuotaMetrics {
+    #[inline(always)]
+    pub(crate) fn new(_region: &str, _limit: &Arc<str>) -> Self {
+        Self
+    }
+    #[inline(always)]
+    pub(crate) fn gave(&self, _: u64) {}
+    #[inline(always)]
+    pub(crate) fn in_flight(&self, _: u64) {}
+}

@@ -22,6 +22,11 @@ pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
 pub(crate) const PRECISION: &str = "fleetlimit_precision_events_total";
 pub(crate) const WRITE_BACK: &str = "fleetlimit_writeback_units_total";
 pub(crate) const SLOT_RELEASES: &str = "fleetlimit_slot_releases_total";
+pub(crate) const REGION_MOVED: &str = "fleetlimit_region_quota_moved_total";
+pub(crate) const REGION_REBALANCED: &str = "fleetlimit_region_rebalanced_total";
+pub(crate) const REGION_IN_FLIGHT: &str = "fleetlimit_region_quota_in_flight";
+pub(crate) const REGION_CALLS: &str = "fleetlimit_region_exchange_calls_total";
+pub(crate) const REGION_CYCLES: &str = "fleetlimit_region_exchange_cycles_total";
 
 /// The help texts, given to the recorder with each set of handles
 /// (a recorder keeps the last; they never change).
@@ -96,6 +101,31 @@ fn describe() {
         WRITE_BACK,
         Unit::Count,
         "Units the local policy admitted, by what the write-back did with them"
+    );
+    describe_counter!(
+        REGION_MOVED,
+        Unit::Count,
+        "Quota of a global limit this region gave other regions, in millionths of the limit"
+    );
+    describe_counter!(
+        REGION_REBALANCED,
+        Unit::Count,
+        "Hand-offs of a global limit's quota by this region (one key, one cycle)"
+    );
+    describe_gauge!(
+        REGION_IN_FLIGHT,
+        Unit::Count,
+        "Quota of a global limit this region gave or holds but the receivers have not yet counted, in millionths of the limit"
+    );
+    describe_counter!(
+        REGION_CALLS,
+        Unit::Count,
+        "Calls the regions' exchange made to any region's Redis"
+    );
+    describe_counter!(
+        REGION_CYCLES,
+        Unit::Count,
+        "Exchange cycles this instance ran for its region"
     );
     describe_gauge!(
         FLEET_SIZE,
@@ -455,5 +485,70 @@ impl FleetMetrics {
 
     pub(crate) fn set(&self, n: u32) {
         self.0.set(f64::from(n));
+    }
+}
+
+/// The regions' exchange of this instance: its calls and cycles (the
+/// `region` label: this instance's region).
+#[derive(Debug)]
+pub(crate) struct RegionMetrics {
+    calls: Counter,
+    cycles: Counter,
+}
+
+impl RegionMetrics {
+    pub(crate) fn new(region: &str) -> Self {
+        describe();
+        let region = SharedString::from(Arc::<str>::from(region));
+        let labels = [("region", region)];
+        Self {
+            calls: ::metrics::counter!(REGION_CALLS, &labels),
+            cycles: ::metrics::counter!(REGION_CYCLES, &labels),
+        }
+    }
+
+    /// A call to any region's Redis.
+    pub(crate) fn call(&self) {
+        self.calls.increment(1);
+    }
+
+    /// A cycle ran.
+    pub(crate) fn cycle(&self) {
+        self.cycles.increment(1);
+    }
+}
+
+/// One global limit's quota moves from this region (labels `limit` and
+/// `region`: this instance's region).
+#[derive(Debug)]
+pub(crate) struct QuotaMetrics {
+    moved: Counter,
+    rebalanced: Counter,
+    in_flight: Gauge,
+}
+
+impl QuotaMetrics {
+    pub(crate) fn new(region: &str, limit: &Arc<str>) -> Self {
+        describe();
+        let labels = [
+            ("limit", SharedString::from(Arc::clone(limit))),
+            ("region", SharedString::from(Arc::<str>::from(region))),
+        ];
+        Self {
+            moved: ::metrics::counter!(REGION_MOVED, &labels),
+            rebalanced: ::metrics::counter!(REGION_REBALANCED, &labels),
+            in_flight: ::metrics::gauge!(REGION_IN_FLIGHT, &labels),
+        }
+    }
+
+    /// One key's hand-off of `ppm` millionths of the limit.
+    pub(crate) fn gave(&self, ppm: u64) {
+        self.moved.increment(ppm);
+        self.rebalanced.increment(1);
+    }
+
+    /// Quota under way at this cycle, in millionths of the limit.
+    pub(crate) fn in_flight(&self, ppm: u64) {
+        self.in_flight.set(ppm as f64);
     }
 }

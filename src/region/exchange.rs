@@ -147,6 +147,7 @@ async fn run(
                         cycle(&rt, quota, &own, &links, &prefix, epoch).await;
                     }
                     rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
+                    rt.metrics.cycle();
                 });
             }
             _ => {}
@@ -177,6 +178,7 @@ async fn eval(
     args: Vec<Value>,
 ) -> Result<Value, StoreError> {
     rt.stats.calls.fetch_add(1, Ordering::Relaxed);
+    rt.metrics.call();
     let slot = ClusterHash::Custom(fred::util::redis_keyslot(keys[0].as_bytes()));
     let cmd = CustomCommand::new_static("EVAL", slot, false);
     let mut all: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
@@ -217,10 +219,10 @@ fn map(v: Value) -> HashMap<String, String> {
     out
 }
 
-/// A share as stored: a count of [`WHOLE`]s at most one; anything else is
-/// none at all (a region never decides on a share it cannot read as one).
-pub(crate) fn ppm(s: &str) -> u32 {
-    s.parse::<u32>().ok().filter(|&n| n <= WHOLE).unwrap_or(0)
+/// A share as stored, or none at all when it is not one (a region never
+/// decides on a share it cannot read as one).
+fn ppm(s: &str) -> u32 {
+    super::share::stored_share(s).unwrap_or(0)
 }
 
 /// Reads this region's shares of every global limit into the views.
@@ -287,6 +289,7 @@ async fn lock(rt: &Runtime, own: &Pool, prefix: &str, instance: &str) -> bool {
         half.max(1).into(),
     ];
     rt.stats.calls.fetch_add(1, Ordering::Relaxed);
+    rt.metrics.call();
     matches!(
         own.with_options(&options(rt))
             .custom::<Value, _>(cmd, args)
@@ -437,6 +440,7 @@ async fn cycle(
         }
     }
     rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
+    quota.metrics.in_flight(in_flight);
 }
 
 /// Step 2's hand-off: lowers this region's share of `key` to `new` (if it
@@ -478,6 +482,7 @@ async fn give(
             .moved
             .fetch_add(u64::from(moved), Ordering::Relaxed);
         rt.stats.rebalanced.fetch_add(1, Ordering::Relaxed);
+        quota.metrics.gave(u64::from(moved));
     }
 }
 

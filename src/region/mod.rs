@@ -79,7 +79,7 @@ mod share;
 
 #[cfg(feature = "redis")]
 pub(crate) use self::exchange::start;
-pub(crate) use self::share::Runtime;
+pub(crate) use self::share::{stored_share, Runtime};
 
 /// What this instance's exchange did since its layer was built
 /// ([`RateLimitLayer::region_stats`](crate::RateLimitLayer::region_stats)).

@@ -26,12 +26,20 @@ use crate::route::Limit;
 /// refused for it), so memory stays bounded.
 pub(crate) const MAX_COUNTED: usize = 4096;
 
+/// A share as the exchange stores it: a count of [`WHOLE`]s, at most one
+/// whole; `None` for anything else.
+pub(crate) fn stored_share(s: &str) -> Option<u32> {
+    s.parse::<u32>().ok().filter(|&n| n <= WHOLE)
+}
+
 /// What the layer keeps for global limits: one [`Quota`] each.
 #[derive(Debug)]
 pub(crate) struct Runtime {
     pub(crate) regions: Regions,
     pub(crate) quotas: Box<[Arc<Quota>]>,
     pub(crate) stats: super::Stats,
+    /// The exchange's calls and cycles, for the `metrics` facade.
+    pub(crate) metrics: crate::metrics::RegionMetrics,
 }
 
 impl Runtime {
@@ -42,7 +50,7 @@ impl Runtime {
             .iter()
             .filter_map(|l| {
                 let g = l.global.as_ref()?;
-                Some(Arc::new(Quota::new(l, g, regions.this)))
+                Some(Arc::new(Quota::new(l, g, regions)))
             })
             .collect();
         (!quotas.is_empty()).then(|| {
@@ -50,6 +58,7 @@ impl Runtime {
                 regions: regions.clone(),
                 quotas,
                 stats: super::Stats::default(),
+                metrics: crate::metrics::RegionMetrics::new(&regions.names[regions.this]),
             })
         })
     }
@@ -76,6 +85,8 @@ pub(crate) struct Quota {
     pub(crate) default: u32,
     view: ArcSwap<View>,
     demand: Mutex<HashMap<Box<str>, u64>>,
+    /// Its quota moves from this region, for the `metrics` facade.
+    pub(crate) metrics: crate::metrics::QuotaMetrics,
 }
 
 /// The shares read at one moment.
@@ -88,14 +99,15 @@ struct View {
 }
 
 impl Quota {
-    fn new(l: &Limit, g: &Global, this: usize) -> Self {
+    fn new(l: &Limit, g: &Global, regions: &Regions) -> Self {
         Self {
             name: Arc::clone(&l.name),
             rule: l.rule,
             split: g.split.clone(),
-            default: g.split[this],
+            default: g.split[regions.this],
             view: ArcSwap::default(),
             demand: Mutex::default(),
+            metrics: crate::metrics::QuotaMetrics::new(&regions.names[regions.this], &l.name),
         }
     }
 

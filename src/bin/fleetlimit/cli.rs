@@ -86,8 +86,9 @@ pub(crate) enum Command {
         /// The decisions until this time (RFC 3339), with --from.
         #[arg(long, value_name = "TIME", requires = "from")]
         to: Option<String>,
-        /// One JSON object: the limit, caller, plan, contract, state and
-        /// every decision, fields escaped as in the text.
+        /// One JSON object: the limit, caller, plan, contract, state,
+        /// scope (a global limit's share in this region) and every
+        /// decision, fields escaped as in the text.
         #[arg(long)]
         json: bool,
     },

@@ -20,7 +20,9 @@
 //! bucket now, and the caller's decisions recorded over the last hour
 //! (`--since`) or between two RFC 3339 times, each refusal with the answer
 //! before it and each degraded decision marked (the limit needs
-//! `record = true`; see docs/operations.md, "Defending a 429").
+//! `record = true`; see docs/operations.md, "Defending a 429"). For a
+//! global limit (`scope = "global"`) it also prints this region's share of
+//! the key (read from the region's Redis) and reads the bucket under it.
 //!
 //! `top` shows what the fleet is doing, refreshed every `--interval`: the
 //! live instances (the fleet heartbeat), per limit the keys exhausted or
