@@ -426,17 +426,15 @@ async fn cycle(
         let total = amount(&v);
         let y = r.names.iter().position(|n| **n == *to);
         let link = y.and_then(|y| Some((y, links[y].as_ref()?)));
-        let left = match link {
+        let received = match link {
             Some((y, link)) => push(rt, quota, link, prefix, key, y, total).await,
-            None => None,
+            None => false,
         };
-        match left {
-            Some(0) => {
-                let args = step("ack", [field.into(), total.to_string().into()]);
-                let _ = eval(rt, own, SCRIPT, vec![h("pending")], args).await;
-            }
-            Some(n) => in_flight += n,
-            None => in_flight += total,
+        if received {
+            let args = step("ack", [field.into(), total.to_string().into()]);
+            let _ = eval(rt, own, SCRIPT, vec![h("pending")], args).await;
+        } else {
+            in_flight += total;
         }
     }
     rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
@@ -491,7 +489,7 @@ async fn give(
 /// to it too), its bucket rescaled from that share, then both are set if
 /// still as read; else it is tried again, a few times, then left to the
 /// next cycle (the bucket rescaled for nothing: tokens lost, never made).
-/// Returns what `y` has still not received (`None`: not known).
+/// Returns whether `y` has received the whole total.
 async fn push(
     rt: &Runtime,
     quota: &Quota,
@@ -500,7 +498,7 @@ async fn push(
     key: &str,
     y: usize,
     total: u64,
-) -> Option<u64> {
+) -> bool {
     let r = &rt.regions;
     let from = &*r.names[r.this];
     let share_key = || vec![hash(prefix, &quota.name, "share")];
@@ -510,12 +508,14 @@ async fn push(
         refill_per_sec,
     } = quota.rule
     else {
-        return None;
+        return false;
     };
     let (_, burst) = LeanArgs::new(capacity, refill_per_sec, 1.0).args();
     for _ in 0..3 {
         let peek = step("peek", [key.into(), got_key.as_str().into()]);
-        let v = eval(rt, link, SCRIPT, share_key(), peek).await.ok()?;
+        let Ok(v) = eval(rt, link, SCRIPT, share_key(), peek).await else {
+            return false;
+        };
         let mut it = v
             .into_array()
             .into_iter()
@@ -526,10 +526,13 @@ async fn push(
         let got: u64 = if got_read.is_empty() {
             0
         } else {
-            got_read.parse().ok()?
+            let Ok(got) = got_read.parse() else {
+                return false;
+            };
+            got
         };
         if total <= got {
-            return Some(0);
+            return true;
         }
         let before = if share_read.is_empty() {
             quota.split[y]
@@ -545,9 +548,12 @@ async fn push(
             i64::from(before.max(1)).into(),
             i64::from(after).into(),
         ];
-        eval(rt, link, RESCALE, vec![key.to_owned()], args)
+        if eval(rt, link, RESCALE, vec![key.to_owned()], args)
             .await
-            .ok()?;
+            .is_err()
+        {
+            return false;
+        }
         let args = [
             key.into(),
             got_key.as_str().into(),
@@ -560,10 +566,10 @@ async fn push(
         if let Ok(Value::Integer(1)) =
             eval(rt, link, SCRIPT, share_key(), step("apply", args)).await
         {
-            return Some(0);
+            return true;
         }
     }
-    None
+    false
 }
 
 /// Every future's output, in order, all polled together (a region's
