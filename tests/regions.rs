@@ -326,6 +326,7 @@ async fn a_key_asked_in_one_region_reaches_nearly_the_whole_limit_there() {
         "a's share {}",
         fleet.share(0, "solo")
     );
+    fleet.report("one region asking, after three intervals", &counts);
     for s in &fleet.servers {
         s.assert_every_key_expires(&fleet.prefix);
     }
@@ -386,6 +387,10 @@ async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest
             "window {w} after the heal admitted {c} ({counts:?})"
         );
     }
+    let (ab, _) = admitted_per_window(&during, &[0, 1], Duration::ZERO);
+    let part = ab.iter().sum::<u64>() as f64 / (ab.len() as f64 * RATE * (1.0 - c_share));
+    eprintln!("figures: c cut off holding {c_share:.3} of the limit: a and b admitted {part:.2} of the rest");
+    fleet.report("after the heal, after three intervals", &counts);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
