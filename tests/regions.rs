@@ -401,7 +401,7 @@ async fn a_region_without_its_redis_follows_its_policy_and_the_others_are_unchan
     assert_bound(&before, &[0, 1, 2], 1.0, "before");
     let (ab_before, _) = admitted_per_window(&before, &[0, 1], CONVERGE);
     fleet.servers[2].kill();
-    let during = drive(&fleet, "down", rates, 10 * WINDOW).await;
+    let during = drive(&fleet, "down", rates, 20 * WINDOW).await;
     assert_bound(&during, &[0, 1, 2], 1.0, "c down");
     // C's route is `closed`: 503 (or a refusal it remembers), never 500,
     // never admitted.
