@@ -12,7 +12,7 @@ use super::{keys_of, printable, Admin};
 use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::key::StoreKey;
 use crate::record::stream_key;
-use crate::region::WHOLE;
+use crate::route::WHOLE;
 use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 

@@ -35,6 +35,7 @@ pub use error::ConfigError;
 pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
 pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
+pub(crate) use regions::Regions;
 pub use regions::RegionsConfig;
 pub use units::{format_duration, parse_duration, ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
@@ -164,7 +165,7 @@ impl<T> fmt::Debug for Hidden<T> {
 pub struct Config {
     pub(crate) redis: Option<RedisSettings>,
     /// `[regions]`: this instance's region and the others (`region/`).
-    pub(crate) regions: Option<crate::region::Regions>,
+    pub(crate) regions: Option<Regions>,
     pub(crate) deadline: Duration,
     pub(crate) key_prefix: Arc<str>,
     /// What API keys are hashed with in Redis key names.

@@ -1,9 +1,11 @@
 //! `[regions]` and a limit's `scope = "global"`: the builder's types
 //! ([`RegionsConfig`], [`LimitConfig::global`](super::LimitConfig::global))
 //! and their lowering from TOML; their checks are `validate/regions.rs`'s,
-//! what they become `crate::region`'s.
+//! what they become [`Regions`] and `crate::route::Global`, which
+//! `crate::region` decides with.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -227,7 +229,36 @@ pub(super) fn split(raw: &Spanned<Pairs<f64>>) -> (Split, GlobalSpans) {
     (Split::Weights(weights), spans)
 }
 
-impl crate::region::Regions {
+/// `[regions]` after validation.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Regions {
+    /// This instance's region: an index into `names`.
+    pub(crate) this: usize,
+    /// Every region, in the order the configuration wrote them.
+    pub(crate) names: Box<[Arc<str>]>,
+    /// The Redis URL this region's exchange reaches each region by, in the
+    /// order of `names` (this region's own entry is not used: the exchange
+    /// uses the layer's own Redis).
+    pub(crate) links: Box<[String]>,
+    /// How often quotas move (and a fourth of it: how often views are read).
+    pub(crate) interval: Duration,
+}
+
+// By hand: exchange URLs may carry passwords, and `Config`'s `{:?}` ends up
+// in logs.
+impl std::fmt::Debug for Regions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let links: Vec<String> = self.links.iter().map(|l| redact_url(l)).collect();
+        f.debug_struct("Regions")
+            .field("this", &self.this)
+            .field("names", &self.names)
+            .field("links", &links)
+            .field("interval", &self.interval)
+            .finish()
+    }
+}
+
+impl Regions {
     /// One line for `Config::describe`: the regions, this one, their
     /// exchange URLs (redacted), the interval.
     pub(super) fn describe(&self) -> String {
@@ -243,8 +274,8 @@ impl crate::region::Regions {
     }
 
     /// A global limit's starting shares, by region, in percent.
-    pub(super) fn shares(&self, g: &crate::region::Global) -> String {
-        let whole = f64::from(crate::region::WHOLE);
+    pub(super) fn shares(&self, g: &crate::route::Global) -> String {
+        let whole = f64::from(crate::route::WHOLE);
         let shares: Vec<String> = (self.names.iter().zip(g.split.iter()))
             .map(|(name, &ppm)| format!("{name} {}%", f64::from(ppm) * 100.0 / whole))
             .collect();

@@ -452,7 +452,8 @@ scope = "region"
 #[cfg(feature = "redis")]
 #[test]
 fn regions_and_global_limits_become_their_runtime_types() {
-    use crate::region::{Global, Regions};
+    use crate::config::Regions;
+    use crate::route::Global;
     let c = Config::from_toml_str(REGIONS).unwrap();
     let names: Box<[Arc<str>]> = ["eu", "us", "ap"].map(Arc::from).into();
     let links: Box<[String]> = [

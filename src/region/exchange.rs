@@ -34,9 +34,9 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
 use super::share::{Quota, Runtime};
-use super::WHOLE;
 use crate::algorithm::LeanArgs;
 use crate::config::RedisSettings;
+use crate::route::WHOLE;
 use crate::store::redis::connect::{build_pool, fred_config};
 use crate::store::redis::reply::map_err;
 use crate::store::StoreError;

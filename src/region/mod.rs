@@ -8,8 +8,10 @@
 //!
 //! The parts, in the order a request meets them:
 //!
-//! - [`Regions`] and [`Global`]: `[regions]` and a limit's
-//!   `scope = "global"`, validated by `crate::config`.
+//! - `crate::config::Regions` and `crate::route::Global`: `[regions]` and
+//!   a limit's `scope = "global"`, as `crate::config` validated them (they
+//!   sit below this module so that configuration and routes never import
+//!   the runtime).
 //! - `share.rs`: this instance's view of its region's shares, read from
 //!   the region's Redis every quarter interval and trusted for three
 //!   quarters. A global token bucket of share `s` is decided as a bucket of
@@ -28,50 +30,6 @@
 //!   made) before they raise their share. Totals given and received are
 //!   cumulative, so a push repeated or lost is harmless: quota in flight is
 //!   missing for a while, never counted twice.
-
-use std::sync::Arc;
-use std::time::Duration;
-
-/// A whole limit, in the parts-per-million shares are counted in (integers
-/// in Redis, so a sum is exact).
-pub(crate) const WHOLE: u32 = 1_000_000;
-
-/// `[regions]` after validation.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Regions {
-    /// This instance's region: an index into `names`.
-    pub(crate) this: usize,
-    /// Every region, in the order the configuration wrote them.
-    pub(crate) names: Box<[Arc<str>]>,
-    /// The Redis URL this region's exchange reaches each region by, in the
-    /// order of `names` (this region's own entry is not used: the exchange
-    /// uses the layer's own Redis).
-    pub(crate) links: Box<[String]>,
-    /// How often quotas move (and a fourth of it: how often views are read).
-    pub(crate) interval: Duration,
-}
-
-// By hand: exchange URLs may carry passwords, and `Config`'s `{:?}` ends up
-// in logs.
-impl std::fmt::Debug for Regions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let links: Vec<String> = self.links.iter().map(|l| crate::redact_url(l)).collect();
-        f.debug_struct("Regions")
-            .field("this", &self.this)
-            .field("names", &self.names)
-            .field("links", &links)
-            .field("interval", &self.interval)
-            .finish()
-    }
-}
-
-/// A limit's `scope = "global"`: its share in each region before any
-/// exchange, in [`WHOLE`]s, in the order of [`Regions::names`] (their sum is
-/// at most [`WHOLE`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Global {
-    pub(crate) split: Box<[u32]>,
-}
 
 #[cfg(feature = "redis")]
 mod exchange;
@@ -105,7 +63,7 @@ pub struct RegionStats {
 /// What the exchange did, since the layer was built.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    /// Shares given away, summed (in [`WHOLE`]s).
+    /// Shares given away, summed (in millionths of a limit).
     pub(crate) moved: std::sync::atomic::AtomicU64,
     /// Hand-offs (one key, one cycle).
     pub(crate) rebalanced: std::sync::atomic::AtomicU64,

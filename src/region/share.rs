@@ -17,9 +17,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
-use super::{Global, Regions, WHOLE};
 use crate::algorithm::Rule;
-use crate::route::Limit;
+use crate::config::Regions;
+use crate::route::{Global, Limit, WHOLE};
 
 /// The most keys one limit counts demand for in one interval, per
 /// instance: the rest of a flood of keys is not counted (it is not

@@ -50,7 +50,7 @@ pub(crate) struct Limit {
     /// Its decisions are written to a Redis stream (`record.rs`).
     pub(crate) record: Option<RecordConfig>,
     /// `scope = "global"`: decided against this region's share (`region/`).
-    pub(crate) global: Option<crate::region::Global>,
+    pub(crate) global: Option<super::Global>,
 }
 
 /// `lease_batch` tokens per lease, for keys above `lease_above` requests per

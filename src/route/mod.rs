@@ -18,9 +18,11 @@ use http::Method;
 use crate::shed::Priority;
 use serde::Deserialize;
 
+mod global;
 mod limit;
 mod policy;
 
+pub(crate) use self::global::{Global, WHOLE};
 pub(crate) use self::limit::{LeaseConfig, Limit};
 pub(crate) use self::policy::{Policy, Traits};
 

@@ -12,7 +12,8 @@ use crate::config::error::short_number;
 use crate::config::redis_url;
 use crate::config::regions::{GlobalSpans, RegionsConfig, RegionsSpans, Split, ThisRegion};
 use crate::config::ConfigError;
-use crate::region::{Global, Regions, WHOLE};
+use crate::config::Regions;
+use crate::route::{Global, WHOLE};
 
 /// How often quotas may move: often enough to follow demand, seldom
 /// enough that an exchange (a round trip to every region) ends before
