@@ -41,7 +41,7 @@ mod sweep;
 mod time;
 mod top;
 
-pub use explain::{Explanation, RecordedDecision, TimeRange};
+pub use explain::{Explanation, RecordedDecision, RegionShare, TimeRange};
 pub use inspect::BucketInfo;
 pub use sweep::{Skipped, SweepOptions, SweepReport};
 pub use top::{Top, TopFrame, TopOptions};
