@@ -97,6 +97,7 @@ impl RegionsConfig {
     ///     .region("eu", "redis://10.0.0.1:6379")
     ///     .region("us", "redis://10.1.0.1:6379");
     /// let err = Config::builder().redis_url("redis://10.0.0.1:6379").regions(regions).build();
+    /// # #[cfg(feature = "redis")]
     /// assert!(err.unwrap_err().message().contains("is not set"));
     /// ```
     pub fn from_env(var: impl Into<String>) -> Self {
