@@ -30,7 +30,7 @@
 -- written with its expiry when the request is admitted, or deleted when it
 -- is not. So one key's bad state changes the answer for that key only.
 local FAR = 2 ^ 50
-local call, rpcall, ceil = redis.call, redis.pcall, math.ceil
+local call, rpcall, ceil, format = redis.call, redis.pcall, math.ceil, string.format
 
 -- The TAT the bucket at `key` starts from at `now` (`burst` in µs), given
 -- `raw`, the key's value as read (false or nil: no key, or a key of
@@ -54,11 +54,19 @@ local function tat_write(key, tat, inc, now, kept)
   local new = tat + inc
   if new < now then new = now end
   local second = ceil(new / 1000000)
+  -- The TAT's text: its whole µs by %d and its quarter by hand, exact (a
+  -- TAT is a whole number of quarter µs below 2^53) and read back as the
+  -- same number, for less than Redis 7.0's %.17g of a Lua number.
+  local frac = new % 1
+  local text = format('%d', new - frac)
+  if frac == 0.5 then text = text .. '.5'
+  elseif frac == 0.25 then text = text .. '.25'
+  elseif frac == 0.75 then text = text .. '.75'
+  elseif frac ~= 0 then text = new end
   if kept and second == ceil(kept / 1000000) then
-    call('SET', key, new, 'KEEPTTL')
+    call('SET', key, text, 'KEEPTTL')
   else
-    -- A whole number: %d prints it for less than Redis's %.17g.
-    call('SET', key, new, 'PXAT', string.format('%d', second * 1000 + 1001))
+    call('SET', key, text, 'PXAT', format('%d', second * 1000 + 1001))
   end
   return new
 end

@@ -8,10 +8,10 @@
 -- then (when admitted) one SET per check. The client does the rest of the
 -- arithmetic, before (what a check costs and what a full burst spans, in
 -- µs) and after (the headers, from TAT − now):
--- src/algorithm/token_bucket.rs. Nothing is formatted in Lua (string
--- formatting is costly in Redis's Lua): Redis writes the TAT with %.17g
--- (exact), and the answers are integers. A write keeps the key's TTL while
--- its TAT stays in the same second.
+-- src/algorithm/token_bucket.rs. The answers are integers, and the TAT is
+-- written as its whole µs by %d and its quarter by hand (tat_write):
+-- exact, for less than Redis 7.0's %.17g of a Lua number. A write keeps
+-- the key's TTL while its TAT stays in the same second.
 --
 -- MGET answers nil for a key of another type as for a missing one: both
 -- are a full bucket; an admitted check overwrites the key (SET, with its

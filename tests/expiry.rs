@@ -33,6 +33,16 @@ key = "header:x-api-key"
 capacity = 1000
 refill = "1000/s"
 
+[limits.thirds]
+key = "header:x-api-key"
+capacity = 30
+refill = "3/s"
+
+[[routes]]
+path = "/thirds"
+limits = ["thirds"]
+on_redis_error = "closed"
+
 [[routes]]
 path = "/lean"
 limits = ["per-key"]
@@ -57,7 +67,7 @@ const CAPACITY: f64 = 600.0;
 async fn app(server: &RedisServer, prefix: &str) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
     let layer = RateLimitLayer::new(cfg).await.unwrap();
-    support::ok_routes(layer, ["/lean", "/general", "/charge"])
+    support::ok_routes(layer, ["/lean", "/general", "/charge", "/thirds"])
 }
 
 /// The key's TAT (µs of Redis time) and its absolute expiry (ms), read in
@@ -164,4 +174,49 @@ async fn a_key_left_without_expiry_gets_one_at_its_next_request() {
     let (tat, expiry) = tat_and_expiry(&server, &key);
     assert_eq!(expiry, expected_expiry(tat));
     server.assert_every_key_expires(&prefix);
+}
+
+// 3 a second: a token is 333,333⅓ µs, a check's cost a whole number of
+// quarter µs, so TATs fall on every quarter. The script writes each one
+// exactly, in the text it chose (whole µs, then `.25`, `.5` or `.75`), not
+// as a rounded float's 17 digits.
+#[tokio::test]
+async fn a_tat_in_quarter_microseconds_is_written_exactly() {
+    let server = RedisServer::start();
+    let prefix = prefix("quarters");
+    let app = app(&server, &prefix).await;
+    let key = header_key(&prefix, "thirds", "k");
+    let mut fractions = std::collections::BTreeSet::new();
+    let started = std::time::Instant::now();
+    for i in 0..8 {
+        let res = send(
+            &app,
+            request("GET", "/thirds", "127.0.0.1:1", &[("x-api-key", "k")]),
+        )
+        .await;
+        assert_eq!(res.status(), 200, "request {i}");
+        let text = server.cli(&["GET", &key]).unwrap().trim().to_owned();
+        let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+        assert!(
+            !whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()),
+            "request {i}: {text:?}"
+        );
+        assert!(
+            ["", "25", "5", "75"].contains(&frac),
+            "request {i}: {text:?} is not a whole number of quarter µs"
+        );
+        let (tat, expiry) = tat_and_expiry(&server, &key);
+        assert_eq!(expiry, expected_expiry(tat), "request {i}: TAT {tat}");
+        fractions.insert(frac.to_owned());
+    }
+    // Eight steps of a third of a second from a whole `now`: some TAT was
+    // not whole.
+    assert!(fractions.iter().any(|f| !f.is_empty()), "{fractions:?}");
+    // 8 taken; what refilled since the first is at most 3 a second.
+    let left = tokens(&server, &key, 30.0, 3.0);
+    let refilled = 3.0 * started.elapsed().as_secs_f64();
+    assert!(
+        left >= 22.0 - 1e-6 && left <= 22.0 + refilled + 1e-6,
+        "{left}"
+    );
 }
