@@ -247,8 +247,8 @@ pub(crate) struct Regions {
 
 // By hand: exchange URLs may carry passwords, and `Config`'s `{:?}` ends up
 // in logs.
-impl std::fmt::Debug for Regions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Regions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let links: Vec<String> = self.links.iter().map(|l| redact_url(l)).collect();
         f.debug_struct("Regions")
             .field("this", &self.this)
