@@ -173,7 +173,7 @@ impl RateLimitLayer {
     #[must_use]
     pub fn region_stats(&self) -> Option<crate::RegionStats> {
         let rt = self.live.core().regions.as_ref()?;
-        Some(rt.stats.snapshot())
+        Some(rt.stats())
     }
 }
 

@@ -437,7 +437,7 @@ async fn cycle(
             in_flight += total;
         }
     }
-    rt.stats.in_flight.store(in_flight, Ordering::Relaxed);
+    quota.in_flight.store(in_flight, Ordering::Relaxed);
     quota.metrics.in_flight(in_flight);
 }
 

@@ -50,8 +50,8 @@ pub struct RegionStats {
     /// Hand-offs: one key given away in one cycle.
     pub rebalanced: u64,
     /// Quota this region gave but the receivers have not yet counted, at
-    /// its last cycle (in millionths of a limit): missing for a while,
-    /// never counted twice.
+    /// each global limit's last cycle, summed (in millionths of a limit):
+    /// missing for a while, never counted twice.
     pub in_flight: u64,
     /// Calls the exchange made to any region's Redis (reads of this
     /// region's shares included).
@@ -67,8 +67,6 @@ pub(crate) struct Stats {
     pub(crate) moved: std::sync::atomic::AtomicU64,
     /// Hand-offs (one key, one cycle).
     pub(crate) rebalanced: std::sync::atomic::AtomicU64,
-    /// Given or held but not yet received, at the last cycle.
-    pub(crate) in_flight: std::sync::atomic::AtomicU64,
     /// Calls to any region's Redis.
     pub(crate) calls: std::sync::atomic::AtomicU64,
     /// Cycles this instance ran.
@@ -76,12 +74,13 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn snapshot(&self) -> RegionStats {
+    /// With `in_flight`, kept per global limit (`Runtime::stats` sums it).
+    pub(crate) fn snapshot(&self, in_flight: u64) -> RegionStats {
         use std::sync::atomic::Ordering::Relaxed;
         RegionStats {
             moved: self.moved.load(Relaxed),
             rebalanced: self.rebalanced.load(Relaxed),
-            in_flight: self.in_flight.load(Relaxed),
+            in_flight,
             calls: self.calls.load(Relaxed),
             cycles: self.cycles.load(Relaxed),
         }

@@ -11,6 +11,7 @@
 //! unknown.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,6 +69,13 @@ impl Runtime {
         self.quotas.iter().find(|q| &*q.name == name).map(|q| &**q)
     }
 
+    /// What the exchange did, its quota in flight summed over the global
+    /// limits (each limit's cycle counts its own).
+    pub(crate) fn stats(&self) -> super::RegionStats {
+        let in_flight = self.quotas.iter().map(|q| q.in_flight.load(Relaxed)).sum();
+        self.stats.snapshot(in_flight)
+    }
+
     /// How long a view is trusted after its read was sent.
     pub(crate) fn trusted_for(&self) -> Duration {
         self.regions.interval * 3 / 4
@@ -87,6 +95,9 @@ pub(crate) struct Quota {
     demand: Mutex<HashMap<Box<str>, u64>>,
     /// Its quota moves from this region, for the `metrics` facade.
     pub(crate) metrics: crate::metrics::QuotaMetrics,
+    /// Given or held but not yet received, at its last cycle (in
+    /// millionths of the limit).
+    pub(crate) in_flight: AtomicU64,
 }
 
 /// The shares read at one moment.
@@ -108,6 +119,7 @@ impl Quota {
             view: ArcSwap::default(),
             demand: Mutex::default(),
             metrics: crate::metrics::QuotaMetrics::new(&regions.names[regions.this], &l.name),
+            in_flight: AtomicU64::new(0),
         }
     }
 
@@ -173,5 +185,57 @@ impl Rule {
             // Refused by the configuration: global limits are token buckets.
             other => other,
         }
+    }
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::*;
+
+    /// Each global limit's cycle counts its own quota in flight: the
+    /// layer's figure is their sum, not the last cycle's.
+    #[test]
+    fn quota_in_flight_is_summed_over_the_global_limits() {
+        let cfg = crate::Config::from_toml_str(
+            r#"
+[redis]
+url = "redis://127.0.0.1:1"
+[regions]
+this = "a"
+[regions.exchange]
+a = "redis://127.0.0.1:1"
+b = "redis://127.0.0.1:2"
+[limits.api]
+key = "header:x-api-key"
+capacity = 20
+refill = "20/s"
+scope = "global"
+[limits.login]
+key = "header:x-api-key"
+capacity = 5
+refill = "5/s"
+scope = "global"
+[limits.local]
+key = "header:x-api-key"
+capacity = 5
+refill = "5/s"
+[default]
+limits = ["api"]
+[[routes]]
+path = "/login"
+limits = ["login", "local"]
+"#,
+        )
+        .unwrap();
+        let rt = Runtime::new(cfg.regions.as_ref(), &cfg.limits).unwrap();
+        assert_eq!(rt.quotas.len(), 2, "the global limits only");
+        rt.quota("api").unwrap().in_flight.store(300_000, Relaxed);
+        rt.quota("login").unwrap().in_flight.store(25_000, Relaxed);
+        rt.stats.calls.store(7, Relaxed);
+        let stats = rt.stats();
+        assert_eq!(stats.in_flight, 325_000);
+        assert_eq!(stats.calls, 7);
+        rt.quota("api").unwrap().in_flight.store(0, Relaxed);
+        assert_eq!(rt.stats().in_flight, 25_000);
     }
 }
