@@ -1,7 +1,8 @@
-//! Plans from PostgreSQL (feature `postgres`): against the PostgreSQL at
-//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
-//! redis-server processes of the tests' own. Each test makes its own table
-//! and drops it.
+//! Plans from PostgreSQL (feature `postgres`): against a PostgreSQL server
+//! this test binary starts itself (a temporary cluster made by `initdb` on a
+//! free loopback port, as the Redis tests start their own redis-server), or
+//! the one at `DATABASE_URL` when that is set, and redis-server processes of
+//! the tests' own. Each test makes its own table and drops it.
 
 mod support;
 
@@ -39,8 +40,154 @@ const TTL: Duration = Duration::from_millis(300);
 const LOOKUP_TIMEOUT: Duration = Duration::from_millis(200);
 
 fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        return url;
+    }
+    static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SERVER.get_or_init(start_postgres).clone()
+}
+
+/// The directory of `initdb` and `postgres`: `FLEETLIMIT_PG_BINDIR`, else
+/// the newest of Debian's `/usr/lib/postgresql/<version>/bin`, else `PATH`.
+fn pg_bindir() -> std::path::PathBuf {
+    if let Ok(dir) = std::env::var("FLEETLIMIT_PG_BINDIR") {
+        return dir.into();
+    }
+    let mut found: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin).unwrap_or_default()
+}
+
+/// The uid and gid `postgres` runs as: PostgreSQL refuses to run as root,
+/// so as root (CI) the server runs as the `postgres` user that Debian's
+/// package creates.
+fn pg_user() -> Option<(u32, u32)> {
+    let me = std::process::Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
+        return None;
+    }
+    let id = |flag: &str| -> u32 {
+        let out = std::process::Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .expect("id postgres");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("running as root needs a `postgres` user to run the test server as")
+    };
+    Some((id("-u"), id("-g")))
+}
+
+/// Starts a PostgreSQL of this process's own: `initdb` into a fresh
+/// directory (trust auth), `postgres` on a free loopback port with its
+/// socket in that directory. A shell watches this process's end: when the
+/// pipe it reads closes (the test binary exited, however), it stops the
+/// server and removes the directory, so nothing is left behind.
+fn start_postgres() -> String {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    let bin = pg_bindir();
+    let dir = std::env::temp_dir().join(format!("fleetlimit-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let user = pg_user();
+    if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+    }
+    let as_user = |cmd: &mut Command| {
+        if let Some((uid, gid)) = user {
+            cmd.uid(uid).gid(gid);
+        }
+    };
+    let data = dir.join("data");
+    let mut initdb = Command::new(bin.join("initdb"));
+    initdb
+        .args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "-D",
+        ])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    as_user(&mut initdb);
+    let out = initdb.output().unwrap_or_else(|e| {
+        panic!(
+            "initdb in {}: {e} (install PostgreSQL: apt-get install postgresql, \
+             or set DATABASE_URL to a server of your own)",
+            bin.display()
+        )
+    });
+    assert!(
+        out.status.success(),
+        "initdb: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = support::free_port();
+    let postgres = bin.join("postgres");
+    let script = format!(
+        "'{}' -D '{}' -p {port} -k '{}' -c listen_addresses=127.0.0.1 -c fsync=off \
+         >'{}/log' 2>&1 & pid=$!; read _; kill -INT $pid; wait $pid; rm -rf '{}'",
+        postgres.display(),
+        data.display(),
+        dir.display(),
+        dir.display(),
+        dir.display(),
+    );
+    let mut watch = Command::new("sh");
+    watch.args(["-c", &script]).stdin(Stdio::piped());
+    as_user(&mut watch);
+    let child = watch.spawn().expect("sh");
+    // The pipe's write end stays open for the life of this process.
+    std::mem::forget(child);
+    let base = format!("postgres://postgres@127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = Command::new(bin.join("pg_isready"))
+            .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ready {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "PostgreSQL did not start: {}",
+            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut createdb = Command::new(bin.join("createdb"));
+    createdb.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        "postgres",
+        "test",
+    ]);
+    assert!(
+        createdb.status().expect("createdb").success(),
+        "createdb test"
+    );
+    format!("{base}/test")
 }
 
 async fn pg() -> tokio_postgres::Client {
