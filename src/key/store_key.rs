@@ -154,9 +154,13 @@ impl<'a> KeyMaterial<'a> {
             key,
             limit,
             log_id,
-            plan_key: with_plan_key
-                .then(|| String::from_utf8_lossy(&self.value[self.plan_at..]).into_owned()),
+            plan_key: with_plan_key.then(|| self.plan_key()),
         }
+    }
+
+    /// The caller identity plans are looked up by.
+    pub(crate) fn plan_key(&self) -> String {
+        String::from_utf8_lossy(&self.value[self.plan_at..]).into_owned()
     }
 
     /// [`store_key`](Self::store_key)'s text, written into `key` (cleared
@@ -228,7 +232,10 @@ pub(crate) struct StoreKey {
     /// Kind, encoding and the value as written (raw or digest).
     log_id: LogId,
     /// The caller identity plans are looked up by: the key's value (for
-    /// IP + account, the account); only when it was asked for.
+    /// IP + account, the account); only when it was asked for (the request
+    /// path writes keys into its own buffers and asks
+    /// [`KeyMaterial::plan_key`]).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) plan_key: Option<String>,
 }
 

@@ -336,17 +336,16 @@ pub(super) fn check(cfg: &Config, extras: &Extras) -> Result<(), BuildError> {
 }
 
 /// The layer's running state on `store`, for a configuration [`check`]ed
-/// with the same `extras`: the in-process store (however it was given) is
-/// decided on directly; a reload is held to the same check.
+/// with the same `extras`: the in-process store (however it was given)
+/// decides at once; a reload is held to the same check.
 pub(super) fn assemble(
     cfg: &Config,
     store: Arc<dyn Store>,
     mut extras: Extras,
     own: Option<OwnRedis>,
 ) -> Arc<Live> {
-    let in_process = Arc::clone(&store).in_process();
     extras.recorder = crate::reload::start_recorder(cfg, own.as_ref());
-    let limiter = Limiter::new(cfg, store, in_process, extras);
+    let limiter = Limiter::new(cfg, store, extras);
     Live::new(limiter, cfg.clone(), own)
 }
 

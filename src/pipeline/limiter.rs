@@ -1,113 +1,82 @@
-//! The limiter: one configuration's routes, policies and caches over the
-//! [`Core`] every configuration of the layer shares, and [`Limiter::handle`],
-//! the request path's spine (see the module guide in `mod.rs`).
+//! The limiter: one configuration's route plans, keys and the chain that
+//! answers its checks, over the [`Core`] every configuration of the layer
+//! shares; and [`Limiter::handle`], the request path's spine (see the
+//! module guide in `mod.rs`).
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::ops::ControlFlow;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
+use axum::extract::MatchedPath;
 use http::Request;
 
-use super::fallback::{self, Fallback};
-use super::lease::Leases;
-use super::refused::RefusedCache;
-use super::{lone, prepare, slot, trace, writeback, CostFn, Decided, Decision};
-use crate::answer::{self as response, RefusalHook};
-use crate::breaker::{BreakerStats, Breakers};
+use super::check::{Chain, Stores};
+use super::key::{self, CostFn, Keys};
+use super::plan::RoutePlan;
+use super::settle::{self, settle};
+use super::{trace, Decided, Decision, Pending};
+use crate::answer::RefusalHook;
+use crate::breaker::BreakerStats;
 use crate::config::Config;
-use crate::key::{ClientIpRules, CustomKeys, KeyExtractor, KeySecret};
+use crate::key::{CustomKeys, KeyExtractor, KeySecret};
 use crate::plan::{PlanResolver, Plans};
 use crate::record::{RecordStats, Recorder};
-use crate::route::RouteTable;
-use crate::shed::{LoadSignal, Shedder, Ticket};
-use crate::store::{Check, MemoryStore, Outcome, Store, StoreError};
+use crate::route::{Policy, RouteTable};
+use crate::shed::{LoadSignal, Priority, Shedder, Ticket};
+use crate::store::Store;
 
-/// One configuration's limiter: its routes, policies and the caches that
-/// answer under its numbers, over the [`Core`] every configuration of the
+/// One configuration's limiter: its route plans, keys and the chain that
+/// answers under its numbers, over the [`Core`] every configuration of the
 /// layer shares. A reload (see `reload.rs`) swaps it whole; a request in
 /// flight keeps the one it started with.
 pub(crate) struct Limiter {
-    pub(super) core: Arc<Core>,
-    pub(super) routes: RouteTable,
-    pub(super) client_ip: ClientIpRules,
-    /// What decides when the primary store fails (its buckets and fleet
-    /// size are the core's).
-    pub(super) fallback: Fallback,
-    pub(super) plans: Plans,
-    pub(super) cost_fns: HashMap<String, CostFn>,
-    /// The application's key extractors, for limits keyed `custom:<name>`.
-    pub(super) custom_keys: CustomKeys,
-    /// Keys Redis refused, answered here until their `Retry-After`. Per
-    /// configuration: a reload starts it empty, so no refusal under old
-    /// numbers outlives them.
-    pub(super) refused: RefusedCache,
+    core: Arc<Core>,
+    routes: RouteTable<Arc<RoutePlan>>,
+    keys: Keys,
+    chain: Arc<Chain>,
+    /// The callers' plans (kept for `Debug`; each route plan that needs
+    /// them holds them too).
+    plans: Arc<Plans>,
     /// The "no `MatchedPath`" error was logged (once per configuration).
-    pub(super) unrouted_logged: AtomicBool,
-    /// `[headers] style`.
-    pub(super) header_style: response::HeaderStyle,
-    /// A missing key's `401` challenge.
-    pub(super) www_authenticate: http::HeaderValue,
-    pub(super) on_refusal: Option<RefusalHook>,
-    /// The in-process store that decides lone routes in place (`lone.rs`):
-    /// set when it is the primary store and no cost function can change a
-    /// request's cost, worked out once per configuration.
-    pub(super) lone: Option<Arc<MemoryStore>>,
+    unrouted_logged: AtomicBool,
+    on_refusal: Option<RefusalHook>,
 }
 
 /// What lives as long as the layer, whatever configuration it runs: the
-/// stores and every bucket in them, the breaker, the fleet size, the
-/// shedder, the tasks' stop signal, and what the builder added. Settings
-/// these are built from cannot change by a reload.
+/// stores and every bucket in them, the fleet size, the shedder, the tasks'
+/// stop signal, and what the builder added. Settings these are built from
+/// cannot change by a reload.
 pub(crate) struct Core {
-    pub(super) prefix: Arc<str>,
+    prefix: Arc<str>,
     /// API keys are hashed with it in store keys bound for Redis; `None`
-    /// when the primary store is the in-process one, whose keys never leave
-    /// the process (spared the digest on the request path).
-    pub(super) key_secret: Option<KeySecret>,
-    /// The primary store: Redis, a store of the user's, or in-process.
-    pub(super) store: Arc<dyn Store>,
-    /// The primary store again, when it is the in-process one (decided
-    /// without a future).
-    pub(super) in_process: Option<Arc<MemoryStore>>,
-    /// In front of a store that can fail (not the in-process one); one per
-    /// cluster node.
-    pub(super) breaker: Option<Breakers>,
-    /// The `local` policy's buckets and N.
-    pub(super) local: fallback::Local,
+    /// when the primary store decides at once (in-process), whose keys
+    /// never leave the process.
+    key_secret: Option<KeySecret>,
+    /// The primary store and what answers beside it.
+    stores: Arc<Stores>,
     /// Dropped with the last limiter: tells the layer's tasks to stop.
-    pub(super) stop: tokio::sync::watch::Sender<()>,
+    stop: tokio::sync::watch::Sender<()>,
     /// Places for requests held by `on_exceed = "delay"` at once.
-    pub(super) delayed: Arc<tokio::sync::Semaphore>,
+    delayed: Arc<tokio::sync::Semaphore>,
     /// `[escalation] max_delayed`: with `delayed`'s free places, how many
     /// requests are held now (not in flight for shedding).
-    pub(super) max_delayed: usize,
+    max_delayed: usize,
     /// Load shedding (`None`: off, nothing on the request path).
-    pub(super) shed: Option<Arc<Shedder>>,
-    /// Concurrency limits' slot ids, unique fleet-wide.
-    pub(super) slot_ids: slot::SlotIds,
-    /// Hot keys' token leases: their tokens are already taken from Redis,
-    /// so a reload keeps those of limits it leaves unchanged.
-    pub(super) leases: Leases,
-    /// Writes the decisions of limits with `record` to Redis (unset: no
-    /// Redis, or no limit has recorded yet).
-    pub(super) recorder: OnceLock<Recorder>,
+    shed: Option<Arc<Shedder>>,
     /// Global limits' quotas in this region (`None`: no `[regions]` or no
     /// global limit); kept across reloads, as the exchange that feeds it.
     pub(crate) regions: Option<Arc<crate::region::Runtime>>,
     /// The builder's plan resolver, cost functions and refusal hook, which
     /// every configuration uses.
-    pub(super) extras: Extras,
+    extras: Extras,
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("store", &self.core.store)
-            .field("fleet_size", &self.fleet_size())
+            .field("store", self.core.store())
+            .field("fleet_size", &self.core.fleet_size())
             .field("plans", &self.plans)
             .finish_non_exhaustive()
     }
@@ -141,28 +110,36 @@ impl Extras {
 }
 
 impl Limiter {
-    /// The request path's spine: route → shedding → keys and cost →
-    /// decision, then the application's refusal hook and the shedding
+    /// The request path's spine: route plan → shedding → key → check →
+    /// settle, then the application's refusal hook and the shedding
     /// ticket, each applied here once, whatever decided.
-    pub(crate) fn handle<B>(self: &Arc<Self>, req: &Request<B>) -> Decided {
-        let route = prepare::route(self, req);
-        let ticket = match prepare::shed(self, req, &route) {
+    pub(crate) fn handle<B>(&self, req: &Request<B>) -> Decided {
+        let matched = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
+        if matched.is_none() && !self.unrouted_logged.load(Ordering::Relaxed) {
+            self.check_unrouted(req.uri().path());
+        }
+        let plan = self.routes.policy_of(matched, req.method());
+        let ticket = match &self.core.shed {
             None => None,
-            Some(Ok(ticket)) => Some(ticket),
-            Some(Err(shed)) => return Decided::Now(self.shape(shed)),
-        };
-        let decided = match route.policy.filter(|p| !p.limits.is_empty()) {
-            None if ticket.is_none() => return Decided::Unlimited,
-            None => Decided::Now(Decision::admit(None)),
-            Some(policy) => match &self.lone {
-                Some(memory) if policy.traits.lone => {
-                    lone::decide(self, req, route.matched, policy, memory)
+            Some(shedder) => {
+                let priority = plan.map_or(Priority::Normal, |p| p.policy.priority);
+                let (delayed, max) = (&self.core.delayed, self.core.max_delayed);
+                match key::shed(shedder, req, priority, delayed, max) {
+                    Ok(ticket) => Some(ticket),
+                    Err(r) => {
+                        let hook = self.on_refusal.as_ref();
+                        return Decided::Now(Decision::early(r).shaped(hook));
+                    }
                 }
-                _ => match prepare::keys(self, req, route.matched, policy) {
-                    ControlFlow::Break(d) => Decided::Now(d),
-                    ControlFlow::Continue(p) => trace::traced(route.matched, p, |p| self.decide(p)),
-                },
-            },
+            }
+        };
+        let decided = match plan.filter(|p| !p.limits().is_empty()) {
+            None if ticket.is_none() => return Decided::Unlimited,
+            None => Decided::Now(Decision::unlimited()),
+            Some(plan) => Pending::with(|p| self.decide(plan, matched, req, p)),
         };
         if ticket.is_none() && self.on_refusal.is_none() {
             return decided;
@@ -170,89 +147,157 @@ impl Limiter {
         self.finish(decided, ticket)
     }
 
-    /// The refusal hook and the ticket onto a decision.
-    fn finish(self: &Arc<Self>, decided: Decided, ticket: Option<Ticket>) -> Decided {
-        match decided {
-            Decided::Now(mut d) => {
-                if self.on_refusal.is_some() {
-                    d = self.shape(d);
+    /// Key → check → settle, for a route with limits; `p`: the thread's
+    /// pending request, taken along when the decision waits.
+    #[inline]
+    fn decide<B>(
+        &self,
+        plan: &Arc<RoutePlan>,
+        matched: Option<&str>,
+        req: &Request<B>,
+        p: &mut Pending,
+    ) -> Decided {
+        if let Err(r) = key::keys(plan, &self.keys, req, matched, p) {
+            return Decided::Now(Decision::early(r));
+        }
+        let span = trace::span(matched, plan, p);
+        let decided = match &span {
+            None => self.check(plan, p),
+            Some(span) => span.in_scope(|| self.check(plan, p)),
+        };
+        trace::close(span, decided)
+    }
+
+    /// The check and its settling; a request over a `delay` limit then
+    /// waits before the handler.
+    fn check(&self, plan: &Arc<RoutePlan>, p: &mut Pending) -> Decided {
+        let decided = self.settled(plan, p);
+        if plan.delayed.is_some() {
+            settle::held(decided)
+        } else {
+            decided
+        }
+    }
+
+    /// At once when the numbers are known and something answers now, else
+    /// in a future that owns the request.
+    fn settled(&self, plan: &Arc<RoutePlan>, p: &mut Pending) -> Decided {
+        let chain = &self.chain;
+        if plan.plans.is_none() {
+            if let Err(r) = key::rules(plan, chain.stores.regions(), p) {
+                return Decided::Now(Decision::early(r));
+            }
+            if let Some(answer) = chain.now(plan, p) {
+                return Decided::Now(settle(plan, chain, p, answer));
+            }
+        }
+        let (plan, chain, mut p) = (Arc::clone(plan), Arc::clone(chain), p.take());
+        Decided::Later(Box::pin(async move {
+            if let Some(plans) = &plan.plans {
+                key::look_up_plans(plans, &mut p).await;
+                if let Err(r) = key::rules(&plan, chain.stores.regions(), &mut p) {
+                    return Decision::early(r);
                 }
-                d.keep_ticket(ticket);
-                Decided::Now(d)
+                if let Some(answer) = chain.now(&plan, &mut p) {
+                    return settle(&plan, &chain, &p, answer);
+                }
             }
-            Decided::Later(f) if self.on_refusal.is_none() && ticket.is_none() => Decided::Later(f),
-            Decided::Later(f) => {
-                let this = Arc::clone(self);
-                // Resolved as the service is called (same poll).
-                Decided::Later(Box::pin(
-                    async move { this.shape(f.await).with_ticket(ticket) },
-                ))
-            }
+            let answer = chain.later(&plan, &mut p).await;
+            settle(&plan, &chain, &p, answer)
+        }))
+    }
+
+    /// The refusal hook and the ticket onto a decision.
+    fn finish(&self, decided: Decided, ticket: Option<Ticket>) -> Decided {
+        let hook = self.on_refusal.clone();
+        match decided {
+            Decided::Now(d) => Decided::Now(d.shaped(hook.as_ref()).with_ticket(ticket)),
+            // Resolved as the service is called (same poll).
+            Decided::Later(f) => Decided::Later(Box::pin(async move {
+                f.await.shaped(hook.as_ref()).with_ticket(ticket)
+            })),
             Decided::Unlimited => Decided::Unlimited,
         }
     }
 
-    /// `in_process`: the in-process store, when it is the primary store.
-    pub(crate) fn new(
-        cfg: &Config,
-        store: Arc<dyn Store>,
-        in_process: Option<Arc<MemoryStore>>,
-        mut extras: Extras,
-    ) -> Self {
-        let can_fail = in_process.is_none();
-        let recorder = OnceLock::new();
-        if let Some(r) = extras.recorder.take() {
-            let _ = recorder.set(r);
+    /// A request without `MatchedPath` for a path a configured route names:
+    /// the layer is outside the `Router` (the router sets `MatchedPath`
+    /// after it), so no route entry can ever apply. Said once per layer.
+    /// Paths no route names stay quiet: inside a `Router` they are its
+    /// fallback (404s), which carry no `MatchedPath` either.
+    #[cold]
+    fn check_unrouted(&self, path: &str) {
+        let Some(template) = self.routes.template_for(path) else {
+            return;
+        };
+        if self.unrouted_logged.swap(true, Ordering::Relaxed) {
+            return;
         }
+        tracing::error!(
+            target: "fleetlimit",
+            path,
+            route = template,
+            reason = "no-matched-path",
+            "the request carries no axum MatchedPath, so route {template:?} of the configuration cannot apply \
+             and only [default] (if any) limits it: add the layer with `Router::layer` or `Router::route_layer`, \
+             not around the Router (ServiceBuilder, `layer.layer(router)`); logged once"
+        );
+    }
+
+    /// A new layer's limiter of `cfg` on `store`.
+    pub(crate) fn new(cfg: &Config, store: Arc<dyn Store>, mut extras: Extras) -> Self {
+        let regions = crate::region::Runtime::new(cfg.regions.as_ref(), &cfg.limits);
+        let recorder = extras.recorder.take();
+        let stores = Arc::new(Stores::new(cfg, store, regions.clone(), recorder));
         let core = Core {
             prefix: Arc::clone(&cfg.key_prefix),
-            key_secret: can_fail.then(|| cfg.key_secret.clone()),
-            store,
-            in_process,
-            breaker: can_fail.then(|| Breakers::new(cfg.breaker)),
-            local: fallback::Local::new(cfg),
+            key_secret: (!stores.at_once()).then(|| cfg.key_secret.clone()),
+            stores,
             stop: tokio::sync::watch::channel(()).0,
             delayed: Arc::new(tokio::sync::Semaphore::new(cfg.max_delayed)),
             max_delayed: cfg.max_delayed,
             shed: cfg
                 .shedding
                 .map(|s| Arc::new(Shedder::new(s, extras.load_signal.clone()))),
-            slot_ids: slot::SlotIds::new(),
-            leases: Leases::new(cfg.memory_max_keys),
-            recorder,
-            regions: crate::region::Runtime::new(cfg.regions.as_ref(), &cfg.limits),
+            regions,
             extras,
         };
         Self::on(Arc::new(core), cfg)
     }
 
     /// The limiter of `cfg` on `core` (a new layer's, or a reload's: the
-    /// core's buckets and tasks go on under the new configuration).
+    /// core's buckets and tasks go on under the new configuration). Each
+    /// route's plan is compiled here.
     pub(crate) fn on(core: Arc<Core>, cfg: &Config) -> Self {
-        let can_fail = core.in_process.is_none();
         let extras = &core.extras;
+        let plans = Arc::new(Plans::new(
+            cfg.plan_assignments.0.clone(),
+            extras.resolver.clone(),
+            cfg.limits
+                .iter()
+                .flat_map(|l| l.plans.keys().cloned())
+                .collect(),
+            cfg.plan_cache_ttl,
+            cfg.plan_cache_keys,
+        ));
+        let on_refusal = extras.on_refusal.clone();
+        let compile = |policy: &Arc<Policy>| {
+            let hook = on_refusal.clone();
+            Arc::new(RoutePlan::new(policy, cfg.header_style, hook, &plans, &core.delayed))
+        };
         Self {
-            routes: RouteTable::new(&cfg.routes, cfg.default_route.clone()),
-            client_ip: cfg.client_ip.clone(),
-            fallback: Fallback::new(&core.local, cfg),
-            refused: RefusedCache::new(if can_fail { cfg.refused_cache_keys } else { 0 }),
-            plans: Plans::new(
-                cfg.plan_assignments.0.clone(),
-                extras.resolver.clone(),
-                cfg.limits
-                    .iter()
-                    .flat_map(|l| l.plans.keys().cloned())
-                    .collect(),
-                cfg.plan_cache_ttl,
-                cfg.plan_cache_keys,
-            ),
-            cost_fns: extras.cost_fns.clone(),
-            custom_keys: CustomKeys::new(extras.key_fns.clone()),
+            routes: RouteTable::new(&cfg.routes, cfg.default_route.as_ref(), compile),
+            keys: Keys {
+                client_ip: cfg.client_ip.clone(),
+                custom: CustomKeys::new(extras.key_fns.clone()),
+                secret: core.key_secret.clone(),
+                www_authenticate: cfg.www_authenticate.clone(),
+                cost_fns: extras.cost_fns.clone(),
+            },
+            chain: Arc::new(Chain::new(&core.stores, cfg)),
+            plans,
             unrouted_logged: AtomicBool::new(false),
-            header_style: cfg.header_style,
-            www_authenticate: cfg.www_authenticate.clone(),
-            on_refusal: extras.on_refusal.clone(),
-            lone: (core.in_process.clone()).filter(|_| extras.cost_fns.is_empty()),
+            on_refusal,
             core,
         }
     }
@@ -268,86 +313,30 @@ impl Limiter {
         &self.core
     }
 
-    /// The application's refusal hook reshapes a refusal.
-    #[inline]
-    pub(crate) fn shape(&self, d: Decision) -> Decision {
-        match (d, &self.on_refusal) {
-            (Decision::Reject(r), Some(hook)) => Decision::Reject(r.shape(hook)),
-            (d, _) => d,
-        }
-    }
-
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
-        &self.core.store
-    }
-
-    pub(crate) fn fleet_size(&self) -> u32 {
-        self.core.local.fleet_size()
-    }
-
     /// `fleetlimit reset` of `keys`: forget their remembered refusals and
     /// leases, so their next requests go to Redis.
     pub(crate) fn forget_reset(&self, keys: &[&str]) {
-        self.refused.forget(keys);
-        self.core.leases.forget(keys);
+        self.chain.refused.forget(keys);
+        self.core.stores.leases.forget(keys);
     }
 
     /// Forget every remembered refusal and lease (a reset may have been
     /// announced while this instance was not listening).
     pub(crate) fn forget_all_cached(&self) {
-        self.refused.clear();
-        self.core.leases.clear();
-    }
-
-    /// The primary store, behind the circuit breaker.
-    pub(super) async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
-        self.core.ask(check).await
+        self.chain.refused.clear();
+        self.core.stores.leases.clear();
     }
 }
 
 impl Core {
-    /// The primary store, behind the circuit breaker.
-    pub(super) async fn ask(&self, check: &Check) -> Result<Outcome, StoreError> {
-        // Per cluster node: the nodes this check goes to.
-        let guard = match &self.breaker {
-            Some(b) => Some(b.enter(&self.store.nodes(check))?),
-            None => None,
-        };
-        let answer = self.store.check(check).await;
-        if let Some(g) = guard {
-            // A script error on one key's data is an answer from a serving
-            // Redis, not a failure of the store.
-            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
-        }
-        answer
-    }
-
-    /// A hot key's partial lease of up to `check.cost`, in whole `step`s,
-    /// behind the circuit breaker as [`ask`](Self::ask).
-    pub(super) async fn lease(
-        &self,
-        check: &Check,
-        step: f64,
-    ) -> Result<crate::store::Lease, StoreError> {
-        let guard = match &self.breaker {
-            Some(b) => Some(b.enter(&self.store.nodes(check))?),
-            None => None,
-        };
-        let answer = self.store.lease(check, step).await;
-        if let Some(g) = guard {
-            g.record(answer.as_ref().err().filter(|e| e.is_availability()));
-        }
-        answer
-    }
-
     /// What the decision recorder has done (`None`: nothing is recorded).
     pub(crate) fn record_stats(&self) -> Option<RecordStats> {
-        self.recorder.get().map(Recorder::stats)
+        self.stores.recorder().map(Recorder::stats)
     }
 
     /// Whether the decision recorder runs.
     pub(crate) fn records(&self) -> bool {
-        self.recorder.get().is_some()
+        self.stores.recorder().is_some()
     }
 
     /// Keeps the token leases and the units to write back of limits `keep`
@@ -355,14 +344,13 @@ impl Core {
     /// numbers or removed them).
     pub(crate) fn keep_leases(&self, keep: impl Fn(&str) -> bool) {
         // The prefix cannot change by a reload.
-        self.leases.retain_limits(&self.prefix, &keep);
-        writeback::Primary::write_back(self).retain_limits(&self.prefix, &keep);
+        self.stores.keep_limits(&self.prefix, keep);
     }
 
     /// Sets the decision recorder started after the layer was built (a
     /// reload turned `record` on).
     pub(crate) fn set_recorder(&self, r: Recorder) {
-        let _ = self.recorder.set(r);
+        self.stores.set_recorder(r);
     }
 
     /// The shedder, when shedding is on.
@@ -371,32 +359,29 @@ impl Core {
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        self.stores.primary()
     }
 
     pub(crate) fn breaker_stats(&self) -> Option<BreakerStats> {
-        self.breaker.as_ref().map(Breakers::stats)
+        self.stores.breaker_stats()
     }
 
     pub(crate) fn node_breaker_stats(&self) -> Vec<(String, BreakerStats)> {
-        self.breaker
-            .as_ref()
-            .map(Breakers::node_stats)
-            .unwrap_or_default()
+        self.stores.node_breaker_stats()
     }
 
     pub(crate) fn fleet_size(&self) -> u32 {
-        self.local.fleet_size()
+        self.stores.local().fleet_size()
     }
 
     /// A reload's configured N (without fleet discovery).
     pub(crate) fn set_fleet_size(&self, n: u32) {
-        self.local.set_fleet_size(n);
+        self.stores.local().set_fleet_size(n);
     }
 
     /// N as the heartbeat keeps it.
     pub(crate) fn fleet_handle(&self) -> &Arc<AtomicU32> {
-        self.local.fleet_handle()
+        self.stores.local().fleet_handle()
     }
 
     /// Closes when the last limiter on this core is dropped (for the
@@ -406,25 +391,107 @@ impl Core {
     }
 }
 
-impl writeback::Primary for Core {
-    /// What the `local` policy admitted, to be written back.
-    fn write_back(&self) -> &writeback::WriteBack {
-        self.local.write_back()
-    }
-
-    fn ask<'a>(
-        &'a self,
-        check: &'a Check,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> + Send + 'a>> {
-        Box::pin(Core::ask(self, check))
-    }
-}
-
 impl fmt::Debug for Core {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Core")
-            .field("store", &self.store)
+            .field("store", self.store())
             .field("fleet_size", &self.fleet_size())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use axum::body::Body;
+    use axum::routing::get;
+    use axum::Router;
+    use http::StatusCode;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::algorithm::LimitState;
+    use crate::store::{Check, Outcome, StoreFuture};
+
+    /// A store that refuses every request for 10 s, counting its checks.
+    #[derive(Debug, Default)]
+    struct Refusing(AtomicUsize);
+
+    impl Store for Refusing {
+        fn check(&self, check: &Check) -> StoreFuture {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            let refused = LimitState {
+                enough: false,
+                remaining: 0.0,
+                wait: 10.0,
+                reset: 10.0,
+                capacity: 5.0,
+            };
+            let limits = vec![refused; check.buckets.len()];
+            Box::pin(async move {
+                Ok(Outcome {
+                    allowed: false,
+                    limits,
+                })
+            })
+        }
+    }
+
+    /// A cost no bucket can hold is 413 whatever the refused cache holds
+    /// for the key (it used to answer the remembered 429 on routes without
+    /// plans, and 413 on routes with plans).
+    #[tokio::test]
+    async fn too_costly_is_413_even_for_a_refused_key() {
+        let cfg = Config::from_toml_str(
+            r#"
+            [limits.per-key]
+            key = "header:x-api-key"
+            capacity = 5
+            refill = "1/s"
+
+            [default]
+            limits = ["per-key"]
+            "#,
+        )
+        .unwrap();
+        let mut extras = Extras::none();
+        let cost: CostFn = Arc::new(|r| {
+            let cost = r.headers().get("x-cost").and_then(|v| v.to_str().ok());
+            cost.and_then(|c| c.parse().ok()).unwrap_or(1)
+        });
+        extras.cost_fns.insert("/".into(), cost);
+        let store = Arc::new(Refusing::default());
+        let limiter = Arc::new(Limiter::new(&cfg, store.clone(), extras));
+        // The limiter called from inside a router, so the request carries
+        // its `MatchedPath` (and the cost function applies): its status.
+        let decide = move |req: Request<Body>| {
+            let limiter = Arc::clone(&limiter);
+            async move {
+                let d = match limiter.handle(&req) {
+                    Decided::Now(d) => d,
+                    Decided::Later(f) => f.await,
+                    Decided::Unlimited => panic!("a limited route"),
+                };
+                d.refused_status().unwrap_or(StatusCode::OK)
+            }
+        };
+        let app = Router::new().route("/", get(decide));
+        let status = |cost: u32| {
+            let req = Request::get("/")
+                .header("x-api-key", "k")
+                .header("x-cost", cost)
+                .body(Body::empty())
+                .unwrap();
+            let app = app.clone();
+            async move { app.oneshot(req).await.unwrap().status() }
+        };
+        let asked = || store.0.load(Ordering::Relaxed);
+        assert_eq!(status(1).await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(asked(), 1, "refused by the store");
+        assert_eq!(status(1).await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(asked(), 1, "remembered");
+        assert_eq!(status(6).await, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(asked(), 1);
     }
 }

@@ -7,13 +7,13 @@
 use tracing::field::{display, Empty};
 use tracing::{Instrument, Span};
 
+use super::plan::RoutePlan;
 use super::{Decided, Decision, Pending};
-use crate::key::LogId;
 
 /// The decision's span, when a subscriber takes it; `route`: the request's
-/// `MatchedPath`.
+/// `MatchedPath`, `p`: its keys.
 #[inline]
-pub(super) fn span(route: Option<&str>) -> Option<Span> {
+pub(super) fn span(route: Option<&str>, plan: &RoutePlan, p: &Pending) -> Option<Span> {
     // No subscriber takes DEBUG: one load, no span (under tracing's `log`
     // feature a disabled span still builds and records its fields for
     // `log`, which is not where this span is read).
@@ -30,24 +30,24 @@ pub(super) fn span(route: Option<&str>) -> Option<Span> {
         status = Empty,
         degraded = false,
     );
-    (!span.is_disabled()).then_some(span)
+    if span.is_disabled() {
+        return None;
+    }
+    let limits: Vec<&str> = plan.limits().iter().map(|l| &*l.name).collect();
+    span.record("limit", limits.join(",").as_str());
+    if !p.keys.is_empty() {
+        span.record("key", display(p.shown_id(0)));
+    }
+    Some(span)
 }
 
-/// `decide(p)` inside the decision's span.
-pub(super) fn traced(
-    route: Option<&str>,
-    p: Pending,
-    decide: impl FnOnce(Pending) -> Decided,
-) -> Decided {
-    let Some(span) = span(route) else {
-        return decide(p);
+/// `decided`'s outcome onto its span (a decision that waits is followed
+/// inside it).
+pub(super) fn close(span: Option<Span>, decided: Decided) -> Decided {
+    let Some(span) = span else {
+        return decided;
     };
-    let limits: Vec<&str> = p.policy.limits.iter().map(|l| &*l.name).collect();
-    span.record("limit", limits.join(",").as_str());
-    if let Some(k) = p.keys.first() {
-        key(&span, k.log_id, &k.key);
-    }
-    match span.in_scope(|| decide(p)) {
+    match decided {
         Decided::Now(d) => {
             outcome(&span, &d);
             Decided::Now(d)
@@ -61,18 +61,13 @@ pub(super) fn traced(
     }
 }
 
-/// The first key's log id onto the span.
-pub(super) fn key(span: &Span, id: LogId, key: &str) {
-    span.record("key", display(id.of(key)));
-}
-
 /// The decision's outcome onto the span.
-pub(super) fn outcome(span: &Span, d: &Decision) {
-    match d {
-        Decision::Admit(_) => span.record("outcome", "admitted"),
-        Decision::Reject(r) => {
+fn outcome(span: &Span, d: &Decision) {
+    match d.refused_status() {
+        None => span.record("outcome", "admitted"),
+        Some(status) => {
             span.record("outcome", "refused");
-            span.record("status", r.status.as_u16())
+            span.record("status", status.as_u16())
         }
     };
 }

@@ -181,35 +181,48 @@ pub(crate) struct RouteEntry {
     pub(crate) policy: Arc<Policy>,
 }
 
-/// The entries of one path: an optional method list and its policy.
-type PathEntries = Vec<(Option<Vec<Method>>, Arc<Policy>)>;
+/// The entries of one path: an optional method list and what its policy
+/// compiles to.
+type PathEntries<P> = Vec<(Option<Vec<Method>>, P)>;
 
-/// `MatchedPath` (and method) → policy.
+/// `MatchedPath` (and method) → what a route's policy compiles to (the
+/// request path's route plan).
 #[derive(Debug)]
-pub(crate) struct RouteTable {
-    by_path: HashMap<String, PathEntries>,
-    default: Option<Arc<Policy>>,
+pub(crate) struct RouteTable<P> {
+    by_path: HashMap<String, PathEntries<P>>,
+    default: Option<P>,
 }
 
-impl RouteTable {
-    /// The table of `routes`, with `default` for requests none matches.
-    pub(crate) fn new(routes: &[RouteEntry], default: Option<Arc<Policy>>) -> Self {
-        let mut by_path: HashMap<String, PathEntries> = HashMap::new();
+impl<P> RouteTable<P> {
+    /// The table of `routes`, with `default` for requests none matches,
+    /// each policy compiled by `compile` once.
+    pub(crate) fn new(
+        routes: &[RouteEntry],
+        default: Option<&Arc<Policy>>,
+        compile: impl Fn(&Arc<Policy>) -> P,
+    ) -> Self {
+        let mut by_path: HashMap<String, PathEntries<P>> = HashMap::new();
         for r in routes {
             by_path
                 .entry(r.path.clone())
                 .or_default()
-                .push((r.methods.clone(), Arc::clone(&r.policy)));
+                .push((r.methods.clone(), compile(&r.policy)));
         }
         // A method-specific entry wins over a catch-all for the same path.
         for entries in by_path.values_mut() {
             entries.sort_by_key(|(m, _)| m.is_none());
         }
-        Self { by_path, default }
+        Self {
+            by_path,
+            default: default.map(compile),
+        }
     }
 
+}
+
+#[cfg(test)]
+impl RouteTable<Arc<Policy>> {
     /// The policy for a request, or `None` when it is not limited.
-    #[cfg(test)]
     pub(crate) fn lookup(
         &self,
         matched_path: Option<&str>,
@@ -222,19 +235,16 @@ impl RouteTable {
     /// The priority of a request's route for load shedding: its policy's
     /// even when it has no limits (`limits = []` with a priority), else
     /// `normal`.
-    #[cfg(test)]
     pub(crate) fn priority(&self, matched_path: Option<&str>, method: &Method) -> Priority {
         self.policy_of(matched_path, method)
             .map_or(Priority::Normal, |p| p.priority)
     }
+}
 
+impl<P> RouteTable<P> {
     /// The policy of a request's route entry, else the default one, with or
     /// without limits.
-    pub(crate) fn policy_of(
-        &self,
-        matched_path: Option<&str>,
-        method: &Method,
-    ) -> Option<&Arc<Policy>> {
+    pub(crate) fn policy_of(&self, matched_path: Option<&str>, method: &Method) -> Option<&P> {
         let hit = matched_path
             .and_then(|p| self.by_path.get(p))
             .and_then(|entries| {
@@ -264,7 +274,7 @@ impl RouteTable {
 /// HEAD: axum's `get()` answers it by running the GET handler, so an entry
 /// listing GET governs it too, unless an entry lists HEAD itself; an entry
 /// for every method comes last, as for any method.
-fn head_entry(entries: &PathEntries) -> Option<&Arc<Policy>> {
+fn head_entry<P>(entries: &PathEntries<P>) -> Option<&P> {
     let listing = |m: &Method| {
         entries
             .iter()
@@ -320,7 +330,7 @@ mod tests {
         };
         let limits: Vec<Arc<Limit>> = names.iter().map(limit).collect();
         Arc::new(Policy {
-            traits: Traits::of(&limits, false, false),
+            traits: Traits::of(&limits),
             limits,
             cost: 1,
             on_redis_error: FailurePolicy::Open,
@@ -347,7 +357,7 @@ mod tests {
             entry("/x", None, &["a"]),
             entry("/x", Some(&[Method::POST]), &["b"]),
         ];
-        let t = RouteTable::new(&routes, Some(policy(&["a", "b"])));
+        let t = RouteTable::new(&routes, Some(&policy(&["a", "b"])), Arc::clone);
         let name = |p: Option<&Arc<Policy>>| {
             p.map(|p| {
                 p.limits
@@ -381,7 +391,7 @@ mod tests {
             entry("/y", Some(&[Method::HEAD]), &["c"]),
             entry("/z", Some(&[Method::POST]), &["a"]),
         ];
-        let t = RouteTable::new(&routes, None);
+        let t = RouteTable::new(&routes, None, Arc::clone);
         let head = |p| t.lookup(Some(p), &Method::HEAD).map(|p| &*p.limits[0].name);
         assert_eq!(head("/x"), Some("b"), "GET's entry before the catch-all");
         assert_eq!(head("/y"), Some("c"), "an explicit HEAD entry wins");
@@ -407,7 +417,7 @@ mod tests {
                 policy: with(&["a"], Priority::Critical),
             },
         ];
-        let t = RouteTable::new(&routes, Some(with(&[], Priority::Normal)));
+        let t = RouteTable::new(&routes, Some(&with(&[], Priority::Normal)), Arc::clone);
         assert!(
             t.lookup(Some("/export"), &Method::GET).is_none(),
             "not limited"
@@ -419,7 +429,7 @@ mod tests {
         assert_eq!(t.priority(Some("/pay"), &Method::POST), Priority::Critical);
         assert_eq!(t.priority(Some("/pay"), &Method::GET), Priority::Normal);
         assert_eq!(t.priority(None, &Method::GET), Priority::Normal);
-        let bare = RouteTable::new(&routes, None);
+        let bare = RouteTable::new(&routes, None, Arc::clone);
         assert_eq!(
             bare.priority(Some("/other"), &Method::GET),
             Priority::Normal

@@ -46,60 +46,18 @@ pub(crate) struct Traits {
     pub(crate) counts_failures: bool,
     /// Some limit escalates (delays or challenges) instead of refusing.
     pub(crate) escalates: bool,
-    /// Decided in place on the in-process store (`pipeline/lone.rs`): one
-    /// limit that needs nothing beside its bucket, on a route without
-    /// shadow mode or a refund handle.
-    pub(crate) lone: bool,
 }
 
 impl Traits {
-    /// `shadow`, `refund`: the route's own.
-    pub(crate) fn of(limits: &[Arc<Limit>], shadow: bool, refund: bool) -> Self {
+    pub(crate) fn of(limits: &[Arc<Limit>]) -> Self {
         let any = |f: fn(&Limit) -> bool| limits.iter().any(|l| f(l));
         Self {
             plans: any(|l| !l.plans.is_empty()),
             delays: any(|l| matches!(l.on_exceed, OnExceed::Delay(_))),
             counts_failures: any(|l| l.failures.is_some()),
             escalates: any(Limit::escalates),
-            lone: !shadow && !refund && matches!(limits, [l] if needs_only_its_bucket(l)),
         }
     }
-}
-
-/// Whether a limit needs nothing on the request path beside its bucket.
-/// Every field is named, so a new one does not compile until someone says
-/// whether the in-place path (`pipeline/lone.rs`) can ignore it.
-fn needs_only_its_bucket(l: &Limit) -> bool {
-    let Limit {
-        // Written into the key, as on the general path.
-        name: _,
-        key_head: _,
-        key: _,
-        on_missing: _,
-        // Decided by the store with the rule.
-        rule,
-        shadow,
-        plans,
-        // Leases are taken from Redis only.
-        lease: _,
-        // What the answers are built from, on both paths.
-        refusal_log: _,
-        refusal_bodies: _,
-        early_log: _,
-        failures,
-        on_exceed,
-        escalation_log: _,
-        record,
-        // A share of the key's quota is looked up per request.
-        global,
-    } = l;
-    plans.is_empty()
-        && global.is_none()
-        && !shadow
-        && failures.is_none()
-        && *on_exceed == OnExceed::Refuse
-        && record.is_none()
-        && !rule.is_concurrency()
 }
 
 impl Policy {

@@ -27,7 +27,7 @@ use crate::bounded::{Bounded, Evict, Shard};
 ///
 /// [`check_now`](Self::check_now) and [`check_one`](Self::check_one) decide
 /// without a future, for tests and benchmarks of your own; the layer reaches
-/// the store through [`Store::check`].
+/// the store through the [`Store`] trait (at once, without a future).
 ///
 /// ```
 /// use fleetlimit::store::{Bucket, Check, MemoryStore, Rule};
@@ -203,19 +203,7 @@ impl MemoryStore {
     /// the bucket's state after the charge.
     #[must_use]
     pub fn check_one(&self, b: &Bucket, cost: f64) -> (bool, LimitState) {
-        self.check_key(&b.key, b.rule, b.shadow, cost)
-    }
-
-    /// [`check_one`](Self::check_one) for a bucket named by a borrowed key
-    /// (a new key is copied into the store).
-    pub(crate) fn check_key(
-        &self,
-        key: &str,
-        rule: Rule,
-        shadow: bool,
-        cost: f64,
-    ) -> (bool, LimitState) {
-        self.check_one_at(key, rule, shadow, cost, self.epoch.elapsed())
+        self.check_one_at(&b.key, b.rule, b.shadow, cost, self.epoch.elapsed())
     }
 
     /// `now`: since the store's epoch.
@@ -337,8 +325,20 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(self.lease_now(check, step))))
     }
 
-    fn in_process(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<MemoryStore>> {
-        Some(self)
+    fn decide_now(&self, check: &Check, outcome: &mut Outcome) -> bool {
+        let now = self.epoch.elapsed();
+        outcome.limits.clear();
+        if let [bucket] = check.buckets.as_slice() {
+            if !bucket.rule.is_concurrency() {
+                let (allowed, state) =
+                    self.check_one_at(&bucket.key, bucket.rule, bucket.shadow, check.cost, now);
+                outcome.allowed = allowed;
+                outcome.limits.push(state);
+                return true;
+            }
+        }
+        *outcome = self.check_all_at(check, now);
+        true
     }
 
     fn release(&self, key: &str, slot: &str) {

@@ -131,14 +131,18 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         })
     }
 
-    /// The in-process store itself, when this is it: a layer on it decides
-    /// there directly, as [`RateLimitLayer::in_memory`](crate::RateLimitLayer::in_memory)
-    /// does, whichever way it was given. Public only because the trait is:
-    /// keep the default (a store wrapping a [`MemoryStore`] is a store of
-    /// its own, decided through [`check`](Store::check)).
+    /// Decides `check` at once, without a future, into `outcome` (its
+    /// vector reused), when this store never waits: `true` when it did. A
+    /// store answers every check here or none (the layer asks once, with an
+    /// empty check, when it is built); one that does is the in-process
+    /// store, which cannot fail, so the layer gives it no circuit breaker,
+    /// refused-key cache or key digest. Public only because the trait is:
+    /// keep the default, `false` (a store wrapping a [`MemoryStore`] is a
+    /// store of its own, decided through [`check`](Store::check)).
     #[doc(hidden)]
-    fn in_process(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<MemoryStore>> {
-        None
+    fn decide_now(&self, check: &Check, outcome: &mut Outcome) -> bool {
+        let _ = (check, outcome);
+        false
     }
 }
 

@@ -101,7 +101,7 @@ impl Validator<'_> {
             picked.push(Arc::clone(l));
         }
         Ok(Arc::new(Policy {
-            traits: crate::route::Traits::of(&picked, shadow, refund),
+            traits: crate::route::Traits::of(&picked),
             limits: picked,
             cost,
             on_redis_error,

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-use super::{Buckets, DecidedBy, Limiter};
+use super::super::check::Stores;
+use super::super::plan::RoutePlan;
+use super::super::{DecidedBy, Pending};
 use crate::algorithm::LimitState;
 use crate::answer::RateHeaders;
-use crate::store::Check;
+use crate::store::{Bucket, Check};
 
 /// Gives back units an admitted request did not need (its real cost was
 /// lower than it was charged). On routes that ask for it (`refund = true`
@@ -61,9 +63,9 @@ pub struct Refund {
 }
 
 struct RefundInner {
-    limiter: Arc<Limiter>,
+    stores: Arc<Stores>,
     /// Only the buckets that were charged.
-    buckets: Buckets,
+    buckets: Vec<Bucket>,
     /// Which store charged them: the one given back to.
     by: DecidedBy,
     /// Store units per unit of the route's cost: 1, or less when `local`
@@ -77,36 +79,61 @@ struct RefundInner {
     latest: Mutex<Option<SmallVec<[LimitState; 1]>>>,
 }
 
+/// The handle of an admitted request `p` of a `refund = true` route whose
+/// store answered `limits` (see [`Refund::new`]). It gives back to the
+/// limits that count requests: the status settles those that count
+/// failures.
+pub(super) fn charged(
+    stores: &Arc<Stores>,
+    plan: &RoutePlan,
+    p: &Pending,
+    limits: &[LimitState],
+    by: DecidedBy,
+) -> Option<Refund> {
+    let (cost, each) = (p.cost, p.check.cost);
+    if !plan.policy.traits.counts_failures {
+        return Refund::new(stores, &p.check.buckets, limits, cost, each, by);
+    }
+    let requests_only: SmallVec<[LimitState; 1]> = limits
+        .iter()
+        .zip(plan.limits())
+        .map(|(s, l)| LimitState {
+            enough: s.enough && l.failures.is_none(),
+            ..*s
+        })
+        .collect();
+    Refund::new(stores, &p.check.buckets, &requests_only, cost, each, by)
+}
+
 impl Refund {
     /// The handle of a request of cost `cost` charged `each` units in
     /// `buckets` (those whose state says `enough` were); `None` when none
     /// was.
-    pub(super) fn new(
-        limiter: &Arc<Limiter>,
-        mut buckets: Buckets,
+    fn new(
+        stores: &Arc<Stores>,
+        buckets: &[Bucket],
         limits: &[LimitState],
         cost: u32,
         each: f64,
         by: DecidedBy,
     ) -> Option<Self> {
-        // Keep only the buckets that were charged, in place; a concurrency
-        // slot is given back when the response ends, not by units.
+        // Keep only the buckets that were charged; a concurrency slot is
+        // given back when the response ends, not by units.
         let mut indices = SmallVec::new();
-        let mut charged = limits.iter().map(|s| s.enough).enumerate();
-        buckets.retain(|b| match charged.next() {
-            Some((i, true)) if !b.rule.is_concurrency() => {
+        let mut kept = Vec::new();
+        for (i, (b, s)) in buckets.iter().zip(limits).enumerate() {
+            if s.enough && !b.rule.is_concurrency() {
                 indices.push(i);
-                true
+                kept.push(b.clone());
             }
-            _ => false,
-        });
-        if buckets.is_empty() {
+        }
+        if kept.is_empty() {
             return None;
         }
         Some(Self {
             inner: Some(Arc::new(RefundInner {
-                limiter: Arc::clone(limiter),
-                buckets,
+                stores: Arc::clone(stores),
+                buckets: kept,
                 by,
                 scale: if cost == 0 {
                     1.0
@@ -121,7 +148,7 @@ impl Refund {
     }
 
     /// The handle of a request that was charged nothing refundable.
-    pub(super) fn none() -> Self {
+    pub(in crate::pipeline) fn none() -> Self {
         Self { inner: None }
     }
 
@@ -154,20 +181,15 @@ impl Refund {
         let refund = Check {
             slot: None,
             cost: -f64::from(n) * inner.scale,
-            buckets: inner.buckets.to_vec(),
+            buckets: inner.buckets.clone(),
         };
-        let limiter = &inner.limiter;
-        match inner.by {
-            DecidedBy::Fallback => limiter.fallback.refund(&refund).await,
-            // Behind the breaker like any other call: while it is open a
-            // refund fails at once instead of waiting out the deadline.
-            DecidedBy::Primary => {
-                let o = limiter.ask(&refund).await?;
-                let mut latest = inner.latest.lock().unwrap_or_else(|p| p.into_inner());
-                *latest = Some(o.limits.into_iter().collect());
-                Ok(())
-            }
+        // Behind the breaker like any other call: while it is open a
+        // refund fails at once instead of waiting out the deadline.
+        if let Some(o) = inner.stores.give_back(inner.by, &refund).await? {
+            let mut latest = inner.latest.lock().unwrap_or_else(|p| p.into_inner());
+            *latest = Some(o.limits.into_iter().collect());
         }
+        Ok(())
     }
 
     /// The response's headers after the refunds made so far: each refunded

@@ -8,8 +8,11 @@
 
 use std::sync::Arc;
 
+use super::super::check::Stores;
+use super::super::plan::RoutePlan;
+use super::super::{DecidedBy, Pending};
 use super::challenge::Prompted;
-use super::{After, Buckets, DecidedBy, Limiter, Pending};
+use super::After;
 use crate::algorithm::LimitState;
 use crate::route::Limit;
 use crate::store::{Bucket, Check};
@@ -18,19 +21,18 @@ use crate::store::{Bucket, Check};
 /// buckets of limits that count failures (`each` units each), when
 /// the status is not one.
 /// `None` when no such limit was charged.
-pub(super) fn settle(
-    l: &Arc<Limiter>,
+pub(super) fn after(
+    stores: &Arc<Stores>,
+    plan: &RoutePlan,
     p: &Pending,
-    buckets: &Buckets,
     limits: &[LimitState],
     each: f64,
     by: DecidedBy,
 ) -> Option<After> {
-    let charged: Vec<(Arc<Limit>, Bucket)> = p
-        .policy
-        .limits
+    let charged: Vec<(Arc<Limit>, Bucket)> = plan
+        .limits()
         .iter()
-        .zip(buckets)
+        .zip(&p.check.buckets)
         .zip(limits)
         .filter(|((l, _), s)| l.failures.is_some() && s.enough)
         .map(|((l, b), _)| (Arc::clone(l), b.clone()))
@@ -38,7 +40,7 @@ pub(super) fn settle(
     if charged.is_empty() {
         return None;
     }
-    let this = Arc::clone(l);
+    let stores = Arc::clone(stores);
     // What was charged, not the route's cost: `local` may charge less.
     let cost = each;
     Some(Box::new(move |status, extensions| {
@@ -60,13 +62,9 @@ pub(super) fn settle(
             slot: None,
         };
         Some(Box::pin(async move {
-            let answer = match by {
-                DecidedBy::Fallback => this.fallback.refund(&refund).await,
-                // Behind the breaker: while it is open this fails at
-                // once instead of waiting out the deadline.
-                DecidedBy::Primary => this.ask(&refund).await.map(|_| ()),
-            };
-            if let Err(e) = answer {
+            // Behind the breaker: while it is open this fails at once
+            // instead of waiting out the deadline.
+            if let Err(e) = stores.give_back(by, &refund).await {
                 for l in &limits {
                     match l.escalation_log[1].event() {
                         Some(suppressed) => tracing::warn!(
@@ -88,10 +86,13 @@ pub(super) fn settle(
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::pipeline::{prepare, Decided, Decision, Extras};
     use crate::store::{MemoryStore, Outcome, Store, StoreError, StoreFuture};
-    use http::StatusCode;
-    use std::ops::ControlFlow;
+    use crate::RateLimitLayer;
+    use axum::body::Body;
+    use axum::routing::get;
+    use axum::Router;
+    use http::{HeaderMap, StatusCode};
+    use tower::ServiceExt;
 
     /// The in-process store, except that every refund (negative cost)
     /// fails, as a frozen or lost Redis would. (Each failed refund follows
@@ -109,33 +110,20 @@ mod tests {
         }
     }
 
-    /// Charges one attempt, runs the work for `status`; whether admitted.
-    async fn attempt(limiter: &Arc<Limiter>, status: StatusCode) -> bool {
+    /// Charges one attempt whose handler answers `status`; whether it was
+    /// admitted.
+    async fn attempt(app: &Router, status: StatusCode) -> bool {
         let req = http::Request::get("/")
             .header("x-account", "alice")
-            .body(())
+            .header("x-status", status.as_str())
+            .body(Body::empty())
             .unwrap();
-        let ControlFlow::Continue(p) = prepare::prepare(limiter, &req) else {
-            panic!("the default policy applies");
-        };
-        let d = match limiter.decide(p) {
-            Decided::Now(d) => d,
-            Decided::Later(f) => f.await,
-            Decided::Unlimited => panic!("a limited route"),
-        };
-        let Decision::Admit(a) = d else {
-            return false;
-        };
-        if let Some(work) = a
-            .after
-            .and_then(|after| after(status, &http::Extensions::new()))
-        {
-            work.await;
-        }
-        true
+        let res = app.clone().oneshot(req).await.unwrap();
+        res.status() != StatusCode::TOO_MANY_REQUESTS
     }
 
-    fn limiter(store: Arc<dyn Store>) -> Arc<Limiter> {
+    /// A login route behind a limit that counts failures, on `store`.
+    fn app(store: Arc<dyn Store>) -> Router {
         let cfg = Config::from_toml_str(
             r#"
             [limits.failures]
@@ -149,29 +137,35 @@ mod tests {
             "#,
         )
         .unwrap();
-        Arc::new(Limiter::new(&cfg, store, None, Extras::none()))
+        let status = |h: HeaderMap| async move {
+            let s = h["x-status"].to_str().unwrap().parse::<u16>().unwrap();
+            StatusCode::from_u16(s).unwrap()
+        };
+        Router::new()
+            .route("/", get(status))
+            .layer(RateLimitLayer::with_store(&cfg, store).unwrap())
     }
 
     #[tokio::test]
     async fn successes_are_given_back_failures_are_not() {
-        let l = limiter(Arc::new(MemoryStore::new(100)));
+        let app = app(Arc::new(MemoryStore::new(100)));
         for _ in 0..10 {
-            assert!(attempt(&l, StatusCode::OK).await);
+            assert!(attempt(&app, StatusCode::OK).await);
         }
         for _ in 0..3 {
-            assert!(attempt(&l, StatusCode::UNAUTHORIZED).await);
+            assert!(attempt(&app, StatusCode::UNAUTHORIZED).await);
         }
-        assert!(!attempt(&l, StatusCode::OK).await, "3 failures: refused");
+        assert!(!attempt(&app, StatusCode::OK).await, "3 failures: refused");
     }
 
     #[tokio::test]
     async fn a_refund_the_store_fails_leaves_the_unit_charged() {
-        let l = limiter(Arc::new(NoRefunds(MemoryStore::new(100))));
+        let app = app(Arc::new(NoRefunds(MemoryStore::new(100))));
         for _ in 0..3 {
-            assert!(attempt(&l, StatusCode::OK).await);
+            assert!(attempt(&app, StatusCode::OK).await);
         }
         assert!(
-            !attempt(&l, StatusCode::OK).await,
+            !attempt(&app, StatusCode::OK).await,
             "the successes stayed charged"
         );
     }

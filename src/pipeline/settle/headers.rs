@@ -1,20 +1,20 @@
 //! The rate headers of a decision, from the store's states and the route's
-//! policy (built by `crate::answer`, which knows no limiter).
+//! plan (built by `crate::answer`, which knows no limiter).
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{DecidedBy, Limiter, Pending};
+use super::super::plan::RoutePlan;
+use super::super::{DecidedBy, Pending};
 use crate::algorithm::{LimitState, Rule};
 use crate::answer::{self as response, Item, RateHeaders};
-use crate::route::Policy;
 
 /// The headers of a decision: every limit of the route with its state
 /// (`limits`, in order), `X-RateLimit-*` reporting limit `refused_by`
 /// of a refusal, or on an admission the one that refuses first.
 pub(super) fn headers(
-    l: &Limiter,
+    plan: &RoutePlan,
     p: &Pending,
     limits: &[LimitState],
     refused_by: Option<usize>,
@@ -23,21 +23,21 @@ pub(super) fn headers(
     // Pushed, not collected: `SmallVec`'s `extend` is not inlined, and
     // one limit is the common case.
     let mut list = SmallVec::with_capacity(limits.len());
-    for (it, s) in items(p).zip(limits) {
+    for (it, s) in items(plan, p).zip(limits) {
         list.push(it.with(s));
     }
-    let mut h = RateHeaders::new(l.header_style, list, refused_by);
+    let mut h = RateHeaders::new(plan.header_style, list, refused_by);
     h.local = by.degraded();
-    route_policy(l, &p.policy, p.rules(), p.cost, &mut h);
+    route_policy(plan, p.rules(), p.cost, &mut h);
     h
 }
 
 /// Every limit of the route, in order, under the caller's plan, without a
 /// state yet.
-pub(super) fn items(p: &Pending) -> impl Iterator<Item = Item> + '_ {
+pub(super) fn items<'a>(plan: &'a RoutePlan, p: &'a Pending) -> impl Iterator<Item = Item> + 'a {
     let cost = f64::from(p.cost);
-    let shadow = p.policy.shadow;
-    (p.policy.limits.iter().zip(p.rules()))
+    let shadow = plan.policy.shadow;
+    (plan.limits().iter().zip(p.rules()))
         .map(move |(l, rule)| Item::new(&l.name, rule, shadow || l.shadow, cost))
 }
 
@@ -46,15 +46,15 @@ pub(super) fn items(p: &Pending) -> impl Iterator<Item = Item> + '_ {
 /// (`rules`: each limit's under the caller's plan) and a request of the
 /// route's own cost (its `q` counts requests of that cost).
 pub(super) fn route_policy<'r>(
-    l: &Limiter,
-    policy: &Policy,
+    plan: &RoutePlan,
     mut rules: impl Iterator<Item = &'r Rule>,
     cost: u32,
     h: &mut RateHeaders,
 ) {
+    let policy = &plan.policy;
     let mut own =
         || cost == policy.cost && (policy.limits.iter()).all(|l| rules.next() == Some(&l.rule));
-    if l.header_style.ietf() && own() {
+    if plan.header_style.ietf() && own() {
         let v = policy
             .ietf_policy
             .get_or_init(|| response::policy_value(&h.items).map(Arc::new));
@@ -65,7 +65,7 @@ pub(super) fn route_policy<'r>(
 /// The headers of a route's only limit (a hot key's lease), for a
 /// request of `cost`.
 pub(super) fn one_limit(
-    l: &Limiter,
+    plan: &RoutePlan,
     limit: &crate::route::Limit,
     rule: &Rule,
     cost: f64,
@@ -74,5 +74,5 @@ pub(super) fn one_limit(
 ) -> RateHeaders {
     let mut item = Item::new(&limit.name, rule, false, cost);
     item.state = Some((remaining, reset));
-    RateHeaders::new(l.header_style, smallvec::smallvec![item], None)
+    RateHeaders::new(plan.header_style, smallvec::smallvec![item], None)
 }

@@ -9,15 +9,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
+use super::super::plan::RoutePlan;
+use super::super::{Decided, DecidedBy, Pending};
 use super::challenge::Challenge;
-use super::{Admitted, Buckets, Decided, DecidedBy, Decision, Pending};
+use super::{Admitted, Decision};
 use crate::algorithm::LimitState;
 use crate::route::OnExceed;
 
 /// A request to hold before the handler: carried in the decision's
-/// extensions from [`Limiter::escalate`] to [`held`], never to the handler.
+/// extensions from [`escalate`] to [`held`], never to the handler.
 #[derive(Clone)]
 struct Delay {
     hold: Duration,
@@ -28,19 +30,19 @@ struct Delay {
 /// The escalations of an admitted request: each limit that escalates,
 /// is not in shadow mode, and had no room. Challenges go into the
 /// request's extensions; the longest delay is held by [`held`], or,
-/// with no place left among the held requests (`delayed`), challenged.
+/// with no place left among the held requests (the plan's `delayed`),
+/// challenged.
 pub(super) fn escalate(
-    delayed: &Arc<Semaphore>,
+    plan: &RoutePlan,
     p: &Pending,
-    buckets: &Buckets,
     limits: &[LimitState],
     by: DecidedBy,
     admitted: &mut Admitted,
 ) {
     let mut challenged = Vec::new();
     let mut delay: Option<(Duration, usize)> = None;
-    for (i, (limit, s)) in p.policy.limits.iter().zip(limits).enumerate() {
-        if s.enough || !limit.escalates() || limit.shadow || p.policy.shadow {
+    for (i, (limit, s)) in plan.limits().iter().zip(limits).enumerate() {
+        if s.enough || !limit.escalates() || plan.in_shadow_mode(i) {
             continue;
         }
         let what = match limit.on_exceed {
@@ -56,7 +58,7 @@ pub(super) fn escalate(
             }
             OnExceed::Refuse => continue,
         };
-        let key = p.log_id(i).of(&buckets[i].key);
+        let key = p.shown_id(i);
         let degraded = by.degraded();
         match limit.escalation_log[0].event() {
             Some(suppressed) => tracing::info!(
@@ -70,7 +72,8 @@ pub(super) fn escalate(
         }
     }
     if let Some((hold, i)) = delay {
-        match Arc::clone(delayed).try_acquire_owned() {
+        let place = plan.delayed.as_ref().map(|d| Arc::clone(d).try_acquire_owned());
+        match place.unwrap_or(Err(tokio::sync::TryAcquireError::NoPermits)) {
             Ok(permit) => {
                 admitted.extensions.insert(Delay {
                     hold,
@@ -80,7 +83,7 @@ pub(super) fn escalate(
             // Every place is taken: challenged instead. Refusing would
             // let whoever fills the places (100 requests on one account)
             // lock everyone else out, the account's owner included.
-            Err(_) => challenged.push(Arc::clone(&p.policy.limits[i].name)),
+            Err(_) => challenged.push(Arc::clone(&plan.limits()[i].name)),
         }
     }
     if !challenged.is_empty() {
@@ -90,26 +93,29 @@ pub(super) fn escalate(
 
 /// A decision whose request must be held first becomes one that waits
 /// `delay` (keeping its place among the held requests until then).
-pub(super) fn held(d: Decided) -> Decided {
+pub(in crate::pipeline) fn held(d: Decided) -> Decided {
     match d {
-        Decided::Now(Decision::Admit(mut a)) => match a.extensions.remove::<Delay>() {
+        Decided::Now(mut d) => match take_delay(&mut d) {
             Some(delay) => Decided::Later(Box::pin(async move {
                 hold(delay).await;
-                Decision::Admit(a)
+                d
             })),
-            None => Decided::Now(Decision::Admit(a)),
+            None => Decided::Now(d),
         },
-        d @ (Decided::Now(_) | Decided::Unlimited) => d,
+        Decided::Unlimited => Decided::Unlimited,
         Decided::Later(f) => Decided::Later(Box::pin(async move {
             let mut d = f.await;
-            if let Decision::Admit(a) = &mut d {
-                if let Some(delay) = a.extensions.remove::<Delay>() {
-                    hold(delay).await;
-                }
+            if let Some(delay) = take_delay(&mut d) {
+                hold(delay).await;
             }
             d
         })),
     }
+}
+
+/// The hold an admitted request waits out, taken from its extensions.
+fn take_delay(d: &mut Decision) -> Option<Delay> {
+    d.admitted_mut()?.extensions.remove::<Delay>()
 }
 
 async fn hold(delay: Delay) {

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 #[derive(Default)]
-pub(super) struct Held(Mutex<HashMap<String, u32>>);
+pub(in crate::pipeline) struct Held(Mutex<HashMap<String, u32>>);
 
 impl Held {
     /// A slot of `key` taken through the primary store.
-    pub(super) fn take(&self, key: &str) {
+    pub(in crate::pipeline) fn take(&self, key: &str) {
         let mut map = crate::sync::lock(&self.0);
         match map.get_mut(key) {
             Some(n) => *n += 1,
@@ -25,7 +25,7 @@ impl Held {
     }
 
     /// That request's response is over.
-    pub(super) fn give(&self, key: &str) {
+    pub(in crate::pipeline) fn give(&self, key: &str) {
         let mut map = crate::sync::lock(&self.0);
         if let Some(n) = map.get_mut(key) {
             *n -= 1;

@@ -1,17 +1,17 @@
-//! A hot key's request through its lease (step 4 of `decide.rs`): spent
+//! A hot key's request through its lease (step 2 of `check/`): spent
 //! from this instance's lease, refused here while a short lease waits for
 //! the next tokens, or taking a new lease of up to a batch, which admits
 //! the request that takes it when it got at least its cost.
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use super::super::super::plan::RoutePlan;
+use super::super::super::Pending;
+use super::super::{Answer, Chain};
 use super::{Grant, LeaseUse};
 use crate::algorithm::{LimitState, Rule};
-use crate::answer::{self as response, retry_after_secs};
+use crate::answer as response;
 use crate::metrics::LeaseRefusal;
-use crate::pipeline::{account, headers, DecidedBy, Decision, Limiter, Pending};
-use crate::record::Via;
 use crate::store::{Check, Lease};
 
 /// Hot-key leases (see `lease/`): a request of a hot key is admitted
@@ -19,11 +19,12 @@ use crate::store::{Check, Lease};
 /// tokens come, or takes a new lease for the next ones. `None`: ask the
 /// store as usual.
 pub(in crate::pipeline) async fn leased(
-    l: &Arc<Limiter>,
-    p: &Pending,
-    check: &Check,
-) -> Option<Decision> {
-    let ([limit], [bucket]) = (p.policy.limits.as_slice(), check.buckets.as_slice()) else {
+    chain: &Chain,
+    plan: &RoutePlan,
+    p: &mut Pending,
+) -> Option<Answer> {
+    let check = &p.check;
+    let ([limit], [bucket]) = (plan.limits(), check.buckets.as_slice()) else {
         return None;
     };
     let lease = limit.lease.filter(|_| !bucket.shadow && check.cost > 0.0)?;
@@ -34,10 +35,11 @@ pub(in crate::pipeline) async fn leased(
     else {
         return None;
     };
-    let names = || p.policy.limits.iter().map(|l| &l.name);
-    let leases = &l.core.leases;
+    let metrics = &plan.policy.metrics;
+    let names = || plan.limits().iter().map(|l| &l.name);
+    let leases = &chain.stores.leases;
     let (mut what, stranded) = leases.use_for(&bucket.key, check.cost, lease.above);
-    crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+    crate::metrics::lease_stranded(metrics, names(), stranded);
     if what == LeaseUse::Pending {
         // Spent from the lease being taken, or refused by its answer,
         // rather than one Redis call per request meanwhile.
@@ -45,7 +47,7 @@ pub(in crate::pipeline) async fn leased(
             return None;
         }
         let (again, stranded) = leases.use_again(&bucket.key, check.cost, lease.above);
-        crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+        crate::metrics::lease_stranded(metrics, names(), stranded);
         what = again;
     }
     match what {
@@ -58,23 +60,17 @@ pub(in crate::pipeline) async fn leased(
             // What this key can still spend: its lease here, and what
             // Redis had left when the lease was taken.
             let remaining = response::apart(lease_left, shared_left, check.cost).min(capacity);
-            account::record(
-                l,
-                p,
-                &check.buckets,
-                true,
-                |_| Some((remaining, true)),
-                Via::Lease,
-            );
-            let reset = (capacity - remaining) / refill_per_sec;
-            Some(Decision::admit(Some(headers::one_limit(
-                l,
-                limit,
-                &bucket.rule,
-                check.cost,
+            let state = LimitState {
+                enough: true,
                 remaining,
-                reset,
-            ))))
+                wait: 0.0,
+                reset: (capacity - remaining) / refill_per_sec,
+                capacity,
+            };
+            Some(Answer::Leased {
+                admitted: true,
+                state,
+            })
         }
         LeaseUse::Wait {
             left,
@@ -86,7 +82,7 @@ pub(in crate::pipeline) async fn leased(
             } else {
                 LeaseRefusal::Waiting
             };
-            crate::metrics::lease_refused(&p.policy.metrics, names(), why);
+            crate::metrics::lease_refused(metrics, names(), why);
             let state = LimitState {
                 enough: false,
                 remaining: shared_left.min(capacity),
@@ -94,7 +90,10 @@ pub(in crate::pipeline) async fn leased(
                 reset: (capacity - shared_left.min(capacity)) / refill_per_sec,
                 capacity,
             };
-            Some(refused_here_by_lease(l, p, check, state))
+            Some(Answer::Leased {
+                admitted: false,
+                state,
+            })
         }
         LeaseUse::Take => {
             // Whole requests of this cost: a part of one left in the
@@ -107,16 +106,19 @@ pub(in crate::pipeline) async fn leased(
             };
             // Clears the key's "taking" mark however this ends, even if
             // this future is dropped while Redis is asked.
-            let claim = l.core.leases.claim(&bucket.key);
-            let seen = l.core.leases.resets();
-            match l.core.lease(&take, check.cost).await {
+            let claim = leases.claim(&bucket.key);
+            let seen = leases.resets();
+            match chain.stores.lease(&take, check.cost).await {
                 Ok(got) => {
                     claim.disarm();
-                    Some(lease_taken(l, p, check, &take, got, seen))
+                    Some(lease_taken(chain, plan, check, &take, got, seen))
                 }
                 // Redis failed: the failure policy answers now, rather
                 // than a second call into the same outage.
-                Err(e) => Some(l.fall_back(p, check.clone(), &e)),
+                Err(e) => {
+                    drop(claim);
+                    Some(chain.fall_back(plan, p, &e))
+                }
             }
         }
     }
@@ -126,14 +128,14 @@ pub(in crate::pipeline) async fn leased(
 /// when it got its cost, and what is left goes to the table; short of
 /// a whole batch, no lease is asked for until a whole one fits.
 fn lease_taken(
-    l: &Arc<Limiter>,
-    p: &Pending,
+    chain: &Chain,
+    plan: &RoutePlan,
     check: &Check,
     take: &Check,
     got: Lease,
     seen: u64,
-) -> Decision {
-    let (limit, bucket) = (&p.policy.limits[0], &check.buckets[0]);
+) -> Answer {
+    let bucket = &check.buckets[0];
     let admitted = got.granted >= check.cost;
     let extra = if admitted {
         got.granted - check.cost
@@ -148,9 +150,10 @@ fn lease_taken(
         wait: short.then(|| Duration::from_secs_f64(s.wait.clamp(0.0, 3600.0))),
         empty: got.granted <= 0.0,
     };
-    let names = || p.policy.limits.iter().map(|l| &l.name);
-    let stranded = l.core.leases.granted(&bucket.key, grant, seen);
-    crate::metrics::lease_stranded(&p.policy.metrics, names(), stranded);
+    let metrics = &plan.policy.metrics;
+    let names = || plan.limits().iter().map(|l| &l.name);
+    let stranded = chain.stores.leases.granted(&bucket.key, grant, seen);
+    crate::metrics::lease_stranded(metrics, names(), stranded);
     if !admitted {
         // Not even this request's cost was free: refused until the
         // instance asks again.
@@ -160,45 +163,21 @@ fn lease_taken(
             wait,
             ..s
         };
-        return refused_here_by_lease(l, p, check, state);
+        return Answer::Leased {
+            admitted: false,
+            state,
+        };
     }
-    crate::metrics::lease_granted(&p.policy.metrics, names(), 0);
+    crate::metrics::lease_granted(metrics, names(), 0);
     // The lease is this key's to spend here; no refund handle (it would
     // give back the whole lease).
     let left = response::apart(extra, s.remaining, check.cost);
-    account::record(
-        l,
-        p,
-        &check.buckets,
-        true,
-        |_| Some((left, true)),
-        Via::Lease,
-    );
-    let headers = headers::one_limit(l, limit, &bucket.rule, check.cost, left, s.reset);
-    Decision::admit(Some(headers))
-}
-
-/// A refusal of the lease's key decided here (`state.wait`: until this
-/// instance asks Redis again, the `Retry-After`).
-fn refused_here_by_lease(l: &Limiter, p: &Pending, check: &Check, state: LimitState) -> Decision {
-    let (limit, bucket) = (&p.policy.limits[0], &check.buckets[0]);
-    let remaining = state.remaining.floor().max(0.0);
-    account::record(
-        l,
-        p,
-        &check.buckets,
-        false,
-        |_| Some((remaining, false)),
-        Via::Lease,
-    );
-    let headers = headers::headers(l, p, &[state], Some(0), DecidedBy::Primary);
-    let retry = retry_after_secs(state.wait);
-    Decision::Reject(response::refusal(
-        &**limit,
-        p.log_id(0).of(&bucket.key),
-        headers,
-        retry,
-        false,
-        false,
-    ))
+    Answer::Leased {
+        admitted: true,
+        state: LimitState {
+            enough: true,
+            remaining: left,
+            ..s
+        },
+    }
 }

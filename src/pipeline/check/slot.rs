@@ -1,5 +1,6 @@
 //! Concurrency slots: the id a request's slot is recorded under, and the
-//! guard that gives the slot back when the response is over.
+//! guard that gives back what a check may have taken while the store is
+//! asked (an admitted request's slot is given back by `settle/release.rs`).
 //!
 //! An id is `<instance>:<n>`: a random 64-bit number drawn when the limiter
 //! is built, and a counter. Unique over the fleet without coordination, so
@@ -10,9 +11,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Buckets, DecidedBy, Limiter};
-use crate::algorithm::LimitState;
-use crate::store::{Check, Store};
+use crate::store::{Bucket, Check, Store};
 
 /// Makes the slot ids of one limiter.
 pub(super) struct SlotIds {
@@ -35,74 +34,12 @@ impl SlotIds {
 
     /// A new id, for a request counted against a concurrency limit; `None`
     /// (no allocation) for any other.
-    pub(super) fn for_buckets(&self, buckets: &Buckets) -> Option<String> {
+    pub(super) fn for_buckets(&self, buckets: &[Bucket]) -> Option<String> {
         if !buckets.iter().any(|b| b.rule.is_concurrency()) {
             return None;
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         Some(format!("{:016x}:{n}", self.instance))
-    }
-}
-
-/// A slot taken by an admitted request: its `Drop` gives it back to the
-/// store that decided (Redis in the background, or the in-process store).
-/// One taken through the primary store is counted in flight here until
-/// then (`held.rs`), for the `local` policy.
-pub(super) struct Release {
-    limiter: Arc<Limiter>,
-    by: DecidedBy,
-    key: String,
-    slot: String,
-    /// Counted in flight for the `local` policy (`held.rs`).
-    counted: bool,
-}
-
-impl Release {
-    /// A guard for each concurrency bucket the request was counted in.
-    pub(super) fn taken(
-        limiter: &Arc<Limiter>,
-        buckets: &Buckets,
-        limits: &[LimitState],
-        slot: Option<&str>,
-        by: DecidedBy,
-    ) -> impl Iterator<Item = Self> {
-        let limiter = Arc::clone(limiter);
-        let slot = slot.map(str::to_owned);
-        let taken: Vec<String> = buckets
-            .iter()
-            .zip(limits)
-            .filter(|(b, s)| b.rule.is_concurrency() && s.enough)
-            .map(|(b, _)| b.key.clone())
-            .collect();
-        taken.into_iter().filter_map(move |key| {
-            let slot = slot.clone()?;
-            // Only a store that can fail has `local` count them.
-            let counted = by == DecidedBy::Primary && limiter.core.in_process.is_none();
-            if counted {
-                limiter.core.local.held().take(&key);
-            }
-            Some(Self {
-                limiter: Arc::clone(&limiter),
-                by,
-                key,
-                slot,
-                counted,
-            })
-        })
-    }
-}
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        match self.by {
-            DecidedBy::Primary => {
-                if self.counted {
-                    self.limiter.core.local.held().give(&self.key);
-                }
-                self.limiter.store().release(&self.key, &self.slot);
-            }
-            DecidedBy::Fallback => self.limiter.fallback.release(&self.key, &self.slot),
-        }
     }
 }
 

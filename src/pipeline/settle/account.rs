@@ -3,24 +3,26 @@
 
 use std::sync::Arc;
 
-use super::{Limiter, Pending};
+use super::super::plan::RoutePlan;
+use super::super::Pending;
 use crate::metrics::Verdict;
-use crate::record::{Entry, Via};
+use crate::record::{Entry, Recorder, Via};
 use crate::route::Policy;
-use crate::store::Bucket;
 
 /// Counts the decision (feature `metrics`) and hands the decision about
-/// each limit that records (see `record.rs`) to the recorder: `state(i)`, limit `i`'s remaining and whether it
-/// had room for the request (`None`: not known).
+/// each limit that records (see `record.rs`) to the recorder: `state(i)`,
+/// limit `i`'s remaining and whether it had room for the request (`None`:
+/// not known).
 pub(super) fn record(
-    l: &Limiter,
+    recorder: Option<&Recorder>,
+    plan: &RoutePlan,
     p: &Pending,
-    buckets: &[Bucket],
     allowed: bool,
     state: impl Fn(usize) -> Option<(f64, bool)>,
     via: Via,
 ) {
-    let policy = &p.policy;
+    let policy = &plan.policy;
+    let buckets = &p.check.buckets;
     crate::metrics::decided(
         &policy.metrics,
         policy.limits.iter().map(|l| &l.name),
@@ -31,10 +33,10 @@ pub(super) fn record(
             (outcome, remembered)
         }),
     );
-    let Some(recorder) = l.core.recorder.get() else {
+    let Some(recorder) = recorder else {
         return;
     };
-    let limits = p.policy.limits.iter().zip(buckets).zip(&p.keys);
+    let limits = policy.limits.iter().zip(buckets).zip(&p.keys);
     for (i, ((limit, b), k)) in limits.enumerate() {
         let Some(record) = limit.record else { continue };
         recorder.record(Entry {
@@ -54,7 +56,7 @@ pub(super) fn record(
 /// (the metrics' `outcome`); `enough`: whether the limit had room (`None`:
 /// not known); `soft`: the limit only counts in the store (shadow, or an
 /// escalation instead of a refusal, see escalate.rs).
-pub(super) fn outcome_of(
+fn outcome_of(
     policy: &Policy,
     soft: bool,
     i: usize,

@@ -1,0 +1,353 @@
+//! Step 3: a check's [`Answer`] → the request's one [`Decision`]: every
+//! decision is built by [`settle`] (the few made before a check, in
+//! [`Decision`]'s constructors beside it). An admission carries what
+//! settles after the handler: its slots ([`release`]), its refund handle
+//! ([`refund`]), the work that gives back a success to a limit counting
+//! failures ([`failures`]), and an escalation ([`escalate`]).
+
+mod account;
+mod challenge;
+mod escalate;
+mod failures;
+mod headers;
+mod refund;
+mod release;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+pub(crate) use self::challenge::Prompted;
+pub use self::challenge::{Challenge, ChallengeRequired};
+pub(super) use self::escalate::held;
+pub use self::refund::Refund;
+use self::release::Release;
+use super::check::{Answer, Chain, Refused};
+use super::plan::RoutePlan;
+use super::{DecidedBy, Pending};
+use crate::answer::{self as response, refusing, retry_after_secs, Item, RateHeaders};
+use crate::answer::{RefusalHook, Rejection};
+use crate::record::Via;
+use crate::shed::Ticket;
+
+/// What the layer does with the request.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Call the service (see [`Admitted`]).
+    Admit(Admitted),
+    /// Answer this instead of calling the service.
+    Reject(Rejection),
+}
+
+impl Decision {
+    /// Admitted with nothing counted (a route without limits that sheds).
+    pub(super) fn unlimited() -> Self {
+        Self::Admit(Admitted::default())
+    }
+
+    /// Answered before any check (shed, a missing key, a cost too high).
+    pub(super) fn early(r: Rejection) -> Self {
+        Self::Reject(r)
+    }
+
+    /// An admitted request keeps its place in flight (see `shed/`) until
+    /// its response is over; a refused one gives it back at once.
+    pub(super) fn with_ticket(mut self, ticket: Option<Ticket>) -> Self {
+        self.keep_ticket(ticket);
+        self
+    }
+
+    /// [`with_ticket`](Self::with_ticket) in place: a decision is too
+    /// large to move for nothing.
+    #[inline]
+    pub(super) fn keep_ticket(&mut self, ticket: Option<Ticket>) {
+        if let (Self::Admit(a), Some(t)) = (self, ticket) {
+            a.hold.push(t);
+        }
+    }
+
+    /// The application's refusal hook reshapes a refusal.
+    #[inline]
+    pub(super) fn shaped(self, hook: Option<&RefusalHook>) -> Self {
+        match (self, hook) {
+            (Self::Reject(r), Some(hook)) => Self::Reject(r.shape(hook)),
+            (d, _) => d,
+        }
+    }
+
+    /// What goes with an admitted request; `None` for a refusal.
+    pub(super) fn admitted_mut(&mut self) -> Option<&mut Admitted> {
+        match self {
+            Self::Admit(a) => Some(a),
+            Self::Reject(_) => None,
+        }
+    }
+
+    /// The refusal's status; `None` for an admission.
+    pub(super) fn refused_status(&self) -> Option<http::StatusCode> {
+        match self {
+            Self::Admit(_) => None,
+            Self::Reject(r) => Some(r.status),
+        }
+    }
+}
+
+/// An admitted request: what goes with it to the handler, onto its
+/// response, and beyond.
+#[derive(Default)]
+pub(crate) struct Admitted {
+    /// Added to the service's response.
+    pub(crate) headers: Option<RateHeaders>,
+    /// Given to the handler (routes with `refund = true`).
+    pub(crate) refund: Option<Refund>,
+    /// Given to the handler besides the refund handle.
+    pub(crate) extensions: http::Extensions,
+    /// Kept until the response body has been sent or dropped.
+    pub(crate) hold: Hold,
+    /// Run with the handler's status, before the response goes out.
+    pub(crate) after: Option<After>,
+    /// Reshapes a [`ChallengeRequired`] the handler answers.
+    pub(crate) on_refusal: Option<RefusalHook>,
+}
+
+impl fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admitted")
+            .field("headers", &self.headers)
+            .field("refund", &self.refund)
+            .field("hold", &self.hold)
+            .field("after", &self.after.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an admitted request holds until its response is over: guards whose
+/// `Drop` gives back what the request took (a concurrency slot, a place in
+/// this instance's count of requests in flight). Dropped when the response
+/// body ends or is dropped, whichever comes first — so also when the client
+/// goes away, the handler panics or the service fails.
+#[derive(Default)]
+pub(crate) struct Hold(SmallVec<[Box<dyn std::any::Any + Send + Sync>; 1]>);
+
+impl Hold {
+    /// Keep `guard` until the response is over.
+    pub(crate) fn push(&mut self, guard: impl std::any::Any + Send + Sync) {
+        self.0.push(Box::new(guard));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hold({})", self.0.len())
+    }
+}
+
+/// Work that depends on the handler's answer (a limit that counts only
+/// failures gives its unit back for a success): given the status and the
+/// response's extensions, the work to finish before the response goes
+/// out, if any.
+pub(crate) type After = Box<
+    dyn FnOnce(
+            http::StatusCode,
+            &http::Extensions,
+        ) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>>
+        + Send,
+>;
+
+/// The decision for `answer` to the request `p` of route `plan`, under
+/// the configuration `chain` answers for. On a `refund = true` route every
+/// admitted request carries a [`Refund`], a no-op one when nothing can be
+/// given back (admitted by the `open` policy, from a lease, in shadow
+/// mode), so a handler can take `Extension<Refund>` without a 500 on those
+/// paths.
+pub(super) fn settle(plan: &RoutePlan, chain: &Chain, p: &Pending, answer: Answer) -> Decision {
+    let recorder = chain.stores.recorder();
+    let verdict = match answer {
+        Answer::Decided(by) => decided(plan, chain, p, by),
+        Answer::Remembered { at, refused } => Err(remembered(plan, chain, p, at, &refused)),
+        Answer::Leased { admitted, state } => {
+            let (limit, bucket) = (&plan.limits()[0], &p.check.buckets[0]);
+            let shown = if admitted {
+                state.remaining
+            } else {
+                state.remaining.floor().max(0.0)
+            };
+            let state_of = |_| Some((shown, admitted));
+            account::record(recorder, plan, p, admitted, state_of, Via::Lease);
+            if admitted {
+                let (left, reset) = (state.remaining, state.reset);
+                let headers = headers::one_limit(plan, limit, &bucket.rule, p.check.cost, left, reset);
+                Ok(Admitted {
+                    headers: Some(headers),
+                    ..Admitted::default()
+                })
+            } else {
+                let headers = headers::headers(plan, p, &[state], Some(0), DecidedBy::Primary);
+                let retry = retry_after_secs(state.wait);
+                let id = p.shown_id(0);
+                Err(response::refusal(&**limit, id, headers, retry, false, false))
+            }
+        }
+        Answer::Open => {
+            account::record(recorder, plan, p, true, |_| None, Via::Open);
+            Ok(Admitted::default())
+        }
+        Answer::Closed(r) => {
+            account::record(recorder, plan, p, false, |_| None, Via::Closed);
+            Err(r)
+        }
+    };
+    match verdict {
+        Ok(mut a) => {
+            if plan.policy.refund {
+                a.refund.get_or_insert_with(Refund::none);
+            }
+            Decision::Admit(a)
+        }
+        Err(r) => Decision::Reject(r),
+    }
+}
+
+/// A store's answer (`p.outcome`, to `p.check`) → headers, refund handle,
+/// slots, or a refusal (remembered, when Redis answered it).
+// The refusal is built once per refused request; boxing it would cost
+// every caller.
+#[allow(clippy::result_large_err)]
+fn decided(
+    plan: &RoutePlan,
+    chain: &Chain,
+    p: &Pending,
+    by: DecidedBy,
+) -> Result<Admitted, Rejection> {
+    let (allowed, limits) = (p.outcome.allowed, p.outcome.limits.as_slice());
+    let buckets = &p.check.buckets;
+    let degraded = by.degraded();
+    let via = if degraded { Via::Local } else { Via::Store };
+    let state = |i: usize| Some((limits[i].remaining, limits[i].enough));
+    account::record(chain.stores.recorder(), plan, p, allowed, state, via);
+    // Soft in the store: in shadow mode, or escalating instead of refusing.
+    for (i, s) in limits.iter().enumerate() {
+        if plan.in_shadow_mode(i) && !s.enough {
+            tracing::info!(
+                target: "fleetlimit",
+                limit = %plan.limits()[i].name,
+                key = %p.shown_id(i),
+                remaining = s.remaining.floor().max(0.0),
+                reason = "limit-exceeded",
+                degraded,
+                shadow = true,
+                "would refuse (shadow mode: served)"
+            );
+        }
+    }
+    let mut hold = Hold::default();
+    let slot = p.check.slot.as_deref();
+    if allowed && slot.is_some() {
+        // Each slot taken is given back when the response is over.
+        for r in Release::taken(&chain.stores, buckets, limits, slot, by) {
+            hold.push(r);
+        }
+    }
+    // A refusal reports its refusing limit; an admission the one that
+    // refuses first (chosen by the headers themselves).
+    let refused_by = if allowed {
+        None
+    } else {
+        refusing(limits, |i| buckets[i].shadow)
+    };
+    if limits.is_empty() || (!allowed && refused_by.is_none()) {
+        return Ok(Admitted {
+            hold,
+            ..Admitted::default()
+        });
+    }
+    let headers = headers::headers(plan, p, limits, refused_by, by);
+    let Some(i) = refused_by else {
+        let mut admitted = Admitted {
+            headers: Some(headers),
+            hold,
+            ..Admitted::default()
+        };
+        let (traits, charged) = (plan.policy.traits, p.check.cost);
+        if traits.counts_failures {
+            admitted.after = failures::after(&chain.stores, plan, p, limits, charged, by);
+        }
+        if traits.escalates {
+            escalate::escalate(plan, p, limits, by, &mut admitted);
+            admitted.on_refusal.clone_from(&plan.on_refusal);
+        }
+        // Opt-in per route: the handle is an allocation and an
+        // extension insert on every admitted request.
+        if plan.policy.refund {
+            admitted.refund = refund::charged(&chain.stores, plan, p, limits, by);
+        }
+        return Ok(admitted);
+    };
+    let s = limits[i];
+    let limit = &plan.limits()[i];
+    let key = &buckets[i].key;
+    // Not remembered: a concurrency refusal (a slot may free up at any
+    // moment), nor one of a limit that counts failures (successes in
+    // flight give their units back at once).
+    if by == DecidedBy::Primary
+        && chain.refused.is_on()
+        && !buckets[i].rule.is_concurrency()
+        && limit.failures.is_none()
+    {
+        // Remember the refusal: until it can succeed, this instance
+        // answers the key by itself (see `check/refused.rs`).
+        let now = Instant::now();
+        let secs = |x: f64| Duration::from_secs_f64(x.clamp(0.0, 86_400.0 * 365.0));
+        chain.refused.insert(
+            key,
+            secs(s.wait),
+            Refused {
+                until: now,
+                cost: f64::from(p.cost),
+                rule: buckets[i].rule,
+                state: s,
+                at: now,
+                answered: 0,
+            },
+            p.resets_seen,
+            p.asked_at,
+        );
+    }
+    let retry = retry_after_secs(s.wait);
+    let id = p.shown_id(i);
+    Err(response::refusal(&**limit, id, headers, retry, degraded, false))
+}
+
+/// A refusal of limit `at` remembered from Redis: its state as Redis
+/// reported it, counted down since; the other limits' policies only.
+fn remembered(
+    plan: &RoutePlan,
+    chain: &Chain,
+    p: &Pending,
+    at: usize,
+    r: &Refused,
+) -> Rejection {
+    let now = Instant::now();
+    let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
+    let mut items: SmallVec<[Item; 1]> = headers::items(plan, p).collect();
+    if let Some(it) = items.get_mut(at) {
+        it.state = Some((r.state.remaining, r.state.reset));
+    }
+    let elapsed = now.saturating_duration_since(r.at).as_secs_f64();
+    let mut headers = RateHeaders::new(plan.header_style, items, Some(at)).aged(elapsed);
+    headers::route_policy(plan, p.rules(), p.cost, &mut headers);
+    let retry = retry_after_secs(left(r.until));
+    let remaining = r.state.remaining.floor().max(0.0);
+    let state = |j: usize| (j == at).then_some((remaining, false));
+    account::record(chain.stores.recorder(), plan, p, false, state, Via::Remembered);
+    let limit = &plan.limits()[at];
+    response::refusal(&**limit, p.shown_id(at), headers, retry, false, true)
+}
