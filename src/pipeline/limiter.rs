@@ -283,7 +283,13 @@ impl Limiter {
         let on_refusal = extras.on_refusal.clone();
         let compile = |policy: &Arc<Policy>| {
             let hook = on_refusal.clone();
-            Arc::new(RoutePlan::new(policy, cfg.header_style, hook, &plans, &core.delayed))
+            Arc::new(RoutePlan::new(
+                policy,
+                cfg.header_style,
+                hook,
+                &plans,
+                &core.delayed,
+            ))
         };
         Self {
             routes: RouteTable::new(&cfg.routes, cfg.default_route.as_ref(), compile),

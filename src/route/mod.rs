@@ -217,7 +217,6 @@ impl<P> RouteTable<P> {
             default: default.map(compile),
         }
     }
-
 }
 
 #[cfg(test)]

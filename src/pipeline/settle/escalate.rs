@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::super::plan::RoutePlan;
 use super::super::{Decided, DecidedBy, Pending};
 use super::challenge::Challenge;
-use super::{Admitted, Decision};
+use super::decision::{Admitted, Decision};
 use crate::algorithm::LimitState;
 use crate::route::OnExceed;
 
@@ -72,7 +72,10 @@ pub(super) fn escalate(
         }
     }
     if let Some((hold, i)) = delay {
-        let place = plan.delayed.as_ref().map(|d| Arc::clone(d).try_acquire_owned());
+        let place = plan
+            .delayed
+            .as_ref()
+            .map(|d| Arc::clone(d).try_acquire_owned());
         match place.unwrap_or(Err(tokio::sync::TryAcquireError::NoPermits)) {
             Ok(permit) => {
                 admitted.extensions.insert(Delay {

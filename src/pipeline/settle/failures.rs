@@ -12,7 +12,7 @@ use super::super::check::Stores;
 use super::super::plan::RoutePlan;
 use super::super::{DecidedBy, Pending};
 use super::challenge::Prompted;
-use super::After;
+use super::decision::After;
 use crate::algorithm::LimitState;
 use crate::route::Limit;
 use crate::store::{Bucket, Check};

@@ -7,15 +7,13 @@
 
 mod account;
 mod challenge;
+mod decision;
 mod escalate;
 mod failures;
 mod headers;
 mod refund;
 mod release;
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -23,144 +21,16 @@ use tokio::time::Instant;
 
 pub(crate) use self::challenge::Prompted;
 pub use self::challenge::{Challenge, ChallengeRequired};
+pub(crate) use self::decision::{Admitted, After, Decision, Hold};
 pub(super) use self::escalate::held;
 pub use self::refund::Refund;
 use self::release::Release;
 use super::check::{Answer, Chain, Refused};
 use super::plan::RoutePlan;
 use super::{DecidedBy, Pending};
+use crate::answer::Rejection;
 use crate::answer::{self as response, refusing, retry_after_secs, Item, RateHeaders};
-use crate::answer::{RefusalHook, Rejection};
 use crate::record::Via;
-use crate::shed::Ticket;
-
-/// What the layer does with the request.
-#[derive(Debug)]
-pub(crate) enum Decision {
-    /// Call the service (see [`Admitted`]).
-    Admit(Admitted),
-    /// Answer this instead of calling the service.
-    Reject(Rejection),
-}
-
-impl Decision {
-    /// Admitted with nothing counted (a route without limits that sheds).
-    pub(super) fn unlimited() -> Self {
-        Self::Admit(Admitted::default())
-    }
-
-    /// Answered before any check (shed, a missing key, a cost too high).
-    pub(super) fn early(r: Rejection) -> Self {
-        Self::Reject(r)
-    }
-
-    /// An admitted request keeps its place in flight (see `shed/`) until
-    /// its response is over; a refused one gives it back at once.
-    pub(super) fn with_ticket(mut self, ticket: Option<Ticket>) -> Self {
-        self.keep_ticket(ticket);
-        self
-    }
-
-    /// [`with_ticket`](Self::with_ticket) in place: a decision is too
-    /// large to move for nothing.
-    #[inline]
-    pub(super) fn keep_ticket(&mut self, ticket: Option<Ticket>) {
-        if let (Self::Admit(a), Some(t)) = (self, ticket) {
-            a.hold.push(t);
-        }
-    }
-
-    /// The application's refusal hook reshapes a refusal.
-    #[inline]
-    pub(super) fn shaped(self, hook: Option<&RefusalHook>) -> Self {
-        match (self, hook) {
-            (Self::Reject(r), Some(hook)) => Self::Reject(r.shape(hook)),
-            (d, _) => d,
-        }
-    }
-
-    /// What goes with an admitted request; `None` for a refusal.
-    pub(super) fn admitted_mut(&mut self) -> Option<&mut Admitted> {
-        match self {
-            Self::Admit(a) => Some(a),
-            Self::Reject(_) => None,
-        }
-    }
-
-    /// The refusal's status; `None` for an admission.
-    pub(super) fn refused_status(&self) -> Option<http::StatusCode> {
-        match self {
-            Self::Admit(_) => None,
-            Self::Reject(r) => Some(r.status),
-        }
-    }
-}
-
-/// An admitted request: what goes with it to the handler, onto its
-/// response, and beyond.
-#[derive(Default)]
-pub(crate) struct Admitted {
-    /// Added to the service's response.
-    pub(crate) headers: Option<RateHeaders>,
-    /// Given to the handler (routes with `refund = true`).
-    pub(crate) refund: Option<Refund>,
-    /// Given to the handler besides the refund handle.
-    pub(crate) extensions: http::Extensions,
-    /// Kept until the response body has been sent or dropped.
-    pub(crate) hold: Hold,
-    /// Run with the handler's status, before the response goes out.
-    pub(crate) after: Option<After>,
-    /// Reshapes a [`ChallengeRequired`] the handler answers.
-    pub(crate) on_refusal: Option<RefusalHook>,
-}
-
-impl fmt::Debug for Admitted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Admitted")
-            .field("headers", &self.headers)
-            .field("refund", &self.refund)
-            .field("hold", &self.hold)
-            .field("after", &self.after.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What an admitted request holds until its response is over: guards whose
-/// `Drop` gives back what the request took (a concurrency slot, a place in
-/// this instance's count of requests in flight). Dropped when the response
-/// body ends or is dropped, whichever comes first — so also when the client
-/// goes away, the handler panics or the service fails.
-#[derive(Default)]
-pub(crate) struct Hold(SmallVec<[Box<dyn std::any::Any + Send + Sync>; 1]>);
-
-impl Hold {
-    /// Keep `guard` until the response is over.
-    pub(crate) fn push(&mut self, guard: impl std::any::Any + Send + Sync) {
-        self.0.push(Box::new(guard));
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Hold {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Hold({})", self.0.len())
-    }
-}
-
-/// Work that depends on the handler's answer (a limit that counts only
-/// failures gives its unit back for a success): given the status and the
-/// response's extensions, the work to finish before the response goes
-/// out, if any.
-pub(crate) type After = Box<
-    dyn FnOnce(
-            http::StatusCode,
-            &http::Extensions,
-        ) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>>
-        + Send,
->;
 
 /// The decision for `answer` to the request `p` of route `plan`, under
 /// the configuration `chain` answers for. On a `refund = true` route every
@@ -184,7 +54,8 @@ pub(super) fn settle(plan: &RoutePlan, chain: &Chain, p: &Pending, answer: Answe
             account::record(recorder, plan, p, admitted, state_of, Via::Lease);
             if admitted {
                 let (left, reset) = (state.remaining, state.reset);
-                let headers = headers::one_limit(plan, limit, &bucket.rule, p.check.cost, left, reset);
+                let headers =
+                    headers::one_limit(plan, limit, &bucket.rule, p.check.cost, left, reset);
                 Ok(Admitted {
                     headers: Some(headers),
                     ..Admitted::default()
@@ -193,7 +64,9 @@ pub(super) fn settle(plan: &RoutePlan, chain: &Chain, p: &Pending, answer: Answe
                 let headers = headers::headers(plan, p, &[state], Some(0), DecidedBy::Primary);
                 let retry = retry_after_secs(state.wait);
                 let id = p.shown_id(0);
-                Err(response::refusal(&**limit, id, headers, retry, false, false))
+                Err(response::refusal(
+                    &**limit, id, headers, retry, false, false,
+                ))
             }
         }
         Answer::Open => {
@@ -323,18 +196,14 @@ fn decided(
     }
     let retry = retry_after_secs(s.wait);
     let id = p.shown_id(i);
-    Err(response::refusal(&**limit, id, headers, retry, degraded, false))
+    Err(response::refusal(
+        &**limit, id, headers, retry, degraded, false,
+    ))
 }
 
 /// A refusal of limit `at` remembered from Redis: its state as Redis
 /// reported it, counted down since; the other limits' policies only.
-fn remembered(
-    plan: &RoutePlan,
-    chain: &Chain,
-    p: &Pending,
-    at: usize,
-    r: &Refused,
-) -> Rejection {
+fn remembered(plan: &RoutePlan, chain: &Chain, p: &Pending, at: usize, r: &Refused) -> Rejection {
     let now = Instant::now();
     let left = |t: Instant| t.saturating_duration_since(now).as_secs_f64();
     let mut items: SmallVec<[Item; 1]> = headers::items(plan, p).collect();
@@ -347,7 +216,14 @@ fn remembered(
     let retry = retry_after_secs(left(r.until));
     let remaining = r.state.remaining.floor().max(0.0);
     let state = |j: usize| (j == at).then_some((remaining, false));
-    account::record(chain.stores.recorder(), plan, p, false, state, Via::Remembered);
+    account::record(
+        chain.stores.recorder(),
+        plan,
+        p,
+        false,
+        state,
+        Via::Remembered,
+    );
     let limit = &plan.limits()[at];
     response::refusal(&**limit, p.shown_id(at), headers, retry, false, true)
 }
