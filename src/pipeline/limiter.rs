@@ -149,7 +149,9 @@ impl Limiter {
 
     /// Key → check → settle, for a route with limits; `p`: the thread's
     /// pending request, taken along when the decision waits.
-    #[inline]
+    // Always: each is called once, and the decision (a large value) is
+    // then built where it is returned instead of copied up the calls.
+    #[inline(always)]
     fn decide<B>(
         &self,
         plan: &Arc<RoutePlan>,
@@ -160,16 +162,18 @@ impl Limiter {
         if let Err(r) = key::keys(plan, &self.keys, req, matched, p) {
             return Decided::Now(Decision::early(r));
         }
-        let span = trace::span(matched, plan, p);
-        let decided = match &span {
+        match trace::span(matched, plan, p) {
             None => self.check(plan, p),
-            Some(span) => span.in_scope(|| self.check(plan, p)),
-        };
-        trace::close(span, decided)
+            Some(span) => {
+                let decided = span.in_scope(|| self.check(plan, p));
+                trace::close(span, decided)
+            }
+        }
     }
 
     /// The check and its settling; a request over a `delay` limit then
     /// waits before the handler.
+    #[inline(always)]
     fn check(&self, plan: &Arc<RoutePlan>, p: &mut Pending) -> Decided {
         let decided = self.settled(plan, p);
         if plan.delayed.is_some() {
@@ -181,6 +185,7 @@ impl Limiter {
 
     /// At once when the numbers are known and something answers now, else
     /// in a future that owns the request.
+    #[inline(always)]
     fn settled(&self, plan: &Arc<RoutePlan>, p: &mut Pending) -> Decided {
         let chain = &self.chain;
         if plan.plans.is_none() {

@@ -6,7 +6,6 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::algorithm::Rule;
@@ -22,7 +21,7 @@ pub(crate) struct Pending {
     /// `local` failure policy rewrites it to what it charged.
     pub(super) check: Check,
     /// One per limit, in order: what the logs and headers say of it.
-    pub(super) keys: SmallVec<[KeyInfo; 1]>,
+    pub(super) keys: Vec<KeyInfo>,
     /// The store's answer, once there is one.
     pub(super) outcome: Outcome,
     /// The refused cache's resets when Redis was asked (see `reset.rs`).
@@ -50,28 +49,27 @@ pub(super) struct KeyInfo {
 
 thread_local! {
     /// The pending request of this thread's synchronous decisions.
-    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+    static PENDING: RefCell<Pending> = const { RefCell::new(Pending::EMPTY) };
 }
 
-impl Default for Pending {
-    fn default() -> Self {
-        Self {
-            cost: 0,
-            check: Check {
-                cost: 0.0,
-                buckets: Vec::new(),
-                slot: None,
-            },
-            keys: SmallVec::new(),
-            outcome: Outcome {
-                allowed: false,
-                limits: Vec::new(),
-            },
-            resets_seen: 0,
-            asked_at: None,
-            quota_unknown: false,
-        }
-    }
+impl Pending {
+    /// A request with no key yet, its buffers empty.
+    const EMPTY: Self = Self {
+        cost: 0,
+        check: Check {
+            cost: 0.0,
+            buckets: Vec::new(),
+            slot: None,
+        },
+        keys: Vec::new(),
+        outcome: Outcome {
+            allowed: false,
+            limits: Vec::new(),
+        },
+        resets_seen: 0,
+        asked_at: None,
+        quota_unknown: false,
+    };
 }
 
 impl Pending {
@@ -82,12 +80,16 @@ impl Pending {
     pub(super) fn with<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
         PENDING.with(|cell| match cell.try_borrow_mut() {
             Ok(mut p) => f(&mut p),
-            Err(_) => f(&mut Pending::default()),
+            Err(_) => {
+                let mut own = Pending::EMPTY;
+                f(&mut own)
+            }
         })
     }
 
     /// Starts a new request (the buckets' keys are written over by the key
     /// step).
+    #[inline]
     pub(super) fn start(&mut self) {
         self.check.slot = None;
         self.keys.clear();
@@ -98,7 +100,7 @@ impl Pending {
 
     /// This request, moved out to wait (the thread's buffers stay, empty).
     pub(super) fn take(&mut self) -> Self {
-        std::mem::take(self)
+        std::mem::replace(self, Self::EMPTY)
     }
 
     /// Limit `i`'s key id for logs, shown with its key.

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
 use tokio::sync::Semaphore;
 
-use crate::answer::{HeaderStyle, RefusalHook};
+use crate::answer::{self as response, HeaderStyle, Item, RefusalHook, Rejection};
 use crate::plan::Plans;
 use crate::route::{Limit, Policy};
 
@@ -28,6 +29,20 @@ pub(crate) struct RoutePlan {
     /// Places for requests held by `on_exceed = "delay"`, when some limit
     /// delays.
     pub(super) delayed: Option<Arc<Semaphore>>,
+    /// No limit has plans or is global: each bucket holds the limit's own
+    /// numbers.
+    pub(super) own_numbers: bool,
+    /// Each limit soft in the store (shadow mode, or escalating instead of
+    /// refusing: see `settle/escalate.rs`).
+    pub(super) soft: SmallVec<[bool; 1]>,
+    /// Some limit is in shadow mode (its own, or the route's).
+    pub(super) any_shadow: bool,
+    /// Each limit's header item under its own numbers, for a request of
+    /// the route's cost, without a state.
+    pub(super) own_items: SmallVec<[Item; 1]>,
+    /// The first limit that can never hold the route's cost (`413`), by
+    /// its own numbers.
+    too_costly: Option<usize>,
 }
 
 impl RoutePlan {
@@ -39,14 +54,44 @@ impl RoutePlan {
         delayed: &Arc<Semaphore>,
     ) -> Self {
         let t = policy.traits;
+        let limits = &policy.limits;
+        let shadow = |l: &Limit| l.shadow || policy.shadow;
+        let cost = f64::from(policy.cost);
+        let global = limits.iter().any(|l| l.global.is_some());
         Self {
             policy: Arc::clone(policy),
             header_style,
             on_refusal,
             plans: t.plans.then(|| Arc::clone(plans)),
-            slots: policy.limits.iter().any(|l| l.rule.is_concurrency()),
-            global: policy.limits.iter().any(|l| l.global.is_some()),
+            slots: limits.iter().any(|l| l.rule.is_concurrency()),
+            global,
             delayed: t.delays.then(|| Arc::clone(delayed)),
+            own_numbers: !t.plans && !global,
+            soft: limits.iter().map(|l| shadow(l) || l.escalates()).collect(),
+            any_shadow: limits.iter().any(|l| shadow(l)),
+            own_items: limits
+                .iter()
+                .map(|l| Item::new(&l.name, &l.rule, shadow(l), cost))
+                .collect(),
+            // A concurrency limit takes one slot whatever the cost.
+            too_costly: limits.iter().position(|l| {
+                cost > l.rule.capacity() && !shadow(l) && !l.rule.is_concurrency()
+            }),
+        }
+    }
+
+    /// For a request of the route's own cost whose buckets hold the limits'
+    /// own numbers: whether it can fit (else its `413`), known once.
+    // The refusal is rare and built once; boxing it would cost every caller.
+    #[allow(clippy::result_large_err)]
+    #[inline]
+    pub(super) fn fits_own(&self) -> Result<(), Rejection> {
+        match self.too_costly {
+            None => Ok(()),
+            Some(i) => {
+                let l = &self.policy.limits[i];
+                Err(response::too_costly(&**l, self.policy.cost, l.rule.capacity()))
+            }
         }
     }
 

@@ -43,10 +43,7 @@ pub(super) fn span(route: Option<&str>, plan: &RoutePlan, p: &Pending) -> Option
 
 /// `decided`'s outcome onto its span (a decision that waits is followed
 /// inside it).
-pub(super) fn close(span: Option<Span>, decided: Decided) -> Decided {
-    let Some(span) = span else {
-        return decided;
-    };
+pub(super) fn close(span: Span, decided: Decided) -> Decided {
     match decided {
         Decided::Now(d) => {
             outcome(&span, &d);

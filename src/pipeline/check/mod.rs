@@ -128,6 +128,7 @@ impl Stores {
         self.regions.as_deref()
     }
 
+    #[inline]
     pub(super) fn recorder(&self) -> Option<&Recorder> {
         self.recorder.get()
     }
@@ -270,6 +271,7 @@ impl Chain {
 
     /// A refusal remembered from Redis under the same numbers, for a limit
     /// that is not soft (shadow mode, escalation).
+    #[inline]
     fn remembered(&self, p: &Pending) -> Option<Answer> {
         if !self.refused.is_on() {
             return None;

@@ -45,6 +45,7 @@ pub(crate) struct Keys {
 /// answer to a request without its key. `matched`: its `MatchedPath`.
 // The refusal is rare; boxing it would cost every caller.
 #[allow(clippy::result_large_err)]
+#[inline]
 pub(super) fn keys<B>(
     plan: &RoutePlan,
     keys: &Keys,
@@ -70,8 +71,11 @@ pub(super) fn keys<B>(
                 shadow: false,
             });
         }
-        // The buffer the thread's last request left is written over.
+        // The buffer the thread's last request left is written over; the
+        // numbers are the limit's own until the caller's plan is known.
         let b = &mut buckets[i];
+        b.rule = limit.rule;
+        b.shadow = plan.soft[i];
         let (_, log_id) = material.write_key(&mut b.key, &limit.key_head, keys.secret.as_ref());
         let plan_key = (!limit.plans.is_empty()).then(|| material.plan_key());
         p.keys.push(KeyInfo {

@@ -22,15 +22,20 @@ pub(in crate::pipeline) async fn look_up_plans(plans: &Plans, p: &mut Pending) {
 /// (`region/`), and its demand is counted.
 // The refusal is rare and built once; boxing it would cost every caller.
 #[allow(clippy::result_large_err)]
+#[inline]
 pub(in crate::pipeline) fn rules(
     plan: &RoutePlan,
     regions: Option<&Runtime>,
     p: &mut Pending,
 ) -> Result<(), Rejection> {
     let cost = p.cost;
+    if plan.own_numbers && cost == plan.policy.cost {
+        // The key step wrote the limits' own numbers: known to fit or not.
+        return plan.fits_own();
+    }
     let route_shadow = plan.policy.shadow;
     let limits = plan.limits().iter().zip(&mut p.keys);
-    for ((limit, k), b) in limits.zip(&mut p.check.buckets) {
+    for (i, ((limit, k), b)) in limits.zip(&mut p.check.buckets).enumerate() {
         let rule = limit.rule_for(k.plan.as_deref());
         k.rule = rule;
         let shadow = limit.shadow || route_shadow;
@@ -57,9 +62,7 @@ pub(in crate::pipeline) fn rules(
             }
         }
         b.rule = stored;
-        // A limit that escalates is soft in the store (see
-        // `settle/escalate.rs`).
-        b.shadow = shadow || limit.escalates();
+        b.shadow = plan.soft[i];
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::route::Policy;
 /// each limit that records (see `record.rs`) to the recorder: `state(i)`,
 /// limit `i`'s remaining and whether it had room for the request (`None`:
 /// not known).
+#[inline]
 pub(super) fn record(
     recorder: Option<&Recorder>,
     plan: &RoutePlan,

@@ -23,8 +23,15 @@ pub(super) fn headers(
     // Pushed, not collected: `SmallVec`'s `extend` is not inlined, and
     // one limit is the common case.
     let mut list = SmallVec::with_capacity(limits.len());
-    for (it, s) in items(plan, p).zip(limits) {
-        list.push(it.with(s));
+    if plan.own_numbers && p.cost == plan.policy.cost {
+        // The route's own items, written once.
+        for (it, s) in plan.own_items.iter().zip(limits) {
+            list.push(it.clone().with(s));
+        }
+    } else {
+        for (it, s) in items(plan, p).zip(limits) {
+            list.push(it.with(s));
+        }
     }
     let mut h = RateHeaders::new(plan.header_style, list, refused_by);
     h.local = by.degraded();

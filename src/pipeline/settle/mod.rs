@@ -38,10 +38,13 @@ use crate::record::Via;
 /// given back (admitted by the `open` policy, from a lease, in shadow
 /// mode), so a handler can take `Extension<Refund>` without a 500 on those
 /// paths.
+// Always: the decision is built where it is returned (see `Limiter::decide`).
+#[inline(always)]
 pub(super) fn settle(plan: &RoutePlan, chain: &Chain, p: &Pending, answer: Answer) -> Decision {
     let recorder = chain.stores.recorder();
     let verdict = match answer {
-        Answer::Decided(by) => decided(plan, chain, p, by),
+        // The common case, built where it is returned.
+        Answer::Decided(by) => return decided(plan, chain, p, by),
         Answer::Remembered { at, refused } => Err(remembered(plan, chain, p, at, &refused)),
         Answer::Leased { admitted, state } => {
             let (limit, bucket) = (&plan.limits()[0], &p.check.buckets[0]);
@@ -80,26 +83,27 @@ pub(super) fn settle(plan: &RoutePlan, chain: &Chain, p: &Pending, answer: Answe
     };
     match verdict {
         Ok(mut a) => {
-            if plan.policy.refund {
-                a.refund.get_or_insert_with(Refund::none);
-            }
+            with_refund(plan, &mut a);
             Decision::Admit(a)
         }
         Err(r) => Decision::Reject(r),
     }
 }
 
+/// On a `refund = true` route, an admission without a refund handle gets
+/// a no-op one.
+#[inline]
+fn with_refund(plan: &RoutePlan, a: &mut Admitted) {
+    if plan.policy.refund {
+        a.refund.get_or_insert_with(Refund::none);
+    }
+}
+
 /// A store's answer (`p.outcome`, to `p.check`) → headers, refund handle,
-/// slots, or a refusal (remembered, when Redis answered it).
-// The refusal is built once per refused request; boxing it would cost
-// every caller.
-#[allow(clippy::result_large_err)]
-fn decided(
-    plan: &RoutePlan,
-    chain: &Chain,
-    p: &Pending,
-    by: DecidedBy,
-) -> Result<Admitted, Rejection> {
+/// slots, or a refusal (remembered, when Redis answered it): [`settle`]'s
+/// common case, built where it is returned.
+#[inline(always)]
+fn decided(plan: &RoutePlan, chain: &Chain, p: &Pending, by: DecidedBy) -> Decision {
     let (allowed, limits) = (p.outcome.allowed, p.outcome.limits.as_slice());
     let buckets = &p.check.buckets;
     let degraded = by.degraded();
@@ -107,7 +111,8 @@ fn decided(
     let state = |i: usize| Some((limits[i].remaining, limits[i].enough));
     account::record(chain.stores.recorder(), plan, p, allowed, state, via);
     // Soft in the store: in shadow mode, or escalating instead of refusing.
-    for (i, s) in limits.iter().enumerate() {
+    let shadows = limits.iter().enumerate().filter(|_| plan.any_shadow);
+    for (i, s) in shadows {
         if plan.in_shadow_mode(i) && !s.enough {
             tracing::info!(
                 target: "fleetlimit",
@@ -137,10 +142,12 @@ fn decided(
         refusing(limits, |i| buckets[i].shadow)
     };
     if limits.is_empty() || (!allowed && refused_by.is_none()) {
-        return Ok(Admitted {
+        let mut a = Admitted {
             hold,
             ..Admitted::default()
-        });
+        };
+        with_refund(plan, &mut a);
+        return Decision::Admit(a);
     }
     let headers = headers::headers(plan, p, limits, refused_by, by);
     let Some(i) = refused_by else {
@@ -162,7 +169,8 @@ fn decided(
         if plan.policy.refund {
             admitted.refund = refund::charged(&chain.stores, plan, p, limits, by);
         }
-        return Ok(admitted);
+        with_refund(plan, &mut admitted);
+        return Decision::Admit(admitted);
     };
     let s = limits[i];
     let limit = &plan.limits()[i];
@@ -196,7 +204,7 @@ fn decided(
     }
     let retry = retry_after_secs(s.wait);
     let id = p.shown_id(i);
-    Err(response::refusal(
+    Decision::Reject(response::refusal(
         &**limit, id, headers, retry, degraded, false,
     ))
 }
