@@ -62,7 +62,7 @@
 //! ```
 //!
 //! The source reads in the same order (`docs/architecture.md` draws it):
-//! `layer/` → `pipeline/` (prepare, decide, fallback, response) → `route.rs`,
+//! `layer/` → `pipeline/` (key, check, settle) → `route/`,
 //! `key/` → `store/` → `algorithm/`.
 //!
 //! See [`configuration`] for every setting (the TOML file and the builder

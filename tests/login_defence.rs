@@ -956,7 +956,7 @@ async fn challenge_prompts_are_not_counted_as_failures() {
 
 #[cfg(feature = "redis")]
 /// A refusal of a limit that counts failures is not remembered by the
-/// instance (pipeline/refused.rs): a success in flight holds its unit
+/// instance (pipeline/check/refused.rs): a success in flight holds its unit
 /// only until its status is known, so the limit may have room again long
 /// before the refusal's `Retry-After` (an hour here).
 #[tokio::test]

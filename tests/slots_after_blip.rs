@@ -3,7 +3,7 @@
 //! answers (src/store/redis/release.rs), so the key's slots are free
 //! within a second of the heal, not at their `max_hold`; the queue is
 //! bounded; under `local`, the slots an instance holds through Redis count
-//! against its share (src/pipeline/held.rs). docs/accuracy.md, "Concurrency
+//! against its share (src/pipeline/check/held.rs). docs/accuracy.md, "Concurrency
 //! slots".
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]

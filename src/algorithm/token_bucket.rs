@@ -50,7 +50,7 @@ pub(crate) use lua;
 /// reads the arguments [`LeanArgs`] prints and answers integers.
 pub(crate) const LEAN: &str = concat!(core!(), include_str!("../../lua/token_bucket_lean.lua"));
 
-/// The lease script: a hot key's partial lease (`src/pipeline/lease/`),
+/// The lease script: a hot key's partial lease (`src/pipeline/check/lease/`),
 /// as many whole requests as are free up to a batch, on the same core.
 pub(crate) const LEASE: &str = concat!(core!(), include_str!("../../lua/token_bucket_lease.lua"));
 
