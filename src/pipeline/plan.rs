@@ -74,9 +74,9 @@ impl RoutePlan {
                 .map(|l| Item::new(&l.name, &l.rule, shadow(l), cost))
                 .collect(),
             // A concurrency limit takes one slot whatever the cost.
-            too_costly: limits.iter().position(|l| {
-                cost > l.rule.capacity() && !shadow(l) && !l.rule.is_concurrency()
-            }),
+            too_costly: limits
+                .iter()
+                .position(|l| cost > l.rule.capacity() && !shadow(l) && !l.rule.is_concurrency()),
         }
     }
 
@@ -90,7 +90,11 @@ impl RoutePlan {
             None => Ok(()),
             Some(i) => {
                 let l = &self.policy.limits[i];
-                Err(response::too_costly(&**l, self.policy.cost, l.rule.capacity()))
+                Err(response::too_costly(
+                    &**l,
+                    self.policy.cost,
+                    l.rule.capacity(),
+                ))
             }
         }
     }

@@ -9,6 +9,8 @@ use crate::shed::{Accepted, Priority, Shedder, Ticket};
 
 /// The request's place in flight, or its `503`. `delayed`: the places of
 /// requests held by `on_exceed = "delay"`, `max_delayed` of them.
+// The refusal is rare; boxing it would cost every caller.
+#[allow(clippy::result_large_err)]
 pub(in crate::pipeline) fn shed<B>(
     shedder: &Shedder,
     req: &Request<B>,
