@@ -81,6 +81,10 @@
 //! scripts use `PEXPIRE … NX` and `SET … PXAT/KEEPTTL`. Without a `[redis]`
 //! section nothing is needed: the buckets live in the process.
 
+// docs.rs (nightly, `--cfg docsrs`): each item behind a cargo feature is
+// badged with it. `doc_cfg` does this on its own since `doc_auto_cfg` was
+// merged into it (Rust 1.92 removed `doc_auto_cfg`).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
