@@ -62,8 +62,8 @@
 //! ```
 //!
 //! The source reads in the same order (`docs/architecture.md` draws it):
-//! `layer/` → `pipeline/` (prepare, decide, fallback, response) → `route.rs`,
-//! `key/` → `store/` → `algorithm/`.
+//! `layer/` → `pipeline/` (prepare, decide, fallback) → `route/`, `key/` →
+//! `store/` → `algorithm/`, and `answer/` for what clients are sent.
 //!
 //! See [`configuration`] for every setting (the TOML file and the builder
 //! alike), [`Config`] for the TOML schema (and [`ConfigBuilder`] for the

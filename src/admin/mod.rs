@@ -24,7 +24,7 @@
 //! | `explain.rs` | `explain`: a caller's contract in words, its bucket now, its recorded decisions |
 //! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
 //! | `shed.rs` | `shed`: the fleet-wide load-shedding signal |
-//! | `top/` | `top`: live instances, the keys closest to exhaustion, refusals per second (`frame.rs`: a frame as text) |
+//! | `top/` | `top`: live instances, the keys closest to exhaustion, refusals per second (`top/frame.rs`: a frame as text) |
 //! | `time.rs` | timestamps as `explain` and `top` read and write them (RFC 3339, UTC, ms) |
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Configuration: the TOML schema, a builder for code, and their checks.
 //!
 //! Two front doors, one assembly: a TOML file is parsed (`schema.rs`) and
-//! lowered (`lower.rs`) into a [`ConfigBuilder`], keeping where each setting
+//! lowered (`lower/`) into a [`ConfigBuilder`], keeping where each setting
 //! was written; [`ConfigBuilder::build`] checks everything and assembles the
 //! [`Config`], its errors placed in the file when there is one.
 //!

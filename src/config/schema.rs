@@ -1,5 +1,5 @@
 //! The TOML schema, as the file is written: every table denies unknown
-//! fields, and each value keeps its place for errors. `lower.rs` turns it
+//! fields, and each value keeps its place for errors. `lower/` turns it
 //! into a [`ConfigBuilder`](super::ConfigBuilder).
 
 use std::collections::BTreeMap;
