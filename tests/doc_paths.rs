@@ -1,5 +1,5 @@
-//! Every repository path the docs name exists: the README, each file in
-//! `docs/`, and the crate's module docs (`//!` lines of every file in
+//! Every repository path the docs name exists: the README, each Markdown
+//! file under `docs/`, and the crate's module docs (`//!` lines of every file in
 //! `src/`). A file moved or removed without its mentions fails here, with
 //! the document, the line and the path.
 //!
@@ -238,26 +238,24 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
+/// Every file under `dir`, at any depth, whose extension is `ext`.
+fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.expect("dir entry").path();
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files(&path, ext, out);
+        } else if path.extension().is_some_and(|e| e == ext) {
             out.push(path);
         }
     }
 }
 
-/// The README, every Markdown file of `docs/`, every file of `src/`.
+/// The README, every Markdown file under `docs/`, every file of `src/`.
 fn documents() -> Vec<Doc> {
     let root = root();
     let mut docs = vec![Doc::markdown("README.md", &read("README.md"))];
-    let mut md: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .expect("read docs")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
+    let mut md = Vec::new();
+    files(&root.join("docs"), "md", &mut md);
     md.sort();
     for p in md {
         let rel = p.strip_prefix(&root).expect("under the root");
@@ -265,7 +263,7 @@ fn documents() -> Vec<Doc> {
         docs.push(Doc::markdown(&rel, &read(&rel)));
     }
     let mut rs = Vec::new();
-    rust_files(&root.join("src"), &mut rs);
+    files(&root.join("src"), "rs", &mut rs);
     rs.sort();
     for p in rs {
         let rel = p.strip_prefix(&root).expect("under the root");
