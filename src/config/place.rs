@@ -6,9 +6,7 @@
 
 use std::ops::Range;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
-use toml::Spanned;
+use toml_edit::{Item, Table, TableLike, Value};
 
 /// One or more paths into the file, the first one written wins (`capacity`,
 /// else the limit's table).
@@ -61,82 +59,59 @@ impl Place {
         if src.is_empty() || self.0.is_empty() {
             return None;
         }
-        let doc: Node = toml::from_str(src).ok()?;
-        self.0.iter().find_map(|p| find(&doc, p))
+        let doc = toml_edit::ImDocument::parse(src).ok()?;
+        self.0
+            .iter()
+            .find_map(|p| find(At::Table(doc.as_table()), p))
     }
 }
 
-fn find(doc: &Node, path: &Path) -> Option<Range<usize>> {
-    let (mut at, mut span, mut key_span) = (doc, None, None);
-    for k in &path.keys {
-        let next = match at {
-            Node::Table(entries) => {
-                let (key, value) = entries.iter().find(|(n, _)| n.get_ref() == k)?;
-                key_span = Some(key.span());
-                value
-            }
-            Node::List(items) => {
-                key_span = None;
-                items.get(k.parse::<usize>().ok()?)?
-            }
-            Node::Leaf => return None,
+/// A place in the parsed file: a table, an item of one, or a list's value.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Table(&'a Table),
+    Item(&'a Item),
+    Value(&'a Value),
+}
+
+impl<'a> At<'a> {
+    /// Its entry `k` (an index in a list), and the span of its key.
+    fn child(self, k: &str) -> Option<(At<'a>, Option<Range<usize>>)> {
+        let entry = |t: &'a dyn TableLike| {
+            t.get_key_value(k)
+                .map(|(key, item)| (At::Item(item), key.span()))
         };
-        span = Some(next.span());
-        at = next.get_ref();
+        let index = || k.parse::<usize>().ok();
+        match self {
+            At::Table(t) | At::Item(Item::Table(t)) => entry(t),
+            At::Item(Item::ArrayOfTables(a)) => a.get(index()?).map(|t| (At::Table(t), None)),
+            At::Item(Item::Value(v)) | At::Value(v) => match v {
+                Value::InlineTable(t) => entry(t),
+                Value::Array(a) => a.get(index()?).map(|v| (At::Value(v), None)),
+                _ => None,
+            },
+            At::Item(Item::None) => None,
+        }
+    }
+
+    fn span(self) -> Option<Range<usize>> {
+        match self {
+            At::Table(t) => t.span(),
+            At::Item(i) => i.span(),
+            At::Value(v) => v.span(),
+        }
+    }
+}
+
+fn find(mut at: At<'_>, path: &Path) -> Option<Range<usize>> {
+    let mut key_span = None;
+    for k in &path.keys {
+        (at, key_span) = at.child(k)?;
     }
     if path.name {
         key_span
     } else {
-        span
-    }
-}
-
-/// The file as tables, lists and values, each with its place.
-enum Node {
-    Table(Vec<(Spanned<String>, Spanned<Node>)>),
-    List(Vec<Spanned<Node>>),
-    Leaf,
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Node;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a TOML value")
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Node, E> {
-                Ok(Node::Leaf)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Node, E> {
-                Ok(Node::Leaf)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Node, E> {
-                Ok(Node::Leaf)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Node, E> {
-                Ok(Node::Leaf)
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Node, E> {
-                Ok(Node::Leaf)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Node, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = s.next_element()? {
-                    items.push(item);
-                }
-                Ok(Node::List(items))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Node, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(entry) = m.next_entry()? {
-                    entries.push(entry);
-                }
-                Ok(Node::Table(entries))
-            }
-        }
-        d.deserialize_any(V)
+        at.span()
     }
 }
 
