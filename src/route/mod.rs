@@ -139,10 +139,12 @@ pub enum OnExceed {
 ///     .record(RecordConfig::default().max_len(50_000).max_age(Duration::from_secs(7200)));
 /// # let _ = api;
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[must_use]
 pub struct RecordConfig {
     pub(crate) max_len: u64,
+    #[serde(deserialize_with = "crate::config::de::duration")]
     pub(crate) max_age: Duration,
 }
 

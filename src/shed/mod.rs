@@ -79,7 +79,8 @@ impl Priority {
 /// # let _ = cfg;
 /// # Ok::<(), fleetlimit::ConfigError>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SheddingConfig {
     /// Requests in flight through this instance's layer that saturate it
     /// (pressure 1.0); `None`: not a signal.
@@ -87,14 +88,18 @@ pub struct SheddingConfig {
     /// CoDel's target queueing delay (default 5 ms): the wait in front of
     /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
     /// without it there is no queueing-delay signal).
+    #[serde(deserialize_with = "crate::config::de::duration")]
     pub queue_delay_target: Duration,
     /// How long the queueing delay must stay above target to be overload
     /// (default 100 ms).
+    #[serde(deserialize_with = "crate::config::de::duration")]
     pub queue_delay_interval: Duration,
     /// How often each instance reads the fleet-wide signal from Redis
     /// (default 1 s).
+    #[serde(deserialize_with = "crate::config::de::duration")]
     pub fleet_signal_refresh: Duration,
     /// `Retry-After` of a shed request, whole seconds (default 1 s).
+    #[serde(deserialize_with = "crate::config::de::duration")]
     pub retry_after: Duration,
     /// The pressure `sheddable` routes are shed from (default 0.8, at most 1.0).
     pub sheddable_at: f64,
