@@ -23,7 +23,7 @@ const MAX_SCANNED: usize = 1_000_000;
 
 /// The time range `explain` reads, on Redis's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimeRange {
+pub(crate) enum TimeRange {
     /// The last this long, until now.
     Since(Duration),
     /// Between two times, in milliseconds since the Unix epoch.
@@ -38,7 +38,7 @@ pub enum TimeRange {
 impl TimeRange {
     /// `--from T --to T`, each an RFC 3339 time such as
     /// `2026-12-01T04:31:00Z` or `2026-12-01T05:31:00.250+01:00`.
-    pub fn between(from: &str, to: &str) -> Result<Self, String> {
+    pub(crate) fn between(from: &str, to: &str) -> Result<Self, String> {
         let from_ms = parse_time(from).map_err(|e| format!("--from {from:?}: {e}"))?;
         let to_ms = parse_time(to).map_err(|e| format!("--to {to:?}: {e}"))?;
         if from_ms > to_ms {
@@ -50,37 +50,36 @@ impl TimeRange {
 
 /// What `explain` found ([`Admin::explain`]); `Display` writes the report.
 #[derive(Clone, Debug, serde::Serialize)]
-#[non_exhaustive]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// The limit.
     #[serde(serialize_with = "super::shown::one")]
-    pub limit: String,
+    pub(crate) limit: String,
     /// The caller as logs and records show it (a digest for API keys).
     #[serde(serialize_with = "super::shown::one")]
-    pub key_id: String,
+    pub(crate) key_id: String,
     /// The caller's plan: the last recorded one, else its assignment.
     #[serde(serialize_with = "super::shown::opt")]
-    pub plan: Option<String>,
+    pub(crate) plan: Option<String>,
     /// The contract under that plan, in words.
-    pub contract: String,
+    pub(crate) contract: String,
     /// The bucket now, in words: for a global limit, this region's bucket
     /// under its share ([`RegionShare`]).
-    pub state: String,
+    pub(crate) state: String,
     /// `region` (decided against the whole limit in each region) or
     /// `global` (one limit across `[regions]`, each region deciding against
     /// its share of it).
-    pub scope: &'static str,
+    pub(crate) scope: &'static str,
     /// For a global limit: this region's share of the caller's key, and
     /// what it can still admit under it (`None` for a regional limit).
-    pub global: Option<RegionShare>,
+    pub(crate) global: Option<RegionShare>,
     /// Whether the limit records decisions at all.
-    pub recording: bool,
+    pub(crate) recording: bool,
     /// The range read, in ms since the epoch (Redis's clock).
-    pub from_ms: u64,
+    pub(crate) from_ms: u64,
     /// See `from_ms`.
-    pub to_ms: u64,
+    pub(crate) to_ms: u64,
     /// The caller's recorded decisions in the range, oldest first.
-    pub decisions: Vec<RecordedDecision>,
+    pub(crate) decisions: Vec<RecordedDecision>,
 }
 
 /// A global limit's share of one key in this region, as `explain` reads
@@ -88,73 +87,75 @@ pub struct Explanation {
 /// the key), and the key's bucket under that share: the limit's contract
 /// is the global policy, this is what this region decides the key against.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[non_exhaustive]
-pub struct RegionShare {
+pub(crate) struct RegionShare {
     /// This instance's region (`[regions] this`).
     #[serde(serialize_with = "super::shown::one")]
-    pub region: String,
+    pub(crate) region: String,
     /// Every region of `[regions.exchange]`, in the configuration's order.
     #[serde(serialize_with = "super::shown::all")]
-    pub regions: Vec<String>,
+    pub(crate) regions: Vec<String>,
     /// This region's share, in parts per million of the limit, as the
     /// limiter reads it.
-    pub ppm: u32,
+    pub(crate) ppm: u32,
     /// The same, in percent.
-    pub percent: f64,
+    pub(crate) percent: f64,
     /// Where the share comes from: `split` (none stored: the configured
     /// split), `stored`, or `unreadable` (a stored value that is not a
     /// whole number of parts per million: the limiter reads it as 0).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// The stored value, as stored (`None`: none).
     #[serde(serialize_with = "super::shown::opt")]
-    pub stored: Option<String>,
+    pub(crate) stored: Option<String>,
     /// The share's burst: the limit's capacity × the share.
-    pub capacity: f64,
+    pub(crate) capacity: f64,
     /// The share's refill, per second: the limit's refill × the share.
-    pub refill_per_sec: f64,
+    pub(crate) refill_per_sec: f64,
     /// Whole requests this region can still admit for the key now.
-    pub remaining: u64,
+    pub(crate) remaining: u64,
     /// When the share's bucket is full again, in ms from now (0: full).
-    pub full_in_ms: u64,
+    pub(crate) full_in_ms: u64,
 }
 
 /// One recorded decision.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct RecordedDecision {
+pub(crate) struct RecordedDecision {
     /// When it was written (Redis's clock), ms since the epoch.
-    pub at_ms: u64,
+    pub(crate) at_ms: u64,
     /// Admitted (else refused: 429, or 503 for `via = "closed"`).
-    pub allowed: bool,
+    pub(crate) allowed: bool,
     /// Whole tokens left after it (`None`: not known).
-    pub remaining: Option<u64>,
+    pub(crate) remaining: Option<u64>,
     /// This limit had room for the request: a refusal with `Some(true)`
     /// was another limit's (`None`: not known).
-    pub enough: Option<bool>,
+    pub(crate) enough: Option<bool>,
     /// Decided without Redis (`local`, `open`, `closed`).
-    pub degraded: bool,
+    pub(crate) degraded: bool,
     /// How: `redis`, `remembered`, `lease`, `local`, `open`, `closed`.
     #[serde(serialize_with = "super::shown::one")]
-    pub via: String,
+    pub(crate) via: String,
     /// The caller's plan then.
     #[serde(serialize_with = "super::shown::opt")]
-    pub plan: Option<String>,
+    pub(crate) plan: Option<String>,
     /// The instance that decided.
     #[serde(serialize_with = "super::shown::one")]
-    pub instance: String,
+    pub(crate) instance: String,
 }
 
 impl Admin {
     /// Checks `explain`'s limit before Redis is asked (an unknown limit is
     /// a usage error).
-    pub fn check_explain(config: &crate::Config, value: &str, limit: &str) -> Result<(), String> {
+    pub(crate) fn check_explain(
+        config: &crate::Config,
+        value: &str,
+        limit: &str,
+    ) -> Result<(), String> {
         Admin::check_target(config, value, Some(limit))
     }
 
     /// `limit`'s contract for the caller whose key value is `value` (the
     /// raw API key, account or IP, digested as the layer does), its bucket
     /// now and its recorded decisions in `range`.
-    pub async fn explain(
+    pub(crate) async fn explain(
         &self,
         value: &str,
         limit: &str,

@@ -43,14 +43,14 @@ const MAX_INSTANCES: usize = 20;
 /// assert_eq!((o.sample, o.rows, o.window), (1000, 5, Duration::from_secs(10)));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopOptions {
+pub(crate) struct TopOptions {
     /// Keys scanned per frame at most (the `SCAN` page's `COUNT`).
-    pub sample: usize,
+    pub(crate) sample: usize,
     /// Keys shown per limit.
-    pub rows: usize,
+    pub(crate) rows: usize,
     /// Refusals per second are counted over this last stretch of the
     /// decision records.
-    pub window: Duration,
+    pub(crate) window: Duration,
 }
 
 impl Default for TopOptions {
@@ -78,7 +78,7 @@ type ScanStream = Pin<Box<dyn Stream<Item = Result<ScanResult, fred::error::Erro
 /// print!("{}", top.frame().await?);
 /// # Ok(()) }
 /// ```
-pub struct Top {
+pub(crate) struct Top {
     store: RedisStore,
     config: Config,
     options: TopOptions,
@@ -101,7 +101,7 @@ impl fmt::Debug for Top {
 /// frame as `fleetlimit top --json` writes it (one JSON object a line),
 /// every name escaped as [`printable`](crate::admin::printable) escapes it.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct TopFrame {
+pub(crate) struct TopFrame {
     #[serde(serialize_with = "super::shown::one")]
     prefix: String,
     now_ms: u64,
@@ -172,7 +172,7 @@ struct LimitView {
 impl Admin {
     /// A `top` of the fleet on this connection.
     #[must_use]
-    pub fn top(&self, options: TopOptions) -> Top {
+    pub(crate) fn top(&self, options: TopOptions) -> Top {
         Top {
             store: self.store.clone(),
             config: self.config.clone(),
@@ -186,7 +186,7 @@ impl Admin {
 
 impl Top {
     /// Reads one frame.
-    pub async fn frame(&mut self) -> Result<TopFrame, StoreError> {
+    pub(crate) async fn frame(&mut self) -> Result<TopFrame, StoreError> {
         let pool = self.store.pool().clone();
         let now_us = redis_now_us(&pool).await?;
         let now_ms = (now_us / 1000.0) as u64;
