@@ -29,8 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::store::{Bucket, Check, MemoryStore, Outcome, RedisStore, Rule, Store};
-use fleetlimit::{Config, KeySource, LimitConfig, Rate, RouteConfig};
+use fleetlimit::Config;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use support::RedisServer;
@@ -450,14 +451,9 @@ fn a_rule_change_carries_the_time_owed_in_both_stores() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let redis = RedisStore::connect(
-            &server.url(),
-            2,
-            Duration::from_secs(2),
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let redis = server
+            .store(Duration::from_secs(2), Duration::from_secs(2), false)
+            .await;
         let memory = MemoryStore::new(1_000);
         let tb = |capacity: f64, refill_per_sec: f64| Rule::TokenBucket {
             capacity,

@@ -144,7 +144,7 @@ impl Admin {
     /// Deletes the caller's buckets (a full bucket again) and announces the
     /// reset to every layer instance listening on the prefix's reset channel,
     /// which forgets its remembered refusals and leases of those keys (see the
-    /// reset listener in `RateLimitLayer::builder(..).build()`); returns how
+    /// reset listener in `RateLimitLayer::new(..)`); returns how
     /// many keys existed. An error after the keys were deleted says so.
     pub async fn reset(&self, value: &str, limit: Option<&str>) -> Result<u64, StoreError> {
         let (pool, config) = (self.store.pool(), &self.config);
