@@ -18,19 +18,6 @@ use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
 /// What a sweep found and did ([`Admin::sweep`]).
-///
-/// ```no_run
-/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
-/// use fleetlimit::admin::{Admin, SweepOptions};
-///
-/// let admin = Admin::connect(&cfg).await?;
-/// let report = admin.sweep(&SweepOptions::default()).await?;
-/// println!("{} of {} keys had no expiry; {} repaired", report.before, report.scanned, report.repaired);
-/// for s in &report.skipped {
-///     println!("left alone: {} ({})", s.key, s.why);
-/// }
-/// # Ok(()) }
-/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct SweepReport {
     /// Keys under the prefix.
@@ -57,13 +44,6 @@ pub(crate) struct SweepReport {
 
 /// A key under the prefix that a sweep did not touch, and why (see
 /// [`SweepReport`]).
-///
-/// ```
-/// use fleetlimit::admin::Skipped;
-///
-/// let s = Skipped { key: "rl:cache:x".into(), why: "not a fleetlimit key name".into() };
-/// assert_eq!(format!("{}: {}", s.key, s.why), "rl:cache:x: not a fleetlimit key name");
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Skipped {
     /// The Redis key.
@@ -75,16 +55,6 @@ pub(crate) struct Skipped {
 }
 
 /// How a sweep repairs.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::admin::SweepOptions;
-///
-/// // Count what a sweep would repair, changing nothing.
-/// let dry = SweepOptions { dry_run: true, ..SweepOptions::default() };
-/// assert_eq!(dry.default_ttl, Duration::from_secs(3600));
-/// assert!(!dry.include_unknown_limits);
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SweepOptions {
     /// Count only; change nothing.

@@ -218,7 +218,8 @@ impl RateLimitLayerBuilder {
     /// ```
     /// # use std::sync::atomic::{AtomicU32, Ordering};
     /// # use std::sync::Arc;
-    /// # use fleetlimit::{Config, RateLimitLayer, SheddingConfig};
+    /// # use fleetlimit::shed::SheddingConfig;
+    /// # use fleetlimit::{Config, RateLimitLayer};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let cfg = Config::builder().shedding(SheddingConfig::default()).build()?;

@@ -34,14 +34,6 @@ const MAX_RECORDS: usize = 10_000;
 const MAX_INSTANCES: usize = 20;
 
 /// How `top` samples ([`Admin::top`]).
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::admin::TopOptions;
-///
-/// let o = TopOptions::default();
-/// assert_eq!((o.sample, o.rows, o.window), (1000, 5, Duration::from_secs(10)));
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TopOptions {
     /// Keys scanned per frame at most (the `SCAN` page's `COUNT`).
@@ -68,16 +60,6 @@ type ScanStream = Pin<Box<dyn Stream<Item = Result<ScanResult, fred::error::Erro
 /// `top` between frames: where the scan stands, and the keys shown last
 /// (read again at the next frame, so an exhausted key stays in view while
 /// the scan moves on).
-///
-/// ```no_run
-/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
-/// use fleetlimit::admin::{Admin, TopOptions};
-///
-/// let admin = Admin::connect(&cfg).await?;
-/// let mut top = admin.top(TopOptions::default());
-/// print!("{}", top.frame().await?);
-/// # Ok(()) }
-/// ```
 pub(crate) struct Top {
     store: RedisStore,
     config: Config,
