@@ -244,7 +244,7 @@ impl Config {
     /// Whether no request is limited: no `[[routes]]` entry and no
     /// `[default]` names a limit (an empty or truncated file, say).
     /// `fleetlimit check-config` warns about it, and a reload to it is
-    /// refused unless forced ([`ReloadOptions`](crate::ReloadOptions)).
+    /// refused unless forced ([`ReloadHandle::force`](crate::reload::ReloadHandle::force)).
     ///
     /// ```
     /// use fleetlimit::Config;

@@ -10,7 +10,8 @@ use ipnet::IpNet;
 /// Which header a trusted proxy writes the client chain into.
 ///
 /// ```
-/// use fleetlimit::{Config, ForwardedHeader};
+/// use fleetlimit::configuration::ForwardedHeader;
+/// use fleetlimit::Config;
 ///
 /// let cfg = Config::builder()
 ///     .trusted_proxies(["10.0.0.0/8".parse()?], ForwardedHeader::Forwarded)

@@ -34,7 +34,11 @@
 
 #[cfg(feature = "redis")]
 mod exchange;
+#[cfg(feature = "redis")]
+mod handoff;
 mod share;
+#[cfg(feature = "redis")]
+mod targets;
 
 #[cfg(feature = "redis")]
 pub(crate) use self::exchange::start;

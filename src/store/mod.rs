@@ -60,7 +60,7 @@ pub struct Lease {
 }
 
 /// Where rate-limit state lives. Bring your own with
-/// [`RateLimitLayerBuilder::store`](crate::RateLimitLayerBuilder::store).
+/// [`RateLimitLayer::with_store`](crate::RateLimitLayer::with_store).
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,7 @@ pub struct Lease {
 ///
 /// # async fn f(cfg: Config) -> Result<(), fleetlimit::BuildError> {
 /// let store = Arc::new(Counted { inner: MemoryStore::new(10_000), checks: AtomicU64::new(0) });
-/// let layer = RateLimitLayer::builder(cfg).store(store).build().await?;
+/// let layer = RateLimitLayer::with_store(cfg, store).await?;
 /// # drop(layer); Ok(()) }
 /// ```
 pub trait Store: fmt::Debug + Send + Sync + 'static {
@@ -132,7 +132,7 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     }
 
     /// The in-process store itself, when this is it: a layer on it decides
-    /// there directly, as [`RateLimitLayer::in_memory`](crate::RateLimitLayer::in_memory)
+    /// there directly, as [`RateLimitLayer::new`](crate::RateLimitLayer::new)
     /// does, whichever way it was given. Public only because the trait is:
     /// keep the default (a store wrapping a [`MemoryStore`] is a store of
     /// its own, decided through [`check`](Store::check)).
