@@ -123,25 +123,29 @@ fn main() {
     let huge = "capacity = 1000000000\nrefill = \"1000000/s\"";
     let tight = "capacity = 1\nrefill = \"1/h\"";
     let mut cases = vec![
-            Case::new("bare axum (baseline)", app(router()), &admitted_keys),
-            Case::new(
-                "memory, admitted",
-                app(router()
-                    .layer(RateLimitLayer::in_memory(&config(huge, None)).expect("the layer"))),
-                &admitted_keys,
-            ),
-            Case::new(
-                "memory, refused",
-                app(router()
-                    .layer(RateLimitLayer::in_memory(&config(tight, None)).expect("the layer"))),
-                &refused_keys,
-            )
-            .refused(),
-        ];
+        Case::new("bare axum (baseline)", app(router()), &admitted_keys),
+        Case::new(
+            "memory, admitted",
+            app(router().layer(
+                rt.block_on(async { RateLimitLayer::new(config(huge, None)).await })
+                    .expect("the layer"),
+            )),
+            &admitted_keys,
+        ),
+        Case::new(
+            "memory, refused",
+            app(router().layer(
+                rt.block_on(async { RateLimitLayer::new(config(tight, None)).await })
+                    .expect("the layer"),
+            )),
+            &refused_keys,
+        )
+        .refused(),
+    ];
     let on_redis = |limit: &str| {
         let cfg = config(limit, Some(&url));
         let layer = rt
-            .block_on(RateLimitLayer::new(cfg))
+            .block_on(async { RateLimitLayer::new(cfg).await })
             .expect("the layer connects to Redis");
         app(router().layer(layer))
     };

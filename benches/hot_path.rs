@@ -63,7 +63,7 @@ fn hot_path(c: &mut Criterion) {
         .map(|k| HeaderValue::from_str(k).expect("a valid header value"))
         .collect();
 
-    let (limited, bare, governed) = routers();
+    let (limited, bare, governed) = routers(&rt);
     let quota = quota();
 
     // The layer really is on the path: an admitted request carries its headers.

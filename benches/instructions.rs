@@ -3,7 +3,7 @@
 //! `"ok"`), keyed by `header:x-api-key`, in one of these modes:
 //!
 //! - `bare`: without the layer (the baseline);
-//! - `layer`: `RateLimitLayer::in_memory`, one token-bucket limit so large
+//! - `layer`: `RateLimitLayer::new` in process, one token-bucket limit so large
 //!   that every request is admitted, 10,000 keys cycled;
 //! - `refused`: the same on the in-process store with a burst of 1 refilled
 //!   1/h, 50 keys cycled: every request after each key's first is refused
@@ -150,7 +150,7 @@ fn main() {
         let (keys, expect) = match mode.as_str() {
             "bare" => (10_000, StatusCode::OK),
             "layer" => {
-                app = app.layer(RateLimitLayer::in_memory(&limit(huge)).expect("the layer"));
+                app = app.layer(RateLimitLayer::new(limit(huge)).await.expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "governor" => {
@@ -160,39 +160,45 @@ fn main() {
                 (10_000, StatusCode::OK)
             }
             "refused" => {
-                app = app.layer(RateLimitLayer::in_memory(&limit(tight)).expect("the layer"));
+                app = app.layer(RateLimitLayer::new(limit(tight)).await.expect("the layer"));
                 (50, StatusCode::TOO_MANY_REQUESTS)
             }
             "remembered" => {
                 app = app.layer(
-                    RateLimitLayer::with_store(&limit(tight), Arc::new(Refusing))
+                    RateLimitLayer::with_store(limit(tight), Arc::new(Refusing))
+                        .await
                         .expect("the layer"),
                 );
                 (50, StatusCode::TOO_MANY_REQUESTS)
             }
             "two" => {
-                app = app.layer(RateLimitLayer::in_memory(&shape("", "")).expect("the layer"));
+                app = app.layer(RateLimitLayer::new(shape("", "")).await.expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "shadow" => {
                 app = app.layer(
-                    RateLimitLayer::in_memory(&shape("mode = \"shadow\"", "")).expect("the layer"),
+                    RateLimitLayer::new(shape("mode = \"shadow\"", ""))
+                        .await
+                        .expect("the layer"),
                 );
                 (10_000, StatusCode::OK)
             }
             "refund" => {
-                app =
-                    app.layer(RateLimitLayer::in_memory(&one("refund = true")).expect("the layer"));
+                app = app.layer(
+                    RateLimitLayer::new(one("refund = true"))
+                        .await
+                        .expect("the layer"),
+                );
                 (10_000, StatusCode::OK)
             }
             "failures" => {
                 let cfg = limit(&format!("{huge}\ncount = \"failures\""));
-                app = app.layer(RateLimitLayer::in_memory(&cfg).expect("the layer"));
+                app = app.layer(RateLimitLayer::new(cfg).await.expect("the layer"));
                 (10_000, StatusCode::OK)
             }
             "lease" => {
                 let cfg = limit(&format!("{huge}\nlease_batch = 100\nlease_above = 1"));
-                app = app.layer(RateLimitLayer::in_memory(&cfg).expect("the layer"));
+                app = app.layer(RateLimitLayer::new(cfg).await.expect("the layer"));
                 (10, StatusCode::OK)
             }
             #[cfg(feature = "redis")]

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use fleetlimit::{
-    Config, FailurePolicy, KeySource, LimitConfig, OnMissing, Rate, RateLimitLayer, RouteConfig,
+use fleetlimit::configuration::{
+    FailurePolicy, KeySource, LimitConfig, OnMissing, Rate, RouteConfig,
 };
+use fleetlimit::{Config, RateLimitLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -39,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(url) = std::env::var("REDIS_URL") {
         cfg = cfg.try_with_redis_url(url)?;
     }
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         // ?pages=N costs N (1 without it, and 0 counts as 1). A cost above
         // the capacity (10) is answered 413 without charging anything.
         .cost_fn("/search", |req| {
@@ -49,7 +49,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(1)
         })
-        .build()
         .await?;
     let app = Router::new()
         .route("/search", get(|| async { "results\n" }))

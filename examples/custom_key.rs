@@ -114,7 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Err(_) => "the in-process store".to_owned(),
     };
-    let limiter = RateLimitLayer::builder(cfg)
+    let limiter = RateLimitLayer::new(cfg)
         // Synchronous, on the request path: it only reads what the
         // middleware left in the extensions.
         .key_fn("tenant", |req| {
@@ -124,7 +124,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .into()
         })
         .key_fn("path-tenant", path_tenant)
-        .build()
         .await?;
     let app = Router::new()
         .route("/reports", get(reports))

@@ -19,7 +19,8 @@ use std::net::SocketAddr;
 
 use axum::routing::get;
 use axum::Router;
-use fleetlimit::{Config, PostgresPlans, RateLimitLayer};
+use fleetlimit::plan::PostgresPlans;
+use fleetlimit::{Config, RateLimitLayer};
 
 const CONFIG: &str = r#"
 [limits.api]
@@ -62,12 +63,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::var("FLEETLIMIT_PLANS_TABLE").unwrap_or_else(|_| "fleetlimit_plans".to_owned());
     let plans = PostgresPlans::connect(&db)?.table(&table)?;
 
-    let app = Router::new().route("/", get(|| async { "hello\n" })).layer(
-        RateLimitLayer::builder(cfg)
-            .plan_resolver(plans)
-            .build()
-            .await?,
-    );
+    let app = Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .layer(RateLimitLayer::new(cfg).plan_resolver(plans).await?);
 
     let addr = std::env::var("FLEETLIMIT_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 
 use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::{Config, ConfigError, RateLimitLayer, ReloadOptions};
+use fleetlimit::{Config, ConfigError, RateLimitLayer};
 
 /// The configuration on Redis when `REDIS_URL` is set, its URL checked as
 /// the file's would be.
@@ -63,21 +63,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hangups = signal(SignalKind::hangup())?;
         let mut forced = signal(SignalKind::user_defined1())?;
-        let (reload, path) = (layer.reload_handle(), path.clone());
+        let reload = layer.reload_handle().map(on_env_redis);
+        let path = path.clone();
         tokio::spawn(async move {
-            let options = ReloadOptions::default().map(on_env_redis);
             loop {
                 let force = tokio::select! {
                     Some(()) = hangups.recv() => false,
                     Some(()) = forced.recv() => true,
                     else => break,
                 };
-                let options = options.clone().force(force);
                 // Read on a thread of its own, under a timeout: a path that
                 // blocks never stops the service answering.
-                match reload.reload_file(&path, &options).await {
+                match reload.clone().force(force).reload_file(&path).await {
                     Ok(changes) => println!("reloaded {path}: {changes}"),
-                    Err(e @ fleetlimit::ReloadError::Drastic { .. }) => println!(
+                    Err(e @ fleetlimit::reload::ReloadError::Drastic { .. }) => println!(
                         "reload failed, the running limits are kept: {e} \
                          (`kill -USR1 {}` applies it)",
                         std::process::id()

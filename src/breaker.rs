@@ -35,7 +35,8 @@ use crate::store::StoreError;
 /// Where the breaker stands.
 ///
 /// ```
-/// use fleetlimit::{BreakerState, RateLimitLayer};
+/// use fleetlimit::stats::BreakerState;
+/// use fleetlimit::RateLimitLayer;
 ///
 /// fn redis_is_shunned(layer: &RateLimitLayer) -> bool {
 ///     layer.breaker().is_some_and(|b| b.state != BreakerState::Closed)
@@ -54,7 +55,8 @@ pub enum BreakerState {
 /// Counters for metrics and tests.
 ///
 /// ```
-/// use fleetlimit::{BreakerStats, RateLimitLayer};
+/// use fleetlimit::stats::BreakerStats;
+/// use fleetlimit::RateLimitLayer;
 ///
 /// fn export(layer: &RateLimitLayer) {
 ///     if let Some(BreakerStats { state, opened, short_circuited, .. }) = layer.breaker() {

@@ -20,6 +20,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
+pub use crate::plan_postgres::PostgresPlans;
+
 use crate::bounded::{Bounded, Evict};
 use crate::log_throttle::Throttle;
 use tokio::sync::OnceCell;
@@ -28,12 +31,12 @@ use tokio::time::Instant;
 /// Why a [`PlanResolver`] could not answer (the database is down, say):
 /// distinct from "no plan". The request gets the base numbers, the error
 /// is logged (at most once a second), and the key is asked again after a
-/// short while ([`PlanError::RETRY_AFTER`], or the cache TTL if shorter).
+/// short while (a second, or the cache TTL if shorter).
 ///
 /// Any error converts into it, so `?` works in a resolver.
 ///
 /// ```
-/// use fleetlimit::PlanError;
+/// use fleetlimit::plan::PlanError;
 ///
 /// fn parse(row: &str) -> Result<Option<String>, PlanError> {
 ///     let tier: u8 = row.parse()?; // a ParseIntError becomes a PlanError
@@ -44,11 +47,11 @@ use tokio::time::Instant;
 /// ```
 pub struct PlanError(Box<dyn std::error::Error + Send + Sync>);
 
-impl PlanError {
-    /// How long an error stands for a key before the resolver is asked
-    /// again (at most the cache TTL).
-    pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How long an error stands for a key before the resolver is asked again
+/// (at most the cache TTL).
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+impl PlanError {
     /// An error with this message.
     pub fn msg(message: impl fmt::Display) -> Self {
         Self(message.to_string().into())
@@ -73,22 +76,6 @@ impl fmt::Debug for PlanError {
     }
 }
 
-/// What a [`PlanResolver`] answers for a key.
-pub type PlanResult = Result<Option<String>, PlanError>;
-
-/// The future a [`PlanResolver`] returns: the caller's plan, `None` for
-/// the base numbers, or why it could not say.
-///
-/// ```
-/// use fleetlimit::PlanFuture;
-///
-/// fn everyone_is_pro(_key: &str) -> PlanFuture<'_> {
-///     Box::pin(async { Ok(Some("pro".to_owned())) })
-/// }
-/// # let _ = everyone_is_pro;
-/// ```
-pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = PlanResult> + Send + 'a>>;
-
 /// Finds a caller's plan by key (API key, account id...). `Ok(None)`: the
 /// limit's base numbers; `Err`: the lookup failed (base numbers too, logged,
 /// asked again soon).
@@ -98,33 +85,44 @@ pub type PlanFuture<'a> = Pin<Box<dyn Future<Output = PlanResult> + Send + 'a>>;
 ///
 /// ```
 /// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::BuildError> {
-/// use fleetlimit::{PlanError, RateLimitLayer};
+/// use fleetlimit::plan::PlanError;
+/// use fleetlimit::RateLimitLayer;
 ///
 /// async fn plan_of(key: String) -> Result<Option<String>, PlanError> {
 ///     // e.g. SELECT plan FROM api_keys WHERE key = $1
 ///     Ok(key.starts_with("pro_").then(|| "pro".to_owned()))
 /// }
 ///
-/// let layer = RateLimitLayer::builder(cfg).plan_resolver(plan_of).build().await?;
+/// let layer = RateLimitLayer::new(cfg).plan_resolver(plan_of).await?;
 /// # drop(layer); Ok(()) }
 /// ```
 ///
 /// or implement the trait on a type of your own:
 ///
 /// ```
-/// use fleetlimit::{PlanFuture, PlanResolver};
+/// use std::future::Future;
+/// use std::pin::Pin;
+/// use fleetlimit::plan::{PlanError, PlanResolver};
 ///
 /// struct FromDatabase;
 ///
 /// impl PlanResolver for FromDatabase {
-///     fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
+///     fn resolve<'a>(
+///         &'a self,
+///         key: &'a str,
+///     ) -> Pin<Box<dyn Future<Output = Result<Option<String>, PlanError>> + Send + 'a>> {
 ///         Box::pin(async move { Ok(key.starts_with("pro_").then(|| "pro".to_owned())) })
 ///     }
 /// }
 /// ```
 pub trait PlanResolver: Send + Sync + 'static {
-    /// The plan of the caller with this key.
-    fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a>;
+    /// The plan of the caller with this key: `Ok(None)` for the base
+    /// numbers, or why it could not say. Boxed, so that the layer holds
+    /// any resolver.
+    fn resolve<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<String>, PlanError>> + Send + 'a>>;
 }
 
 /// An `async fn(String) -> Result<Option<String>, PlanError>`, or a closure
@@ -132,9 +130,12 @@ pub trait PlanResolver: Send + Sync + 'static {
 impl<F, Fut> PlanResolver for F
 where
     F: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = PlanResult> + Send + 'static,
+    Fut: Future<Output = Result<Option<String>, PlanError>> + Send + 'static,
 {
-    fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
+    fn resolve<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<String>, PlanError>> + Send + 'a>> {
         Box::pin(self(key.to_owned()))
     }
 }
@@ -289,7 +290,7 @@ impl Plans {
                         if let Some(suppressed) = self.errors_logged.event() {
                             tracing::warn!(target: "fleetlimit", error = %e, suppressed, "plan resolver failed; using the base numbers");
                         }
-                        (None, self.ttl.min(PlanError::RETRY_AFTER))
+                        (None, self.ttl.min(RETRY_AFTER))
                     }
                     Err(_) => {
                         // Cached like an answer, so a slow resolver costs
@@ -326,6 +327,10 @@ impl Plans {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a resolver written by hand returns.
+    type PlanFuture<'a> =
+        Pin<Box<dyn Future<Output = Result<Option<String>, PlanError>> + Send + 'a>>;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     struct Counting(AtomicUsize);
@@ -448,7 +453,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_error_is_retried_soon_and_an_async_fn_resolves() {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
-        async fn flaky(key: String) -> PlanResult {
+        async fn flaky(key: String) -> Result<Option<String>, PlanError> {
             match CALLS.fetch_add(1, Ordering::SeqCst) {
                 0 => Err(PlanError::msg("connection refused")),
                 _ => Ok(Some(format!("{key}-pro"))),
@@ -464,7 +469,7 @@ mod tests {
         assert_eq!(plans.plan_of("k").await, None, "the error: base numbers");
         assert_eq!(plans.plan_of("k").await, None, "cached for a moment");
         assert_eq!(CALLS.load(Ordering::SeqCst), 1);
-        tokio::time::advance(PlanError::RETRY_AFTER + Duration::from_millis(1)).await;
+        tokio::time::advance(RETRY_AFTER + Duration::from_millis(1)).await;
         assert_eq!(plans.plan_of("k").await.as_deref(), Some("k-pro"));
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(

@@ -18,7 +18,11 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-use crate::plan::{PlanError, PlanFuture, PlanResolver};
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::config::ConfigError;
+use crate::plan::{PlanError, PlanResolver};
 
 /// The table read by default.
 const DEFAULT_TABLE: &str = "fleetlimit_plans";
@@ -44,13 +48,14 @@ const POOL_SIZE: usize = 4;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use fleetlimit::{Config, PostgresPlans, RateLimitLayer};
+/// use fleetlimit::plan::PostgresPlans;
+/// use fleetlimit::{Config, RateLimitLayer};
 ///
 /// # async fn f(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
 /// let plans = PostgresPlans::connect("postgres://app@127.0.0.1:5432/accounts")?
 ///     .table("billing.api_plans")?
 ///     .lookup_timeout(Duration::from_millis(200));
-/// let layer = RateLimitLayer::builder(cfg).plan_resolver(plans).build().await?;
+/// let layer = RateLimitLayer::new(cfg).plan_resolver(plans).await?;
 /// # let _ = layer;
 /// # Ok(()) }
 /// ```
@@ -70,26 +75,14 @@ impl fmt::Debug for PostgresPlans {
     }
 }
 
-/// A [`PostgresPlans`] that cannot be built: a malformed URL or table name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostgresPlansError(String);
-
-impl fmt::Display for PostgresPlansError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PostgresPlansError {}
-
 impl PostgresPlans {
     /// A resolver on the database at `url` (`postgres://user@host:port/db`,
     /// or the `key=value` form), reading table `fleetlimit_plans`, with a
     /// 250 ms lookup timeout. Connects lazily.
-    pub fn connect(url: &str) -> Result<Self, PostgresPlansError> {
+    pub fn connect(url: &str) -> Result<Self, ConfigError> {
         let mut config: tokio_postgres::Config = url
             .parse()
-            .map_err(|e| PostgresPlansError(format!("invalid PostgreSQL URL: {e}")))?;
+            .map_err(|e| ConfigError::new(format!("invalid PostgreSQL URL: {e}")))?;
         let timeout = Duration::from_millis(250);
         // A connect that hangs (a dropped SYN) ends with the lookup.
         config.connect_timeout(timeout);
@@ -103,7 +96,7 @@ impl PostgresPlans {
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .build()
-            .map_err(|e| PostgresPlansError(format!("PostgreSQL pool: {e}")))?;
+            .map_err(|e| ConfigError::new(format!("PostgreSQL pool: {e}")))?;
         Ok(Self::from_pool(pool).with_timeout(timeout))
     }
 
@@ -126,7 +119,7 @@ impl PostgresPlans {
     /// Read this table instead: `name` or `schema.name`, each part letters,
     /// digits and `_`, not starting with a digit (it is quoted as given, so
     /// case matters).
-    pub fn table(mut self, name: &str) -> Result<Self, PostgresPlansError> {
+    pub fn table(mut self, name: &str) -> Result<Self, ConfigError> {
         self.table = quote_table(name)?;
         self.query = query(&self.table);
         Ok(self)
@@ -144,7 +137,10 @@ impl PostgresPlans {
 }
 
 impl PlanResolver for PostgresPlans {
-    fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
+    fn resolve<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<String>, PlanError>> + Send + 'a>> {
         Box::pin(async move {
             // An error, not "no plan": the plan cache logs it (once a
             // second) and asks again soon; the caller gets the base numbers.
@@ -204,7 +200,7 @@ fn query(table: &str) -> String {
 }
 
 /// `a.b` → `"a"."b"`, refusing anything but plain identifiers.
-fn quote_table(name: &str) -> Result<String, PostgresPlansError> {
+fn quote_table(name: &str) -> Result<String, ConfigError> {
     let parts: Vec<&str> = name.split('.').collect();
     let plain = |p: &str| {
         !p.is_empty()
@@ -213,7 +209,7 @@ fn quote_table(name: &str) -> Result<String, PostgresPlansError> {
             && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     if parts.len() > 2 || !parts.iter().all(|p| plain(p)) {
-        return Err(PostgresPlansError(format!(
+        return Err(ConfigError::new(format!(
             "invalid table name {name:?}: expected name or schema.name, of letters, digits and _"
         )));
     }

@@ -1,6 +1,6 @@
 //! Decision records: what settles "your limiter is broken" after the fact.
 //!
-//! A limit with `record = true` (or [`LimitConfig::record`](crate::LimitConfig::record))
+//! A limit with `record = true` (or [`LimitConfig::record`](crate::configuration::LimitConfig::record))
 //! has each decision about it written to a Redis stream of its own,
 //! `<prefix>:record:{<limit>}`: the caller's log id (a digest for API keys
 //! and accounts, never the raw value), the plan, admitted or refused, the

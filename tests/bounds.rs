@@ -221,10 +221,9 @@ on_redis_error = "closed"
 "#,
     );
     for (store, cfg) in [("redis", cfg.clone()), ("memory", cfg.without_redis())] {
-        let layer = RateLimitLayer::builder(cfg)
+        let layer = RateLimitLayer::new(cfg)
             .cost_fn("/enforced", cost_of)
             .cost_fn("/shadow", cost_of)
-            .build()
             .await
             .unwrap();
         let app = Router::new()

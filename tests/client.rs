@@ -11,7 +11,7 @@ use std::io::BufRead;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fleetlimit::client::{HonorLimitsLayer, RetryBudget};
+use fleetlimit::client::HonorLimitsLayer;
 use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
@@ -168,7 +168,7 @@ async fn an_exhausted_budget_returns_the_refusal_unchanged() {
             ],
         );
     let mut client = HonorLimitsLayer::new()
-        .budget(RetryBudget::new(1, 0.0, 0.0))
+        .retry_budget(1, 0.0, 0.0)
         .layer(script.service());
     let res = client.ready().await.unwrap().call(get("/a")).await.unwrap();
     assert_eq!(res.status(), 200, "the budget paid for one retry");
@@ -204,7 +204,7 @@ async fn the_budget_refills_by_requests_and_by_time() {
         let _ = script.clone().then(429, &[("retry-after", "1")]);
     };
     let mut client = HonorLimitsLayer::new()
-        .budget(RetryBudget::new(1, 0.0, 0.5))
+        .retry_budget(1, 0.0, 0.5)
         .layer(script.service());
     let mut sends = Vec::new();
     for _ in 0..3 {
@@ -219,7 +219,7 @@ async fn the_budget_refills_by_requests_and_by_time() {
     // Refilled by time only: 1 a second.
     let script = Script::default();
     let mut client = HonorLimitsLayer::new()
-        .budget(RetryBudget::new(1, 1.0, 0.0))
+        .retry_budget(1, 1.0, 0.0)
         .layer(script.service());
     for expect in [(200, 2), (429, 1)] {
         let _ = script.clone().then(429, &[("retry-after", "0")]);
@@ -626,7 +626,7 @@ async fn a_client_without_budget_gets_the_refusal_unchanged() {
 
     let wire = Wire::default();
     let client = HonorLimitsLayer::new()
-        .budget(RetryBudget::new(0, 0.0, 0.0))
+        .retry_budget(0, 0.0, 0.0)
         .layer(counted_http(Arc::clone(&wire)));
     let res = client.oneshot(server.get("spent")).await.unwrap();
     assert_eq!(wire.lock().unwrap().len(), 1, "sent once, not retried");

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::{BreakerState, RateLimitLayer};
+use fleetlimit::stats::BreakerState;
+use fleetlimit::RateLimitLayer;
 use support::*;
 
 /// Slow refills: a key lives an hour after its first request (so it can

@@ -289,8 +289,8 @@ fn plans_are_bounded_like_limits() {
 
 #[test]
 fn the_builder_applies_the_same_bounds() {
-    use fleetlimit::KeySource;
-    use fleetlimit::{LimitConfig, Rate, RouteConfig};
+    use fleetlimit::configuration::KeySource;
+    use fleetlimit::configuration::{LimitConfig, Rate, RouteConfig};
     let build = |l: LimitConfig| {
         Config::builder()
             .limit("l", l)
@@ -456,8 +456,8 @@ fn a_breaker_window_not_above_the_deadline() {
 
 #[test]
 fn the_builder_bounds_durations_like_the_toml() {
-    use fleetlimit::{BreakerConfig, KeySource};
-    use fleetlimit::{LimitConfig, RouteConfig};
+    use fleetlimit::configuration::{BreakerConfig, KeySource};
+    use fleetlimit::configuration::{LimitConfig, RouteConfig};
     let limit = || LimitConfig::token_bucket(KeySource::Global, 5, "1/s".parse().unwrap());
     // Duration::MAX used to build, then panic on the request path when the
     // breaker first opened (an Instant overflow).

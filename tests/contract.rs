@@ -18,7 +18,8 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
-use fleetlimit::{Config, RateLimitLayer, RateLimitLayerBuilder, Refund, RefusalReason};
+use fleetlimit::layer::RateLimitLayerBuilder;
+use fleetlimit::{Config, RateLimitLayer, Refund, RefusalReason};
 use http::{Response, StatusCode};
 use support::*;
 
@@ -171,8 +172,8 @@ async fn app_with(
     shape: impl FnOnce(RateLimitLayerBuilder) -> RateLimitLayerBuilder,
 ) -> Router {
     // A cost no bucket of 5 holds (the configuration refuses a static one).
-    let b = RateLimitLayer::builder(cfg).cost_fn("/costly", |_| 6);
-    router(shape(b).build().await.unwrap())
+    let b = RateLimitLayer::new(cfg).cost_fn("/costly", |_| 6);
+    router(shape(b).await.unwrap())
 }
 
 async fn app(cfg: Config) -> Router {
@@ -651,10 +652,9 @@ async fn the_hook_reshapes_a_shed_request() {
         "[shedding]\nretry_after = \"2s\"\n\n[[routes]]\npath = \"/\"\nlimits = []\npriority = \"sheddable\"\n",
     )
     .unwrap();
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .load_signal(|| 5.0)
         .on_refusal(tell)
-        .build()
         .await
         .unwrap();
     let app = Router::new()

@@ -69,7 +69,7 @@ async fn greedy(Extension(refund): Extension<Refund>) -> &'static str {
 
 async fn app(server: &RedisServer, prefix: &str) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .cost_fn("/search", |req| {
             req.uri()
                 .query()
@@ -77,7 +77,6 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(1)
         })
-        .build()
         .await
         .unwrap();
     Router::new()

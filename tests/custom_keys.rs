@@ -14,11 +14,9 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
+use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::store::MemoryStore;
-use fleetlimit::{
-    BuildError, Config, KeyAnswer, KeySource, LimitConfig, Rate, RateLimitLayer, RefusalReason,
-    RequestRef, RouteConfig,
-};
+use fleetlimit::{BuildError, Config, KeyAnswer, RateLimitLayer, RefusalReason, RequestRef};
 use support::*;
 
 const PER_TENANT: &str = r#"
@@ -50,9 +48,8 @@ fn tenant<'r>(req: &RequestRef<'r>) -> KeyAnswer<'r> {
 static FAILING_EXTRACTOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn app_with(cfg: Config) -> (Router, Arc<AtomicU32>) {
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .key_fn("tenant", tenant)
-        .build()
         .await
         .unwrap();
     let served = Arc::new(AtomicU32::new(0));
@@ -182,7 +179,7 @@ async fn no_key_is_the_limits_on_missing_ip_and_never_a_tenants_bucket() {
 async fn an_invalid_key_is_a_400_the_refusal_hook_sees() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let hook_seen = Arc::clone(&seen);
-    let layer = RateLimitLayer::builder(Config::from_toml_str(PER_TENANT).unwrap())
+    let layer = RateLimitLayer::new(Config::from_toml_str(PER_TENANT).unwrap())
         .key_fn("tenant", tenant)
         .on_refusal(move |r| {
             hook_seen
@@ -194,7 +191,6 @@ async fn an_invalid_key_is_a_400_the_refusal_hook_sees() {
                 .insert("x-shaped", http::HeaderValue::from_static("1"));
             res
         })
-        .build()
         .await
         .unwrap();
     let app = Router::new()
@@ -291,9 +287,8 @@ async fn an_unregistered_name_fails_the_build_at_its_place_in_the_file() {
     std::fs::write(&path, PER_TENANT).unwrap();
     let cfg = Config::from_toml_file(&path).unwrap();
     // A name that is registered, but not the one the limit asks for.
-    let err = RateLimitLayer::builder(cfg)
+    let err = RateLimitLayer::new(cfg)
         .key_fn("tenants", tenant)
-        .build()
         .await
         .unwrap_err();
     let BuildError::Config(e) = &err else {
@@ -330,10 +325,7 @@ async fn an_unregistered_name_fails_the_build_at_its_place_in_the_file() {
     let source: &dyn std::error::Error = &err;
     assert!(source.source().is_none());
     // Registered: builds.
-    let built = RateLimitLayer::builder(cfg)
-        .key_fn("tenant", tenant)
-        .build()
-        .await;
+    let built = RateLimitLayer::new(cfg).key_fn("tenant", tenant).await;
     assert!(built.is_ok());
 }
 
@@ -341,10 +333,9 @@ async fn an_unregistered_name_fails_the_build_at_its_place_in_the_file() {
 async fn a_registered_name_no_limit_uses_is_only_a_warning() {
     let cfg = Config::from_toml_str(PER_TENANT).unwrap();
     let (built, logs) = logged(async {
-        RateLimitLayer::builder(cfg)
+        RateLimitLayer::new(cfg)
             .key_fn("tenant", tenant)
             .key_fn("region", |_req| KeyAnswer::Missing)
-            .build()
             .await
     })
     .await;
@@ -408,16 +399,20 @@ async fn a_panicking_extractor_charges_nothing_on_redis() {
     assert_eq!(statuses(&app, "acme", 3).await, [200, 200, 429]);
 }
 
-/// `in_memory` and `with_store` take no extractors: a custom-keyed limit
+/// Layers made without an extractor: a custom-keyed limit
 /// is refused when the layer is made, with the builder's error (placed
 /// where the key was written), never answered at request time.
 #[tokio::test]
 async fn layers_built_without_the_builder_refuse_custom_keys() {
     let cfg = Config::from_toml_str(PER_TENANT).unwrap();
     let built = RateLimitLayer::new(cfg.clone()).await.unwrap_err();
-    let in_memory = RateLimitLayer::in_memory(&cfg).unwrap_err();
-    let on_memory = RateLimitLayer::with_store(&cfg, Arc::new(MemoryStore::new(10))).unwrap_err();
-    let on_own = RateLimitLayer::with_store(&cfg, Arc::new(Own(MemoryStore::new(10)))).unwrap_err();
+    let in_memory = RateLimitLayer::new(cfg.clone()).await.unwrap_err();
+    let on_memory = RateLimitLayer::with_store(cfg.clone(), Arc::new(MemoryStore::new(10)))
+        .await
+        .unwrap_err();
+    let on_own = RateLimitLayer::with_store(cfg.clone(), Arc::new(Own(MemoryStore::new(10))))
+        .await
+        .unwrap_err();
     let BuildError::Config(e) = &built else {
         panic!("{built}");
     };

@@ -25,12 +25,14 @@
 
 mod support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::store::{Bucket, Check, MemoryStore, Outcome, RedisStore, Rule, Store};
-use fleetlimit::{Config, KeySource, LimitConfig, Rate, RouteConfig};
+use fleetlimit::Config;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use support::RedisServer;
@@ -251,6 +253,15 @@ struct Tally {
 }
 
 /// When a store decided: the test's clock before and after, in seconds.
+/// The in-process store's answer: its future is ready at once.
+fn check_now(store: &MemoryStore, check: &Check) -> Outcome {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(store.check(check)).poll(&mut cx) {
+        std::task::Poll::Ready(outcome) => outcome.expect("the in-process store never fails"),
+        std::task::Poll::Pending => panic!("the in-process store answered later"),
+    }
+}
+
 fn timed(t0: Instant, f: impl FnOnce() -> Outcome) -> ((f64, f64), Outcome) {
     let lo = t0.elapsed().as_secs_f64();
     let o = f();
@@ -294,7 +305,7 @@ async fn run_case(
             .await
             .map_err(|e| format!("request {i}: Redis failed: {e}"))?;
         let r_at = (lo, t0.elapsed().as_secs_f64());
-        let (m_at, m) = timed(t0, || memory.check_now(&check));
+        let (m_at, m) = timed(t0, || check_now(memory, &check));
         // Seconds since each store's first request, at the least and most.
         let (r0, m0) = *first.get_or_insert((r_at, m_at));
         let t = if i == 0 {
@@ -450,14 +461,9 @@ fn a_rule_change_carries_the_time_owed_in_both_stores() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let redis = RedisStore::connect(
-            &server.url(),
-            2,
-            Duration::from_secs(2),
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+        let redis = server
+            .store(Duration::from_secs(2), Duration::from_secs(2), false)
+            .await;
         let memory = MemoryStore::new(1_000);
         let tb = |capacity: f64, refill_per_sec: f64| Rule::TokenBucket {
             capacity,

@@ -616,7 +616,7 @@ on_redis_error = "local"
 
     server.kill();
     let until = Instant::now() + Duration::from_secs(10);
-    while layer.breaker().unwrap().state != fleetlimit::BreakerState::Open {
+    while layer.breaker().unwrap().state != fleetlimit::stats::BreakerState::Open {
         assert!(Instant::now() < until, "the breaker must open");
         assert_eq!(hit(&app).await.0, 200, "local fallback");
         sent += 1;
@@ -625,7 +625,8 @@ on_redis_error = "local"
     // Open for its cool-off: decided locally, recorded once the pool is
     // back (the records of the moments it is not are counted as failed).
     let until = Instant::now() + Duration::from_secs(10);
-    while layer.breaker().unwrap().state == fleetlimit::BreakerState::Open && Instant::now() < until
+    while layer.breaker().unwrap().state == fleetlimit::stats::BreakerState::Open
+        && Instant::now() < until
     {
         assert_eq!(hit(&app).await.0, 200);
         sent += 1;

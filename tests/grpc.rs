@@ -257,7 +257,7 @@ async fn redis_refusals_are_grpc_statuses() {
 
 #[tokio::test]
 async fn in_process_refusals_are_grpc_statuses() {
-    let layer = RateLimitLayer::in_memory(&bare_config(None)).unwrap();
+    let layer = RateLimitLayer::new(bare_config(None)).await.unwrap();
     let addr = serve_bare(layer).await;
     let mut c = client(addr).await;
     admits_two_then_exhausted(&mut c, "k1").await;
@@ -279,14 +279,13 @@ async fn router_hosted_services_get_route_policies() {
         "{LIMITS}\n[[routes]]\npath = \"/grpc.health.v1.Health/{{*rest}}\"\nlimits = [\"per-key\"]\n"
     ))
     .unwrap();
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .cost_fn("/grpc.health.v1.Health/{*rest}", |req| {
             req.headers()
                 .get("x-cost")
                 .and_then(|v| v.to_str().ok()?.parse().ok())
                 .unwrap_or(1)
         })
-        .build()
         .await
         .unwrap();
     let (_reporter, health) = tonic_health::server::health_reporter();
@@ -389,10 +388,9 @@ async fn shed_requests_are_unavailable() {
         "{LIMITS}\n[shedding]\nretry_after = \"3s\"\n\n[default]\nlimits = [\"per-key\"]\n"
     ))
     .unwrap();
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         // Saturated: every normal-priority request is shed.
         .load_signal(|| 2.0)
-        .build()
         .await
         .unwrap();
     let addr = serve_bare(layer).await;
@@ -435,7 +433,7 @@ async fn ip_keyed_limits_on_a_bare_tonic_server() {
     let server = Server::builder()
         .layer(GrpcRefusalLayer::new())
         .layer(peer_addr)
-        .layer(RateLimitLayer::in_memory(&cfg).unwrap())
+        .layer(RateLimitLayer::new(cfg).await.unwrap())
         .add_service(health);
     tokio::spawn(server.serve_with_incoming(TcpIncoming::from(listener)));
     let mut c = client(addr).await;

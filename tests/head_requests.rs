@@ -100,9 +100,8 @@ async fn head_counts_against_the_get_route_on_redis() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn head_uses_the_cost_function_of_its_get_route() {
     let cfg = Config::from_toml_file(QUICKSTART).unwrap();
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .cost_fn("/search", |_| 3)
-        .build()
         .await
         .unwrap();
     let runs = Arc::new(AtomicUsize::new(0));

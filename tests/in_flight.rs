@@ -472,10 +472,10 @@ on_redis_error = "closed"
     // `fleetlimit inspect` reads the set of slots.
     let seen = admin.inspect("k", Some("in-flight")).await.unwrap();
     assert!(
-        seen[0].state.starts_with("1 of 1 slots in flight"),
+        seen[0].state().starts_with("1 of 1 slots in flight"),
         "{seen:?}"
     );
-    assert!(seen[0].pttl > 0 && seen[0].pttl <= 30_001, "{seen:?}");
+    assert!(seen[0].pttl() > 0 && seen[0].pttl() <= 30_001, "{seen:?}");
     // B: refused by the concurrency limit; its token is not taken.
     let b = send(&app, req()).await;
     assert_eq!(b.status(), 429);

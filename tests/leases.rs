@@ -265,18 +265,13 @@ async fn leases_held_through_garbage_state_and_a_restart_stay_bounded() {
 /// that is not a bucket's state counts as a full bucket and is replaced.
 #[tokio::test]
 async fn a_partial_lease_takes_what_is_free_on_both_stores() {
-    use fleetlimit::store::{Bucket, Check, MemoryStore, RedisStore, Rule, Store};
+    use fleetlimit::store::{Bucket, Check, MemoryStore, Rule, Store};
     use std::time::Duration;
 
     let server = RedisServer::start();
-    let redis = RedisStore::connect(
-        &server.url(),
-        2,
-        Duration::from_millis(500),
-        Duration::from_secs(2),
-    )
-    .await
-    .unwrap();
+    let redis = server
+        .store(Duration::from_millis(500), Duration::from_secs(2), false)
+        .await;
     let memory = MemoryStore::new(100);
     // 10 tokens, 1 back every 100 s: nothing refills during the test.
     let rule = Rule::TokenBucket {

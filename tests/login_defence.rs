@@ -327,7 +327,7 @@ const DELAY: &str = r#"
 #[tokio::test(start_paused = true)]
 async fn delay_holds_the_request_and_bounds_how_many_are_held() {
     let cfg = Config::from_toml_str(DELAY).unwrap();
-    let app = app(RateLimitLayer::in_memory(&cfg).unwrap());
+    let app = app(RateLimitLayer::new(cfg).await.unwrap());
     let t = tokio::time::Instant::now();
     assert_eq!(right(&app, "192.0.2.1", false).await.0, 200);
     assert_eq!(t.elapsed(), Duration::ZERO, "within the limit: not held");
@@ -670,10 +670,10 @@ fn an_account_keyed_failure_limit_that_refuses_is_a_config_error() {
     let e = Config::builder()
         .limit(
             "a",
-            fleetlimit::LimitConfig::token_bucket(
-                fleetlimit::KeySource::Account(None),
+            fleetlimit::configuration::LimitConfig::token_bucket(
+                fleetlimit::configuration::KeySource::Account(None),
                 5,
-                fleetlimit::Rate::per_minute(1),
+                fleetlimit::configuration::Rate::per_minute(1),
             )
             .count_failures([401]),
         )
@@ -701,7 +701,7 @@ async fn escalations_log_one_line_a_second_per_limit() {
         "#,
     )
     .unwrap();
-    let app = app(RateLimitLayer::in_memory(&cfg).unwrap());
+    let app = app(RateLimitLayer::new(cfg).await.unwrap());
     let (statuses, log) = logged(async {
         let mut statuses = Vec::new();
         for _ in 0..51 {
@@ -799,7 +799,7 @@ async fn the_refund_handle_leaves_failure_counting_limits_to_the_status() {
     };
     let app = Router::new()
         .route("/login", post(handler))
-        .layer(RateLimitLayer::in_memory(&cfg).unwrap());
+        .layer(RateLimitLayer::new(cfg).await.unwrap());
     let mut statuses = Vec::new();
     for _ in 0..3 {
         let req = request("POST", "/login", "192.0.2.1:1", &[]);

@@ -176,7 +176,9 @@ async fn decisions_are_counted_per_route_limit_and_outcome() {
         inner: MemoryStore::new(1000),
         down: AtomicBool::new(false),
     });
-    let app = app(RateLimitLayer::with_store(&cfg, store.clone()).unwrap());
+    let app = app(RateLimitLayer::with_store(cfg, store.clone())
+        .await
+        .unwrap());
 
     // "/": per-key 2 then refused; "watch" (shadow) has room for one.
     assert_eq!(statuses(&app, "/", "a", 4).await, [200, 200, 429, 429]);
@@ -296,12 +298,12 @@ async fn a_recorder_costs_no_allocation_per_request() {
         assert_eq!(statuses(app, "/", "k", 100).await, [200; 100]);
         ALLOCATIONS.with(Cell::get) - before
     }
-    let plain = app(RateLimitLayer::in_memory(&cfg()).unwrap());
+    let plain = app(RateLimitLayer::new(cfg()).await.unwrap());
     let without = per_request(&plain).await;
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let counted = app(RateLimitLayer::in_memory(&cfg()).unwrap());
+    let counted = app(RateLimitLayer::new(cfg()).await.unwrap());
     let with = per_request(&counted).await;
     let s = snapshot(&snapshotter);
     let admitted = [
@@ -350,10 +352,8 @@ async fn leases_and_plan_lookups_are_counted() {
         inner: MemoryStore::new(1000),
         down: AtomicBool::new(false),
     });
-    let layer = RateLimitLayer::builder(cfg)
-        .store(store)
+    let layer = RateLimitLayer::with_store(cfg, store)
         .plan_resolver(|_key: String| async { Ok(Some("pro".to_owned())) })
-        .build()
         .await
         .unwrap();
     let ok = get(|| async { "ok" });
@@ -489,7 +489,7 @@ limits = ["api"]
         statuses(&a, "/", "k", 1).await;
     }
     let s = snapshot(&snapshotter);
-    let stats: Vec<fleetlimit::RegionStats> =
+    let stats: Vec<fleetlimit::stats::RegionStats> =
         layers.iter().map(|l| l.region_stats().unwrap()).collect();
     let api = |region: &'static str| [("limit", "api"), ("region", region)];
     let moved = value(&s, "fleetlimit_region_quota_moved_total", &api("b"));

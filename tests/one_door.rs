@@ -1,8 +1,8 @@
 //! One door for configuration: a `Config` is made only by `build` (from
 //! code or from TOML) or by `try_with_redis_url`, which checks the URL as a
-//! `[redis]` section's is; and every way of making a layer (`new`, the
-//! builder, `in_memory`, `with_store`) refuses the same configurations with
-//! the same error.
+//! `[redis]` section's is; and both ways of making a layer (`new`,
+//! `with_store`, with the builder's settings or without) refuse the same
+//! configurations with the same error.
 
 mod support;
 
@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use fleetlimit::reload::ReloadError;
 use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
-use fleetlimit::{BuildError, Config, RateLimitLayer, ReloadError, ReloadOptions};
+use fleetlimit::{BuildError, Config, RateLimitLayer};
 use support::*;
 
 const LIMITS: &str = r#"
@@ -66,13 +67,16 @@ async fn a_bad_url_from_the_environment_refuses_a_reload() {
     std::fs::create_dir_all(&d).unwrap();
     let path = d.join("limits.toml");
     std::fs::write(&path, LIMITS.replace("capacity = 2", "capacity = 5")).unwrap();
-    let layer = RateLimitLayer::in_memory(&Config::from_toml_str(LIMITS).unwrap()).unwrap();
+    let layer = RateLimitLayer::new(Config::from_toml_str(LIMITS).unwrap())
+        .await
+        .unwrap();
     let reload = layer.reload_handle();
     let app = ok_routes(layer, ["/"]);
-    let options = ReloadOptions::default()
+    let options = reload
+        .clone()
         .settle(Duration::ZERO)
         .map(|cfg| cfg.try_with_redis_url("notaurl://x"));
-    let err = reload.reload_file(&path, &options).await.unwrap_err();
+    let err = options.reload_file(&path).await.unwrap_err();
     std::fs::remove_dir_all(&d).unwrap();
     match &err {
         ReloadError::Invalid(e) => {
@@ -101,27 +105,28 @@ impl Store for Wrapped {
     }
 }
 
-/// `with_store` on a `MemoryStore` is `in_memory` on it: decided in
+/// `with_store` on a `MemoryStore` is `new` without Redis: decided in
 /// process, with no breaker in front (a store that cannot fail); a store
 /// of the application's own, even around one, has a breaker.
 #[tokio::test]
 async fn with_store_on_the_in_process_store_is_in_memory() {
     let cfg = Config::from_toml_str(LIMITS).unwrap();
-    let in_memory = RateLimitLayer::in_memory(&cfg).unwrap();
+    let in_memory = RateLimitLayer::new(cfg.clone()).await.unwrap();
     let memory = Arc::new(MemoryStore::new(100));
-    let on_memory = RateLimitLayer::with_store(&cfg, memory).unwrap();
-    let wrapped = RateLimitLayer::with_store(&cfg, Arc::new(Wrapped(MemoryStore::new(100))));
-    let wrapped = wrapped.unwrap();
+    let on_memory = RateLimitLayer::with_store(cfg.clone(), memory)
+        .await
+        .unwrap();
+    let wrapped = RateLimitLayer::with_store(cfg.clone(), Arc::new(Wrapped(MemoryStore::new(100))));
+    let wrapped = wrapped.await.unwrap();
     assert!(in_memory.breaker().is_none());
     assert!(on_memory.breaker().is_none());
     assert!(wrapped.breaker().is_some());
     for layer in [in_memory, on_memory, wrapped] {
         assert_eq!(statuses(&ok_routes(layer, ["/"]), 3).await, [200, 200, 429]);
     }
-    // The builder given the in-process store does the same.
-    let built = RateLimitLayer::builder(cfg)
-        .store(Arc::new(MemoryStore::new(100)))
-        .build()
+    // Given the in-process store with a builder's setting, the same.
+    let built = RateLimitLayer::with_store(cfg, Arc::new(MemoryStore::new(100)))
+        .on_refusal(|r| r.into_default_response())
         .await
         .unwrap();
     assert!(built.breaker().is_none());
@@ -135,14 +140,17 @@ async fn every_constructor_refuses_the_same_configuration_alike() {
     let cfg = Config::from_toml_str(&src).unwrap();
     let errors = [
         RateLimitLayer::new(cfg.clone()).await.unwrap_err(),
-        RateLimitLayer::builder(cfg.clone())
-            .store(Arc::new(MemoryStore::new(10)))
-            .build()
+        RateLimitLayer::with_store(cfg.clone(), Arc::new(MemoryStore::new(10)))
+            .on_refusal(|r| r.into_default_response())
             .await
             .unwrap_err(),
-        RateLimitLayer::in_memory(&cfg).unwrap_err(),
-        RateLimitLayer::with_store(&cfg, Arc::new(MemoryStore::new(10))).unwrap_err(),
-        RateLimitLayer::with_store(&cfg, Arc::new(Wrapped(MemoryStore::new(10)))).unwrap_err(),
+        RateLimitLayer::new(cfg.clone()).await.unwrap_err(),
+        RateLimitLayer::with_store(cfg.clone(), Arc::new(MemoryStore::new(10)))
+            .await
+            .unwrap_err(),
+        RateLimitLayer::with_store(cfg.clone(), Arc::new(Wrapped(MemoryStore::new(10))))
+            .await
+            .unwrap_err(),
     ];
     for e in &errors {
         let BuildError::Config(c) = e else {
@@ -158,7 +166,7 @@ async fn every_constructor_refuses_the_same_configuration_alike() {
 #[cfg(feature = "redis")]
 #[test]
 fn regions_from_a_file_and_from_code_are_one_configuration() {
-    use fleetlimit::{KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
+    use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
     let file = Config::from_toml_str(
         r#"
 [redis]

@@ -47,7 +47,9 @@ async fn app(server: &RedisServer, prefix: &str) -> Router {
         .unwrap();
     pool.init().await.unwrap();
     let store = RedisStore::from_pool(pool, &cfg).await.unwrap();
-    let layer = RateLimitLayer::with_store(&cfg, Arc::new(store)).unwrap();
+    let layer = RateLimitLayer::with_store(cfg, Arc::new(store))
+        .await
+        .unwrap();
     support::ok_routes(layer, ["/", "/both"])
 }
 

@@ -11,8 +11,12 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
+use fleetlimit::plan::PlanResolver;
 use fleetlimit::RateLimitLayer;
-use fleetlimit::{PlanFuture, PlanResolver};
+use std::future::Future;
+use std::pin::Pin;
+
+use fleetlimit::plan::PlanError;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -45,7 +49,10 @@ on_redis_error = "closed"
 struct Accounts(Arc<Mutex<HashMap<String, String>>>);
 
 impl PlanResolver for Accounts {
-    fn resolve<'a>(&'a self, key: &'a str) -> PlanFuture<'a> {
+    fn resolve<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<String>, PlanError>> + Send + 'a>> {
         let plan = self.0.lock().unwrap().get(key).cloned();
         Box::pin(async move { Ok(plan) })
     }
@@ -78,9 +85,8 @@ async fn upgrade_raises_the_ceiling_and_downgrade_does_not_forgive() {
         .unwrap()
         .insert("k".into(), "basic".into());
     let app = Router::new().route("/", get(|| async { "ok" })).layer(
-        RateLimitLayer::builder(cfg)
+        RateLimitLayer::new(cfg)
             .plan_resolver(accounts.clone())
-            .build()
             .await
             .unwrap(),
     );
@@ -135,16 +141,15 @@ async fn upgrade_raises_the_ceiling_and_downgrade_does_not_forgive() {
 /// base numbers, none a 500, and the error is logged — not as "no plan".
 #[tokio::test(flavor = "current_thread")]
 async fn a_failing_resolver_gives_the_base_numbers_and_is_logged() {
-    async fn database_down(_key: String) -> fleetlimit::PlanResult {
-        Err(fleetlimit::PlanError::msg("connection refused"))
+    async fn database_down(_key: String) -> Result<Option<String>, PlanError> {
+        Err(PlanError::msg("connection refused"))
     }
     let server = RedisServer::start();
     let prefix = prefix("plans-down");
     let cfg = redis_config(&server, &prefix, "500ms", LIMITS);
     let app = Router::new().route("/", get(|| async { "ok" })).layer(
-        RateLimitLayer::builder(cfg)
+        RateLimitLayer::new(cfg)
             .plan_resolver(database_down)
-            .build()
             .await
             .unwrap(),
     );

@@ -542,19 +542,18 @@ async fn script_errors_do_not_open_the_breaker() {
     let server = RedisServer::start();
     let prefix = prefix("poison-breaker");
     let cfg = redis_config(&server, &prefix, "2s", SIGN_IN);
-    let redis = RedisStore::connect(
-        &server.url(),
-        2,
-        std::time::Duration::from_secs(2),
-        std::time::Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let redis = server
+        .store(
+            std::time::Duration::from_secs(2),
+            std::time::Duration::from_secs(5),
+            false,
+        )
+        .await;
     let store = Arc::new(OneBadKey {
         redis,
         bad: "broken",
     });
-    let layer = RateLimitLayer::with_store(&cfg, store).unwrap();
+    let layer = RateLimitLayer::with_store(cfg, store).await.unwrap();
     let app = Router::new()
         .route("/sign-in", post(|| async { "ok" }))
         .layer(layer.clone());

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use fleetlimit::{PostgresPlans, RateLimitLayer};
+use fleetlimit::plan::PostgresPlans;
+use fleetlimit::RateLimitLayer;
 use support::*;
 
 /// Base 5; `basic` 10; `pro` 50 — a header says which numbers applied.
@@ -270,13 +271,9 @@ impl Drop for Table {
 
 async fn instance(server: &RedisServer, prefix: &str, plans: PostgresPlans) -> Router {
     let cfg = redis_config(server, prefix, "500ms", LIMITS);
-    Router::new().route("/", get(|| async { "ok" })).layer(
-        RateLimitLayer::builder(cfg)
-            .plan_resolver(plans)
-            .build()
-            .await
-            .unwrap(),
-    )
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(cfg).plan_resolver(plans).await.unwrap())
 }
 
 async fn hit(app: &Router, key: &str) -> axum::http::Response<axum::body::Body> {

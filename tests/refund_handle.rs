@@ -104,7 +104,7 @@ async fn redis_down_open_route_gets_a_no_op_refund_not_a_500() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_shadow_admission_gets_a_no_op_refund() {
     let cfg = Config::from_toml_str(LIMITS).unwrap();
-    let app = app(RateLimitLayer::in_memory(&cfg).unwrap());
+    let app = app(RateLimitLayer::new(cfg).await.unwrap());
     // Capacity 1, cost 1: the first request is charged...
     assert_eq!(call(&app, "/shadow").await, (200, "refundable=1".into()));
     // ...the next ones are over the limit and served by shadow mode, charged

@@ -127,7 +127,7 @@ on_redis_error = "closed"
         let min = counts.iter().copied().min().map_or(0.0, per);
         let max = counts.iter().copied().max().map_or(0.0, per);
         let mean = per(counts.iter().sum::<u64>()) / counts.len().max(1) as f64;
-        let stats: Vec<fleetlimit::RegionStats> = self
+        let stats: Vec<fleetlimit::stats::RegionStats> = self
             .layers
             .iter()
             .filter_map(|l| l.region_stats())
@@ -447,9 +447,13 @@ limits = ["api"]
 "#;
     let cfg = config_at("redis://127.0.0.1:1", "regions-store", "5ms", body);
     let why = |e: fleetlimit::BuildError| e.to_string();
-    let in_memory = fleetlimit::RateLimitLayer::in_memory(&cfg)
-        .map(|_| ())
-        .map_err(why);
+    let in_memory = fleetlimit::RateLimitLayer::with_store(
+        cfg.clone(),
+        Arc::new(fleetlimit::store::MemoryStore::new(100)),
+    )
+    .await
+    .map(|_| ())
+    .map_err(why);
     let err = in_memory.unwrap_err();
     assert!(err.contains("limit \"api\" is global"), "{err}");
     let without = fleetlimit::RateLimitLayer::new(cfg.clone().without_redis()).await;

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use axum::routing::get;
 use axum::Router;
-use fleetlimit::{Config, RateLimitLayer, ReloadError, ReloadHandle};
+use fleetlimit::reload::{ReloadError, ReloadHandle};
+use fleetlimit::{Config, RateLimitLayer};
 use support::*;
 
 /// `lowered` (route `/a`) and `kept` (route `/b`), both per API key and
@@ -377,7 +378,7 @@ style = "ietf"
 /// route is gone, used again when it is back) and the refusal hook.
 #[tokio::test(start_paused = true)]
 async fn builder_extras_carry_over() {
-    let layer = RateLimitLayer::builder(Config::from_toml_str(&limits(10)).unwrap())
+    let layer = RateLimitLayer::new(Config::from_toml_str(&limits(10)).unwrap())
         .cost_fn("/a", |_| 4)
         .on_refusal(|r| {
             http::Response::builder()
@@ -385,7 +386,6 @@ async fn builder_extras_carry_over() {
                 .body(bytes::Bytes::from_static(b"hooked"))
                 .unwrap()
         })
-        .build()
         .await
         .unwrap();
     let reload = layer.reload_handle();
@@ -493,11 +493,10 @@ async fn a_reset_reaches_the_reloaded_configuration() {
 /// registered applies.
 #[tokio::test(start_paused = true)]
 async fn a_custom_key_without_its_extractor_is_refused() {
-    let layer = RateLimitLayer::builder(Config::from_toml_str(&limits(10)).unwrap())
+    let layer = RateLimitLayer::new(Config::from_toml_str(&limits(10)).unwrap())
         .key_fn("tenant", |req: &fleetlimit::RequestRef<'_>| {
             fleetlimit::KeyAnswer::from(req.headers().get("x-tenant").and_then(|v| v.to_str().ok()))
         })
-        .build()
         .await
         .unwrap();
     let reload = layer.reload_handle();
@@ -547,8 +546,10 @@ async fn a_custom_key_without_its_extractor_is_refused() {
 async fn a_layer_built_without_the_builder_reloads_custom_keys_as_it_was_built() {
     let custom = limits(2).replacen("key = \"header:x-api-key\"", "key = \"custom:tenant\"", 1);
     let custom = Config::from_toml_str(&custom).unwrap();
-    let refused = RateLimitLayer::in_memory(&custom).unwrap_err();
-    let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&limits(2)).unwrap()).unwrap();
+    let refused = RateLimitLayer::new(custom.clone()).await.unwrap_err();
+    let layer = RateLimitLayer::new(Config::from_toml_str(&limits(2)).unwrap())
+        .await
+        .unwrap();
     let reload = layer.reload_handle();
     let app = app(layer);
     match reload.reload(custom) {

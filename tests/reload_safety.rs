@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fleetlimit::{Config, RateLimitLayer, ReloadError, ReloadOptions};
+use fleetlimit::reload::ReloadError;
+use fleetlimit::{Config, RateLimitLayer};
 use support::example::Example;
 
 /// The library's defaults, which the quickstart uses.
@@ -257,8 +258,8 @@ async fn the_guard_counts_what_a_reload_removes() {
         }
         other => panic!("{other:?}"),
     }
-    let lenient = ReloadOptions::default().max_removed_share(1.0);
-    let changes = reload.reload_with(most, &lenient).unwrap();
+    let lenient = reload.clone().max_removed_share(1.0);
+    let changes = lenient.reload(most).unwrap();
     assert_eq!(changes.limits_removed(), ["b"]);
     // Half is allowed: /z goes, /y comes.
     let half =
@@ -266,15 +267,13 @@ async fn the_guard_counts_what_a_reload_removes() {
     assert!(reload.reload(half).is_ok());
     // Nothing limited: refused even at a share of 1, applied when forced.
     let empty = Config::from_toml_str("").unwrap();
-    let err = reload.reload_with(empty.clone(), &lenient).unwrap_err();
+    let err = lenient.reload(empty.clone()).unwrap_err();
     assert!(
         err.to_string()
             .starts_with("refusing to reload: the new configuration limits nothing"),
         "{err}"
     );
-    reload
-        .reload_with(empty.clone(), &lenient.clone().force(true))
-        .unwrap();
+    lenient.clone().force(true).reload(empty.clone()).unwrap();
     // From nothing limited to nothing limited: nothing to guard.
     reload.reload(empty).unwrap();
 }
@@ -291,12 +290,13 @@ async fn reload_file_gives_up_on_a_blocking_path() {
         .unwrap();
     let reload = layer.reload_handle();
     mkfifo(&path);
-    let quick = ReloadOptions::default()
+    let quick = reload
+        .clone()
         .read_timeout(Duration::from_millis(200))
         .settle(Duration::ZERO);
-    let err = reload.reload_file(&path, &quick).await.unwrap_err();
+    let err = quick.reload_file(&path).await.unwrap_err();
     assert!(matches!(err, ReloadError::ReadTimeout { .. }), "{err}");
-    let err = reload.reload_file(&path, &quick).await.unwrap_err();
+    let err = quick.reload_file(&path).await.unwrap_err();
     assert!(matches!(err, ReloadError::StillReading { .. }), "{err}");
     // A writer frees the stuck read.
     let fifo_path = path.clone();
@@ -310,18 +310,18 @@ async fn reload_file_gives_up_on_a_blocking_path() {
     writer.join().unwrap();
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, two_by_two(&["/a", "/b"])).unwrap();
-    let mut result = reload.reload_file(&path, &quick).await;
+    let mut result = quick.reload_file(&path).await;
     for _ in 0..100 {
         if !matches!(result, Err(ReloadError::StillReading { .. })) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-        result = reload.reload_file(&path, &quick).await;
+        result = quick.reload_file(&path).await;
     }
     assert_eq!(result.unwrap().routes_added(), ["* /b"]);
     // A file with an error names its place.
     std::fs::write(&path, "[limits.a\n").unwrap();
-    let err = reload.reload_file(&path, &quick).await.unwrap_err();
+    let err = quick.reload_file(&path).await.unwrap_err();
     assert!(
         err.to_string()
             .starts_with(&format!("{}:1:", path.display())),

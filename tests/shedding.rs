@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
-use fleetlimit::{Accepted, Config, Priority, RateLimitLayer, RouteConfig, SheddingConfig};
+use fleetlimit::configuration::RouteConfig;
+use fleetlimit::shed::{Accepted, Priority, SheddingConfig};
+use fleetlimit::{Config, RateLimitLayer};
 use http::Request;
 use support::{body_text, header, send, RedisServer};
 
@@ -97,9 +99,8 @@ fn router(backend: &Arc<Backend>, layer: RateLimitLayer) -> Router {
 async fn shedding_app(backend: &Arc<Backend>, shedding: &str) -> Router {
     let cfg = Config::from_toml_str(&format!("{ROUTES}\n[shedding]\n{shedding}")).unwrap();
     let b = Arc::clone(backend);
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .load_signal(move || b.load())
-        .build()
         .await
         .unwrap();
     router(backend, layer)
@@ -210,9 +211,8 @@ async fn the_shed_answer_names_priority_and_signal_and_charges_nothing() {
          [shedding]\nretry_after = \"3s\"\n"
     ))
     .unwrap();
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .load_signal(move || f64::from_bits(l.load(Ordering::Relaxed)))
-        .build()
         .await
         .unwrap();
     let app = Router::new()
@@ -279,10 +279,7 @@ async fn requests_in_flight_count_until_the_body_is_over() {
             "/critical",
             RouteConfig::new(Vec::<String>::new()).priority(Priority::Critical),
         )
-        .shedding(SheddingConfig {
-            max_in_flight: Some(2),
-            ..SheddingConfig::default()
-        })
+        .shedding(SheddingConfig::default().max_in_flight(2))
         .build()
         .unwrap();
     let layer = RateLimitLayer::new(cfg).await.unwrap();
@@ -410,12 +407,11 @@ async fn without_shedding_nothing_changes() {
     let r = Arc::clone(&reads);
     let backend = Backend::new(1, Duration::from_millis(1));
     let cfg = Config::from_toml_str(ROUTES).unwrap();
-    let layer = RateLimitLayer::builder(cfg)
+    let layer = RateLimitLayer::new(cfg)
         .load_signal(move || {
             r.fetch_add(1, Ordering::Relaxed);
             10.0
         })
-        .build()
         .await
         .unwrap();
     assert_eq!(layer.in_flight(), None);
@@ -464,9 +460,8 @@ fn fleet_config(server: &RedisServer, prefix: &str) -> Config {
 
 async fn fleet_app(server: &RedisServer, prefix: &str, load: Arc<AtomicU64>) -> Router {
     let backend = Backend::new(1000, Duration::from_millis(1));
-    let layer = RateLimitLayer::builder(fleet_config(server, prefix))
+    let layer = RateLimitLayer::new(fleet_config(server, prefix))
         .load_signal(move || f64::from_bits(load.load(Ordering::Relaxed)))
-        .build()
         .await
         .unwrap();
     router(&backend, layer)
@@ -687,18 +682,12 @@ fn bad_shedding_settings_are_errors_at_their_place() {
 #[test]
 fn the_builder_checks_the_same_bounds() {
     let e = Config::builder()
-        .shedding(SheddingConfig {
-            sheddable_at: 1.1,
-            ..SheddingConfig::default()
-        })
+        .shedding(SheddingConfig::default().sheddable_at(1.1))
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("sheddable_at"), "{e}");
     let e = Config::builder()
-        .shedding(SheddingConfig {
-            critical_at: f64::NAN,
-            ..SheddingConfig::default()
-        })
+        .shedding(SheddingConfig::default().critical_at(f64::NAN))
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("critical_at"), "{e}");
@@ -787,7 +776,7 @@ async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
         }
     });
     let router = shedding_app(&backend, QUEUE).await.layer(queue);
-    let app = fleetlimit::AcceptedLayer.layer(router);
+    let app = fleetlimit::shed::AcceptedLayer.layer(router);
     let call = |path: &'static str| {
         let app = app.clone();
         async move { app.oneshot(get_req(path)).await.unwrap() }
@@ -840,7 +829,7 @@ async fn a_frozen_redis_never_sheds_a_normal_route() {
     let router = Router::new()
         .route("/normal", get(|| async { "ok" }))
         .layer(layer.clone());
-    let app = fleetlimit::AcceptedLayer.layer(router);
+    let app = fleetlimit::shed::AcceptedLayer.layer(router);
     assert_eq!(
         app.clone()
             .oneshot(get_req("/normal"))

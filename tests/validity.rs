@@ -61,24 +61,24 @@ async fn agree(server: &RedisServer, cfg: fleetlimit::Config, capacity: f64, cas
         let remaining = header_u64(&res, "x-ratelimit-remaining") as f64;
         let what = format!(
             "case {i} {raw:?} (expiry {px:?}, {note}): inspect says {:?}",
-            b.state
+            b.state()
         );
-        if b.invalid {
+        if b.invalid() {
             invalid += 1;
-            assert_eq!(b.remaining, capacity, "{what}");
+            assert_eq!(b.remaining(), capacity, "{what}");
             assert_eq!(
                 (status, remaining),
                 (200, capacity - 1.0),
                 "{what}: the script did not take it as absent"
             );
-        } else if b.remaining < 1.0 {
+        } else if b.remaining() < 1.0 {
             assert_eq!(status, 429, "{what}: the script took it as absent");
         } else {
             assert_eq!(status, 200, "{what}");
             // Less one unit, in whole units. Room only grows between the
             // two reads (by milliseconds of refill): one more whole unit
             // only if inspect's count was within a hair of it.
-            let left = b.remaining - 1.0;
+            let left = b.remaining() - 1.0;
             let next = remaining == left.floor() + 1.0 && left.fract() > 0.999;
             assert!(
                 remaining == left.floor() || next,
@@ -249,7 +249,7 @@ async fn concurrency_slots_are_counted_alike() {
         }
         server.cli(&["PEXPIRE", &key, "60000"]).unwrap();
         let b = admin.inspect(&caller, Some("l")).await.unwrap().remove(0);
-        assert_eq!(b.remaining, *free, "{what}: {}", b.state);
+        assert_eq!(b.remaining(), *free, "{what}: {}", b.state());
         let res = send(
             &app,
             request("GET", "/", "10.0.0.1:1", &[("x-account", &caller)]),
@@ -266,7 +266,7 @@ async fn concurrency_slots_are_counted_alike() {
     let key = format!("{prefix}:l:{{a:str}}");
     server.cli(&["SET", &key, "3", "PX", "60000"]).unwrap();
     let b = admin.inspect("str", Some("l")).await.unwrap().remove(0);
-    assert!(b.invalid, "{}", b.state);
+    assert!(b.invalid(), "{}", b.state());
     let res = send(
         &app,
         request("GET", "/", "10.0.0.1:1", &[("x-account", "str")]),

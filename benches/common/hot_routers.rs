@@ -99,9 +99,10 @@ pub fn quota() -> Quota {
 
 /// The three routers: fleetlimit's in-process layer, bare, the governor
 /// middleware.
-pub fn routers() -> (Router, Router, Router) {
+pub fn routers(rt: &tokio::runtime::Runtime) -> (Router, Router, Router) {
+    let layer = rt.block_on(async { RateLimitLayer::new(config()).await });
     (
-        app(router().layer(RateLimitLayer::in_memory(&config()).expect("the layer"))),
+        app(router().layer(layer.expect("the layer"))),
         app(router()),
         app(router().layer(GovernorLayer::new(quota()))),
     )

@@ -299,7 +299,8 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
         Contender::Bare => (router(), None),
         Contender::FleetMemory => (
             router().layer(
-                RateLimitLayer::in_memory(&fleet_config(numbers, None, false, false))
+                RateLimitLayer::new(fleet_config(numbers, None, false, false))
+                    .await
                     .expect("fleetlimit's in-process layer"),
             ),
             None,

@@ -44,7 +44,7 @@ pub fn in_process() -> InProcess {
         .iter()
         .map(|k| HeaderValue::from_str(k).expect("a valid header value"))
         .collect();
-    let (limited, bare, governed) = routers();
+    let (limited, bare, governed) = routers(&rt);
     let apps = [&limited, &bare, &governed];
     let mut next = [0usize; 3];
     // Warm-up: every bucket exists, caches are hot.

@@ -1,5 +1,6 @@
 //! The load harness: every contender measured over HTTP, side by side, in
-//! one run, and the figures written to `docs/benchmarks.md`.
+//! one run, and the figures written to `docs/bench/load.md` and
+//! `docs/benchmarks.md`.
 //!
 //! ```sh
 //! cargo bench --bench load              # LOAD_SECS=10 for longer runs
@@ -36,9 +37,10 @@
 //!    `redis-benchmark` (skipped, with a note, if it is not installed);
 //! 9. prints the tables, computes issue 15's goals (goals.rs), appends them
 //!    to `docs/bench/runs.tsv`, writes the charts (`docs/bench/*.svg`,
-//!    charts.rs) and rewrites the section of `docs/benchmarks.md` between
-//!    `<!-- load:begin -->` and `<!-- load:end -->`, with the goals of the
-//!    last three runs side by side.
+//!    charts.rs), writes every table to `docs/bench/load.md` (the whole
+//!    file) and rewrites the section of `docs/benchmarks.md` between
+//!    `<!-- load:begin -->` and `<!-- load:end -->`: the run, the goals of
+//!    the last three runs side by side, the charts.
 //!
 //! A whole run stays under 6 minutes: hence 3 recorded seconds per run.
 //!
@@ -111,8 +113,8 @@ use knobs::{CONNECTIONS, DEFAULT_SECS, FLEET_PROCESSES, ROUNDS, WARMUP};
 use openloop::{open_loop_table, run_open_loop, OpenRun};
 use redis::RedisServer;
 use report::{
-    docs_section, git_revision, loadavg, scenario_table, script_table, short_head,
-    source_fingerprint, utc_now, write_docs, RunInfo, DOCS,
+    docs_section, git_revision, loadavg, report, scenario_table, script_table, short_head,
+    source_fingerprint, utc_now, write_docs, write_report, RunInfo, DOCS, REPORT,
 };
 use scenarios::{open_loop, run_scenario, scenarios, Measured};
 use scripts::script_costs;
@@ -282,7 +284,7 @@ fn main() {
     let elapsed = started.elapsed();
     let load_after = loadavg();
     println!(
-        "\nload harness: done in {:.0} s; writing {DOCS}",
+        "\nload harness: done in {:.0} s; writing {REPORT} and {DOCS}",
         elapsed.as_secs_f64()
     );
     let mut revision = revision;
@@ -319,7 +321,8 @@ fn main() {
         revision,
         date,
     };
-    write_docs(&docs_section(&run, &goals, &sections, scripts.as_deref()));
+    write_report(&report(&run, &sections, scripts.as_deref()));
+    write_docs(&docs_section(&run, &goals));
 }
 
 fn fleet_about() -> String {

@@ -1,4 +1,5 @@
-//! The tables, and the section of `docs/benchmarks.md` they are written to.
+//! The tables, the report they are written to (`docs/bench/load.md`, whole)
+//! and the section of `docs/benchmarks.md` that sums the run up.
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -11,6 +12,8 @@ use crate::scenarios::{Measured, Scenario};
 use crate::scripts::ScriptRow;
 
 pub const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md");
+/// Every table of a full run, the file written whole (no markers).
+pub const REPORT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/bench/load.md");
 pub const BEGIN: &str = "<!-- load:begin -->";
 pub const END: &str = "<!-- load:end -->";
 
@@ -156,29 +159,55 @@ pub struct RunInfo {
     pub date: String,
 }
 
-pub fn docs_section(run: &RunInfo, goals: &str, scenarios: &str, scripts: Option<&str>) -> String {
-    let RunInfo {
-        secs,
-        elapsed,
-        load_before,
-        load_after,
-        revision,
-        date,
-    } = run;
+/// The section of `docs/benchmarks.md` between the markers: the run, the
+/// goals of the last three runs and the charts; every table of the run is
+/// in the report (`REPORT`), which it links.
+pub fn docs_section(run: &RunInfo, goals: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{BEGIN}");
     let _ = writeln!(
         s,
         "## Load (HTTP, side by side)\n\n\
          Written by `benches/load/`, which rewrites this section (up to the end \
-         marker) on every run of\n\n\
+         marker) and writes every scenario's table to [bench/load.md](bench/load.md) \
+         on every run of\n\n\
          ```sh\n\
          cargo bench --bench load\n\
          ```\n\n\
-         (`LOAD_SECS` sets the recorded seconds per run: {} s by default, short \
-         so that one run, every scenario below included, takes under 6 minutes; \
-         `LOAD_ONLY=scripts` measures the script costs alone). It starts its own \
-         `redis-server`; each contender is an axum server (route `/`, handler \
+         Each contender is an axum server on one worker thread, driven over \
+         keep-alive HTTP/1.1 by a load generator in the same process, with its \
+         own `redis-server`; the report says how each figure is taken.\n"
+    );
+    s.push_str(&this_run(run, "###"));
+    let _ = writeln!(
+        s,
+        "### Goals of issue 15, the last three runs\n\n\
+         Each goal must hold in three consecutive full runs. The figures of every full \
+         run are appended to `docs/bench/runs.tsv` (the last 10 kept); the columns are \
+         the last three, this run last. Sources: scenarios (a), (b), (f), (g), (h) and \
+         the in-process and script sections of [the report](bench/load.md).\n\n{goals}"
+    );
+    let mut s = s.trim_end().to_owned();
+    let _ = writeln!(s, "\n\n{END}");
+    s
+}
+
+/// The whole of `docs/bench/load.md`: how the run measures, the run, and
+/// every table.
+pub fn report(run: &RunInfo, scenarios: &str, scripts: Option<&str>) -> String {
+    let RunInfo { secs, .. } = run;
+    let mut s = String::from(
+        "# Load: every scenario\n\n\
+         Written whole by `cargo bench --bench load` on every run; the goals and \
+         the charts are in [docs/benchmarks.md](../benchmarks.md#load-http-side-by-side).\n\n",
+    );
+    let _ = writeln!(
+        s,
+        "## How it is measured\n\n\
+         `LOAD_SECS` sets the recorded seconds per run: {} s by default, short \
+         so that one run, every scenario below included, takes under 6 minutes \
+         (`LOAD_ONLY=scripts` measures the script costs alone). A run starts its \
+         own `redis-server`; each contender is an axum server (route `/`, handler \
          `\"ok\"`, `into_make_service_with_connect_info::<SocketAddr>()`) on a tokio \
          runtime with **one** worker thread, driven by an in-process Rust load \
          generator on one current-thread runtime (like `wrk -t1 -c{CONNECTIONS}`): \
@@ -209,35 +238,8 @@ pub fn docs_section(run: &RunInfo, goals: &str, scenarios: &str, scripts: Option
         WARMUP.as_secs(),
         secs.as_secs_f64()
     );
-    let _ = writeln!(s, "### This run\n");
-    let _ = writeln!(s, "- date: {date} (UTC)");
-    let _ = writeln!(
-        s,
-        "- machine: `nproc` = {}, CPU {}; load average {load_before} before the run, \
-         {load_after} after it; harness niceness {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        cpu_model(),
-        niceness()
-    );
-    let _ = writeln!(s, "- `{}`", command_line("rustc", &["--version"]));
-    let _ = writeln!(s, "- `{}`", command_line("redis-server", &["--version"]));
-    let _ = writeln!(s, "- fleetlimit at {revision}");
-    let _ = writeln!(
-        s,
-        "- {CONNECTIONS} connections, {} s warm-up + {} s recorded per run, {ROUNDS} \
-         rounds per scenario; the whole run took {:.0} s\n",
-        WARMUP.as_secs(),
-        secs.as_secs_f64(),
-        elapsed.as_secs_f64()
-    );
-    let _ = writeln!(
-        s,
-        "### Goals of issue 15, the last three runs\n\n\
-         Each goal must hold in three consecutive full runs. The figures of every full \
-         run are appended to `docs/bench/runs.tsv` (the last 10 kept); the columns are \
-         the last three, this run last. Sources: scenarios (a), (b), (f), (g), (h) and \
-         the in-process and script sections below.\n\n{goals}"
-    );
+    s.push_str(&this_run(run, "##"));
+    s.push_str("## Every table\n\n");
     s.push_str(scenarios);
     s.push_str("### Redis CPU per script call\n\n");
     match scripts {
@@ -269,7 +271,42 @@ pub fn docs_section(run: &RunInfo, goals: &str, scenarios: &str, scripts: Option
         }
     }
     let mut s = s.trim_end().to_owned();
-    let _ = writeln!(s, "\n\n{END}");
+    s.push('\n');
+    s
+}
+
+/// When, where and at which commit the run was made.
+fn this_run(run: &RunInfo, heading: &str) -> String {
+    let RunInfo {
+        secs,
+        elapsed,
+        load_before,
+        load_after,
+        revision,
+        date,
+    } = run;
+    let mut s = String::new();
+    let _ = writeln!(s, "{heading} This run\n");
+    let _ = writeln!(s, "- date: {date} (UTC)");
+    let _ = writeln!(
+        s,
+        "- machine: `nproc` = {}, CPU {}; load average {load_before} before the run, \
+         {load_after} after it; harness niceness {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model(),
+        niceness()
+    );
+    let _ = writeln!(s, "- `{}`", command_line("rustc", &["--version"]));
+    let _ = writeln!(s, "- `{}`", command_line("redis-server", &["--version"]));
+    let _ = writeln!(s, "- fleetlimit at {revision}");
+    let _ = writeln!(
+        s,
+        "- {CONNECTIONS} connections, {} s warm-up + {} s recorded per run, {ROUNDS} \
+         rounds per scenario; the whole run took {:.0} s\n",
+        WARMUP.as_secs(),
+        secs.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
     s
 }
 
@@ -291,6 +328,10 @@ pub fn write_docs(section: &str) {
     };
     let new = if new.ends_with('\n') { new } else { new + "\n" };
     std::fs::write(DOCS, new).expect("docs/benchmarks.md is writable");
+}
+
+pub fn write_report(text: &str) {
+    std::fs::write(REPORT, text).expect("docs/bench/load.md is writable");
 }
 
 pub fn command_line(cmd: &str, args: &[&str]) -> String {

@@ -12,43 +12,81 @@ use crate::store::StoreError;
 
 /// One bucket as stored in Redis, as [`Admin::inspect`] reads it.
 ///
-/// Its strings come from Redis: print them through
-/// [`printable`](super::printable).
+/// Its key and raw value come from Redis, where anyone who can write under
+/// the prefix chooses them: escape them before printing them to a
+/// terminal (its `state` is already escaped).
 ///
 /// ```no_run
 /// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
-/// use fleetlimit::admin::{printable, Admin};
+/// use fleetlimit::admin::Admin;
 ///
 /// let admin = Admin::connect(&cfg).await?;
 /// for b in admin.inspect("sk_live_42", None).await? {
-///     // e.g. `per-key rl:per-key:{h:…} 3.20 of 10 tokens, full in 68 s`
-///     println!("{} {} {} (pttl {} ms)", b.limit, printable(&b.key), b.state, b.pttl);
+///     // e.g. `per-key "rl:per-key:{h:…}" 3.20 of 10 tokens, full in 68 s`
+///     println!("{} {:?} {} (pttl {} ms)", b.limit(), b.key(), b.state(), b.pttl());
 /// }
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct BucketInfo {
-    /// The limit.
     #[serde(serialize_with = "super::shown::one")]
-    pub limit: String,
-    /// The Redis key.
+    pub(crate) limit: String,
     #[serde(serialize_with = "super::shown::one")]
-    pub key: String,
-    /// The raw value (`None`: no such key, i.e. a full bucket).
+    pub(crate) key: String,
     #[serde(serialize_with = "super::shown::opt")]
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
+    pub(crate) pttl: i64,
+    pub(crate) state: String,
+    pub(crate) invalid: bool,
+    pub(crate) remaining: f64,
+}
+
+impl BucketInfo {
+    /// The limit.
+    #[must_use]
+    pub fn limit(&self) -> &str {
+        &self.limit
+    }
+
+    /// The Redis key.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The raw value (`None`: no such key, i.e. a full bucket).
+    #[must_use]
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+
     /// Milliseconds to expiry (-1: none, -2: no key).
-    pub pttl: i64,
+    #[must_use]
+    pub fn pttl(&self) -> i64 {
+        self.pttl
+    }
+
     /// The value read for humans, by the limiter's own rules (a value it
     /// does not accept says "invalid state (taken as absent by the
     /// limiter)"); Redis's text in it is already escaped.
-    pub state: String,
+    #[must_use]
+    pub fn state(&self) -> &str {
+        &self.state
+    }
+
     /// Whether the limiter takes the key as absent although it exists: a
     /// value or a type that is not a state fleetlimit writes.
-    pub invalid: bool,
+    #[must_use]
+    pub fn invalid(&self) -> bool {
+        self.invalid
+    }
+
     /// What the key leaves, as the limiter decides (tokens, requests or
     /// slots; the capacity for a missing or invalid key).
-    pub remaining: f64,
+    #[must_use]
+    pub fn remaining(&self) -> f64 {
+        self.remaining
+    }
 }
 
 impl Admin {
@@ -106,7 +144,7 @@ impl Admin {
     /// Deletes the caller's buckets (a full bucket again) and announces the
     /// reset to every layer instance listening on the prefix's reset channel,
     /// which forgets its remembered refusals and leases of those keys (see the
-    /// reset listener in `RateLimitLayer::builder(..).build()`); returns how
+    /// reset listener in `RateLimitLayer::new(..)`); returns how
     /// many keys existed. An error after the keys were deleted says so.
     pub async fn reset(&self, value: &str, limit: Option<&str>) -> Result<u64, StoreError> {
         let (pool, config) = (self.store.pool(), &self.config);

@@ -1,6 +1,8 @@
-//! Admin tasks behind the `fleetlimit` command: inspect and reset a
-//! caller's buckets, explain its refusals from the decision records, and
-//! sweep for keys left without an expiry.
+//! Admin tasks on the configuration's Redis: inspect and reset a caller's
+//! buckets ([`Admin`]). The `fleetlimit` command (feature `cli`,
+//! `src/cli/`) also explains a caller's refusals from the decision
+//! records, sweeps for keys left without an expiry, sets the fleet-wide
+//! shedding signal and watches the fleet: those are its own, not API.
 //!
 //! Every key the limiter writes carries an expiry (the scripts set it in the
 //! same call). A key under the prefix with no expiry (`PTTL` -1) can only
@@ -21,10 +23,10 @@
 //! |------|------|
 //! | `mod.rs` | [`Admin`], the handle: connect, and the keys a caller's value maps to |
 //! | `inspect.rs` | `inspect` and `reset` (with its announcement to the instances) |
-//! | `explain.rs` | `explain`: a caller's contract in words, its bucket now, its recorded decisions |
+//! | `explain/` | `explain`: a caller's contract, its bucket now, its recorded decisions (`explain/words.rs`: the report in words) |
 //! | `sweep.rs` | `sweep`: keys without an expiry, told apart from other applications' keys |
 //! | `shed.rs` | `shed`: the fleet-wide load-shedding signal |
-//! | `top/` | `top`: live instances, the keys closest to exhaustion, refusals per second (`frame.rs`: a frame as text) |
+//! | `top/` | `top`: live instances, the keys closest to exhaustion, refusals per second (`top/frame.rs`: a frame as text) |
 //! | `time.rs` | timestamps as `explain` and `top` read and write them (RFC 3339, UTC, ms) |
 
 use std::time::Duration;
@@ -34,21 +36,32 @@ use crate::config::Config;
 use crate::route::Limit;
 use crate::store::{RedisStore, StoreError};
 
+// The command's own tasks (feature `cli`). Compiled with `redis` all the
+// same: the helpers they share with the limiter (reading keys back, each
+// algorithm's longest TTL) then need no feature gate of their own.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod explain;
 mod inspect;
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod shed;
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod sweep;
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod time;
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod top;
 
-pub use explain::{Explanation, RecordedDecision, RegionShare, TimeRange};
+#[cfg(feature = "cli")]
+pub(crate) use explain::TimeRange;
 pub use inspect::BucketInfo;
-pub use sweep::{Skipped, SweepOptions, SweepReport};
-pub use top::{Top, TopFrame, TopOptions};
+#[cfg(feature = "cli")]
+pub(crate) use sweep::SweepOptions;
+#[cfg(feature = "cli")]
+pub(crate) use top::{Top, TopOptions};
 
 /// Most bytes of one key name or record field the admin tools print; a
 /// longer one is cut there and its length given.
-pub const SHOWN_BYTES: usize = 200;
+pub(crate) const SHOWN_BYTES: usize = 200;
 
 /// `text` as the admin tools print a key name, a member or a record's
 /// field, which anyone who can write under the prefix chooses: control
@@ -57,17 +70,8 @@ pub const SHOWN_BYTES: usize = 200;
 /// doubled, so that no name can move the cursor, clear the screen or pass
 /// for a line of the report; past [`SHOWN_BYTES`] bytes of output, cut and
 /// followed by `…(N bytes)`, N the whole text's length.
-///
-/// ```
-/// use fleetlimit::admin::printable;
-///
-/// assert_eq!(printable("rl:acct:{a:x}\nrepaired: 999"), "rl:acct:{a:x}\\x0arepaired: 999");
-/// assert_eq!(printable("\x1b[2J"), "\\x1b[2J");
-/// let long = "k".repeat(100_000);
-/// assert_eq!(printable(&long), format!("{}…(100000 bytes)", "k".repeat(200)));
-/// ```
 #[must_use]
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(SHOWN_BYTES + 24));
     for c in text.chars() {
         let escaped = match c {
@@ -119,9 +123,9 @@ pub(crate) mod shown {
     }
 }
 
-/// A connection to the configuration's Redis for the admin tasks (the
-/// `fleetlimit` command): [`inspect`](Self::inspect),
-/// [`reset`](Self::reset) and [`sweep`](Self::sweep).
+/// A connection to the configuration's Redis for the admin tasks:
+/// [`inspect`](Self::inspect) and [`reset`](Self::reset) (the `fleetlimit`
+/// command's other tasks are its own).
 ///
 /// ```no_run
 /// # async fn run(config: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
@@ -169,7 +173,11 @@ impl Admin {
     /// that is not empty (a request with an empty key is never counted) and, if
     /// a limit is named, one the configuration defines. The error says what is
     /// wrong, for the person typing the command.
-    pub fn check_target(config: &Config, value: &str, limit: Option<&str>) -> Result<(), String> {
+    pub(crate) fn check_target(
+        config: &Config,
+        value: &str,
+        limit: Option<&str>,
+    ) -> Result<(), String> {
         if value.is_empty() {
             return Err(
                 "the key value is empty; give the caller's API key, account, IP \
@@ -248,6 +256,16 @@ refill = "1/s"
 
     #[test]
     fn printable_names_cannot_forge_lines_or_drive_the_terminal() {
+        assert_eq!(
+            printable("rl:acct:{a:x}\nrepaired: 999"),
+            "rl:acct:{a:x}\\x0arepaired: 999"
+        );
+        assert_eq!(printable("\x1b[2J"), "\\x1b[2J");
+        let long = "k".repeat(100_000);
+        assert_eq!(
+            printable(&long),
+            format!("{}…(100000 bytes)", "k".repeat(200))
+        );
         assert_eq!(printable("plain:{a:bob}"), "plain:{a:bob}");
         assert_eq!(printable("a\\x0ab"), "a\\\\x0ab", "an escape is not forged");
         assert_eq!(printable("\r\t\u{7f}"), "\\x0d\\x09\\x7f");

@@ -15,7 +15,11 @@ impl Admin {
     /// Sets the fleet-wide shedding pressure to `pressure` (`1.0` =
     /// saturated: normal and sheddable routes are shed) for `duration`, at
     /// `<key_prefix>:shed:{fleet}`; `0` clears it. Returns the key.
-    pub async fn shed(&self, pressure: f64, duration: Duration) -> Result<String, StoreError> {
+    pub(crate) async fn shed(
+        &self,
+        pressure: f64,
+        duration: Duration,
+    ) -> Result<String, StoreError> {
         check_shed(pressure, duration).map_err(StoreError::Protocol)?;
         let key = self.config.shed_fleet_key();
         let pool = self.store.pool();
@@ -40,7 +44,7 @@ impl Admin {
     /// What [`shed`](Self::shed) accepts: a number ≥ 0 and, to set one, a
     /// duration of at least a millisecond (every key fleetlimit writes
     /// expires).
-    pub fn check_shed(pressure: f64, duration: Duration) -> Result<(), String> {
+    pub(crate) fn check_shed(pressure: f64, duration: Duration) -> Result<(), String> {
         check_shed(pressure, duration)
     }
 }

@@ -18,86 +18,56 @@ use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
 /// What a sweep found and did ([`Admin::sweep`]).
-///
-/// ```no_run
-/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
-/// use fleetlimit::admin::{Admin, SweepOptions};
-///
-/// let admin = Admin::connect(&cfg).await?;
-/// let report = admin.sweep(&SweepOptions::default()).await?;
-/// println!("{} of {} keys had no expiry; {} repaired", report.before, report.scanned, report.repaired);
-/// for s in &report.skipped {
-///     println!("left alone: {} ({})", s.key, s.why);
-/// }
-/// # Ok(()) }
-/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SweepReport {
+pub(crate) struct SweepReport {
     /// Keys under the prefix.
-    pub scanned: u64,
+    pub(crate) scanned: u64,
     /// fleetlimit's keys without an expiry before the sweep.
-    pub before: u64,
+    pub(crate) before: u64,
     /// Keys given an expiry.
-    pub repaired: u64,
+    pub(crate) repaired: u64,
     /// Of those keys, how many still had no expiry after the sweep.
-    pub after: u64,
+    pub(crate) after: u64,
     /// fleetlimit's keys that had no expiry.
     #[serde(serialize_with = "super::shown::all")]
-    pub keys: Vec<String>,
+    pub(crate) keys: Vec<String>,
     /// Of those, the keys whose value the limiter takes as absent (not a
     /// state its scripts accept: it overwrites them at their next check);
     /// the sweep gives them an expiry all the same.
     #[serde(serialize_with = "super::shown::all")]
-    pub invalid: Vec<String>,
+    pub(crate) invalid: Vec<String>,
     /// Keys under the prefix that the sweep left alone because they are not
     /// fleetlimit's (by name or by type), or belong to a limit the
     /// configuration does not define.
-    pub skipped: Vec<Skipped>,
+    pub(crate) skipped: Vec<Skipped>,
 }
 
 /// A key under the prefix that a sweep did not touch, and why (see
 /// [`SweepReport`]).
-///
-/// ```
-/// use fleetlimit::admin::Skipped;
-///
-/// let s = Skipped { key: "rl:cache:x".into(), why: "not a fleetlimit key name".into() };
-/// assert_eq!(format!("{}: {}", s.key, s.why), "rl:cache:x: not a fleetlimit key name");
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     /// The Redis key.
     #[serde(serialize_with = "super::shown::one")]
-    pub key: String,
+    pub(crate) key: String,
     /// Why it was left alone.
     #[serde(serialize_with = "super::shown::one")]
-    pub why: String,
+    pub(crate) why: String,
 }
 
 /// How a sweep repairs.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::admin::SweepOptions;
-///
-/// // Count what a sweep would repair, changing nothing.
-/// let dry = SweepOptions { dry_run: true, ..SweepOptions::default() };
-/// assert_eq!(dry.default_ttl, Duration::from_secs(3600));
-/// assert!(!dry.include_unknown_limits);
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SweepOptions {
+pub(crate) struct SweepOptions {
     /// Count only; change nothing.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// The TTL of keys whose limit the configuration does not define (with
     /// `include_unknown_limits`), and of the heartbeat when fleet discovery
     /// is off. At least a second (a shorter expiry deletes rather than
     /// repairs).
-    pub default_ttl: Duration,
+    pub(crate) default_ttl: Duration,
     /// Also repair keys of fleetlimit's shape and type whose limit name the
     /// configuration does not define (a limit renamed or removed). Off: they
     /// are skipped, since the name alone does not prove they are ours.
-    pub include_unknown_limits: bool,
+    pub(crate) include_unknown_limits: bool,
 }
 
 impl Default for SweepOptions {
@@ -227,7 +197,7 @@ impl Admin {
     /// Finds fleetlimit's keys under the prefix without an expiry, gives each
     /// its limit's TTL unless `dry_run`, and counts again. Keys that are not
     /// fleetlimit's by name and type are left alone and reported as skipped.
-    pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport, StoreError> {
+    pub(crate) async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport, StoreError> {
         let (pool, config) = (self.store.pool(), &self.config);
         if options.default_ttl < Duration::from_secs(1) {
             // Shorter, the "repair" deletes the keys it gives an expiry.

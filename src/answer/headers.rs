@@ -40,7 +40,8 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// - `Both`: all of them.
 ///
 /// ```
-/// use fleetlimit::{Config, HeaderStyle};
+/// use fleetlimit::headers::HeaderStyle;
+/// use fleetlimit::Config;
 ///
 /// let cfg = Config::from_toml_str("[headers]\nstyle = \"both\"")?;
 /// assert_eq!(cfg.header_style(), HeaderStyle::Both);

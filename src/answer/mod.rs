@@ -47,7 +47,7 @@ mod refusal;
 mod refusals;
 mod rejection;
 
-pub use self::headers::HeaderStyle;
+pub(crate) use self::headers::HeaderStyle;
 pub(crate) use self::problem::{decimal, json_str, RefusalBodies};
 pub(crate) use self::rate::*;
 pub(crate) use self::refusal::RefusalHook;

@@ -1,6 +1,6 @@
 //! Refusals an API can make its own: [`Refusal`], what the layer is about
 //! to answer, handed to the hook of
-//! [`RateLimitLayerBuilder::on_refusal`](crate::RateLimitLayerBuilder::on_refusal).
+//! [`RateLimitLayerBuilder::on_refusal`](crate::layer::RateLimitLayerBuilder::on_refusal).
 
 use std::fmt;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ impl RefusalReason {
 }
 
 /// A refusal the layer is about to send, for the hook of
-/// [`on_refusal`](crate::RateLimitLayerBuilder::on_refusal) to reshape:
+/// [`on_refusal`](crate::layer::RateLimitLayerBuilder::on_refusal) to reshape:
 /// why, which limit, when to retry, what is left, and the answer
 /// fleetlimit would give (status, headers — `Retry-After`, rate-limit
 /// headers, `WWW-Authenticate` — and problem body).
@@ -152,5 +152,5 @@ impl fmt::Debug for Refusal {
     }
 }
 
-/// The hook of [`on_refusal`](crate::RateLimitLayerBuilder::on_refusal).
+/// The hook of [`on_refusal`](crate::layer::RateLimitLayerBuilder::on_refusal).
 pub(crate) type RefusalHook = Arc<dyn Fn(Refusal) -> Response<Bytes> + Send + Sync>;

@@ -2,24 +2,10 @@
 
 use tokio::time::Instant;
 
-/// How many retries the layer may spend, across requests: a token bucket
-/// that holds at most `burst` retries, refills `per_second`, and gains
-/// `ratio` of a retry with each request sent (tower's retry-budget idea: a
-/// client retries at most about `ratio` of its traffic, plus a small floor).
-/// A retry the budget cannot pay for is not made: the refusal is returned
-/// unchanged.
-///
-/// ```
-/// use fleetlimit::client::RetryBudget;
-///
-/// // At most 10 retries at once, 1 more each second, 20 % of requests.
-/// assert_eq!(RetryBudget::default(), RetryBudget::new(10, 1.0, 0.2));
-/// // Never retry (pacing still applies).
-/// let none = RetryBudget::new(0, 0.0, 0.0);
-/// # let _ = none;
-/// ```
+/// How many retries a layer may spend, across requests
+/// ([`HonorLimitsLayer::retry_budget`](super::HonorLimitsLayer::retry_budget)).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryBudget {
+pub(crate) struct RetryBudget {
     burst: u32,
     per_second: f64,
     ratio: f64,
@@ -29,7 +15,7 @@ impl RetryBudget {
     /// A budget holding at most `burst` retries (full at start), refilled by
     /// `per_second` and by `ratio` per request. Negative or NaN rates count
     /// as 0.
-    pub fn new(burst: u32, per_second: f64, ratio: f64) -> Self {
+    pub(crate) fn new(burst: u32, per_second: f64, ratio: f64) -> Self {
         let sane = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
         Self {
             burst,
@@ -82,5 +68,19 @@ impl Budget {
         } else {
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_budget_is_10_retries_1_a_second_and_a_fifth_of_requests() {
+        assert_eq!(RetryBudget::default(), RetryBudget::new(10, 1.0, 0.2));
+        assert_eq!(
+            RetryBudget::new(1, -1.0, f64::NAN),
+            RetryBudget::new(1, 0.0, 0.0)
+        );
     }
 }

@@ -11,13 +11,13 @@ use super::service::{HonorLimits, Settings, Shared};
 ///
 /// ```
 /// use std::time::Duration;
-/// use fleetlimit::client::{HonorLimitsLayer, RetryBudget};
+/// use fleetlimit::client::HonorLimitsLayer;
 ///
 /// let layer = HonorLimitsLayer::new()
 ///     .max_wait(Duration::from_secs(10))
 ///     .max_retries(2)
 ///     .jitter(0.2)
-///     .budget(RetryBudget::new(5, 0.5, 0.1));
+///     .retry_budget(5, 0.5, 0.1);
 /// # let _ = layer;
 /// ```
 #[derive(Debug, Clone)]
@@ -33,7 +33,9 @@ impl Default for HonorLimitsLayer {
 
 impl HonorLimitsLayer {
     /// Waits of up to 30 s, 3 retries per request, 10 % jitter, a 1 s wait
-    /// for a refusal that names none, and [`RetryBudget::default`].
+    /// for a refusal that names none, and a retry budget of 10 retries,
+    /// 1 more a second and 20 % of requests
+    /// ([`retry_budget`](Self::retry_budget)`(10, 1.0, 0.2)`).
     pub fn new() -> Self {
         Self {
             settings: Settings {
@@ -79,9 +81,16 @@ impl HonorLimitsLayer {
         self
     }
 
-    /// Retries allowed across all requests of this layer's services.
-    pub fn budget(mut self, budget: RetryBudget) -> Self {
-        self.settings.budget = budget;
+    /// Retries allowed across all requests of this layer's services: a
+    /// token bucket that holds at most `burst` retries (full at start),
+    /// refills `per_second`, and gains `ratio` of a retry with each request
+    /// sent (tower's retry-budget idea: a client retries at most about
+    /// `ratio` of its traffic, plus a small floor). A retry the budget
+    /// cannot pay for is not made: the refusal is returned unchanged.
+    /// Negative or NaN rates count as 0; `(0, 0.0, 0.0)` never retries
+    /// (pacing still applies).
+    pub fn retry_budget(mut self, burst: u32, per_second: f64, ratio: f64) -> Self {
+        self.settings.budget = RetryBudget::new(burst, per_second, ratio);
         self
     }
 }

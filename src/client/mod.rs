@@ -11,7 +11,8 @@
 //!   the reset of a spent quota — plus jitter, if the request is safe to
 //!   repeat, the wait is at most [`max_wait`](HonorLimitsLayer::max_wait),
 //!   the request has retries left ([`max_retries`](HonorLimitsLayer::max_retries))
-//!   and the shared [`RetryBudget`] can pay for one. Otherwise the refusal
+//!   and the shared [retry budget](HonorLimitsLayer::retry_budget) can pay
+//!   for one. Otherwise the refusal
 //!   is returned to the caller unchanged.
 //! - **A spent quota paces the next requests.** When any response says
 //!   remaining 0 — the IETF draft field `RateLimit: "name";r=0;t=5`, the
@@ -115,7 +116,6 @@ mod future;
 mod layer;
 mod service;
 
-pub use self::budget::RetryBudget;
 pub use self::future::ResponseFuture;
 pub use self::layer::HonorLimitsLayer;
 pub use self::service::HonorLimits;

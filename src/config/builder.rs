@@ -1,17 +1,22 @@
-//! Building a [`Config`](super::Config) in code. The TOML loader lowers a
-//! file into this same builder, so [`build`](ConfigBuilder::build) is the
-//! one place a configuration is assembled (its checks: `validate/`).
+//! Building a [`Config`](super::Config) in code, and the model a TOML file
+//! deserialises into: [`ConfigBuilder`]'s fields are the file's tables,
+//! and its methods set them. [`build`](ConfigBuilder::build) compiles it,
+//! checking everything (`validate/`), into the runtime's `Config`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
 
-use super::parts::{LimitConfig, RouteConfig};
-use super::redis::{RedisSettings, RedisSpans};
+use super::de;
+use super::limit::LimitConfig;
+use super::numbers::Numbers;
 use super::regions::RegionsConfig;
-use super::validate::Span;
+use super::route::{self, RouteConfig};
+use super::sections::{self, Breaker, Escalation, Fleet, Headers, Keys, Memory, PlanCache, Redis};
 use super::BreakerConfig;
-use super::{Heartbeat, Hidden};
+use super::Hidden;
 use crate::key::{ClientIpRules, ForwardedHeader};
 use crate::shed::SheddingConfig;
 
@@ -30,86 +35,71 @@ use crate::shed::SheddingConfig;
 /// assert_eq!(cfg.deadline(), Duration::from_millis(5));
 /// # Ok::<(), fleetlimit::ConfigError>(())
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[must_use]
 pub struct ConfigBuilder {
-    pub(super) redis: Option<RedisSettings>,
-    pub(super) deadline: Option<Duration>,
-    pub(super) key_prefix: Option<String>,
-    pub(super) closed_retry_after: Option<Duration>,
-    pub(super) refused_cache_keys: Option<usize>,
-    pub(super) fleet_size: Option<u32>,
-    pub(super) memory_max_keys: Option<usize>,
+    #[serde(default, deserialize_with = "sections::redis")]
+    pub(super) redis: Redis,
+    #[serde(default)]
+    pub(super) fleet: Fleet,
+    #[serde(default)]
     pub(super) client_ip: ClientIpRules,
+    #[serde(default)]
+    pub(super) memory: Memory,
+    #[serde(default)]
+    pub(super) breaker: Breaker,
+    #[serde(default)]
+    pub(super) keys: Keys,
+    /// In the order added (a file's: sorted by name).
+    #[serde(default, deserialize_with = "de::sorted")]
     pub(super) limits: Vec<(String, LimitConfig)>,
-    pub(super) routes: Vec<(String, RouteConfig)>,
+    /// `[plans.<plan>.<limit>]`, from a file (code gives a limit its plans).
+    #[serde(default)]
+    pub(super) plans: BTreeMap<String, BTreeMap<String, Numbers>>,
+    /// Key (callers' API keys among them) and plan.
+    #[serde(default, deserialize_with = "plan_assignments")]
+    pub(super) plan_assignments: Hidden<Vec<(String, String)>>,
+    #[serde(default)]
+    pub(super) plan_cache: PlanCache,
+    #[serde(default)]
+    pub(super) routes: Vec<RouteConfig>,
+    /// The policy of routes not listed.
+    #[serde(default, rename = "default", deserialize_with = "route::default_route")]
     pub(super) default_route: Option<RouteConfig>,
-    /// Key (callers' API keys among them), plan, and where it was written.
-    pub(super) plan_assignments: Hidden<Vec<(String, String, Span)>>,
-    pub(super) plan_cache_ttl: Option<Duration>,
-    pub(super) plan_cache_keys: Option<usize>,
-    pub(super) breaker: BreakerConfig,
-    /// Set: checked against the deadline; unset: derived from it.
-    pub(super) breaker_window: Option<Duration>,
-    pub(super) heartbeat: Option<Heartbeat>,
-    pub(super) key_secret: Option<SecretSource>,
-    /// Most requests held by `on_exceed = "delay"` at once, per instance.
-    pub(super) max_delayed: Option<usize>,
-    /// Where the TOML wrote each setting (nothing for code).
-    pub(super) at: Spans,
+    #[serde(default)]
+    pub(super) escalation: Escalation,
     /// Load shedding (`None`: off).
     pub(super) shedding: Option<SheddingConfig>,
-    pub(super) header_style: Option<crate::HeaderStyle>,
-    /// The challenge of a missing key's 401.
-    pub(super) www_authenticate: Option<String>,
+    #[serde(default)]
+    pub(super) headers: Headers,
     /// `[regions]` (`None`: one region).
     pub(super) regions: Option<RegionsConfig>,
-}
-
-/// Where the key secret comes from.
-#[derive(Clone, Debug)]
-pub(super) enum SecretSource {
-    /// Given in code.
-    Code(Hidden<Vec<u8>>),
-    /// Read from this environment variable when built.
-    Env(String),
-}
-
-/// The TOML text and where in it the builder's settings were written, so
-/// errors found by `build` point at them.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Spans {
+    /// The file's text, where `build` finds the places of its errors.
     /// Hidden: it may hold callers' API keys (`[plan_assignments]`).
+    #[serde(skip)]
     pub(super) src: Hidden<String>,
-    pub(super) redis: RedisSpans,
-    pub(super) deadline: Span,
-    pub(super) closed_retry_after: Span,
-    pub(super) key_prefix: Span,
-    pub(super) secret_env: Span,
-    pub(super) www_authenticate: Span,
-    pub(super) fleet_size: Span,
-    pub(super) heartbeat: Span,
-    pub(super) dead_after: Span,
-    pub(super) breaker_failures: Span,
-    pub(super) breaker_window: Span,
-    pub(super) breaker_cool_off: Span,
-    pub(super) breaker_probes: Span,
-    pub(super) ipv6_prefix: Span,
-    pub(super) memory_max_keys: Span,
-    pub(super) plan_cache_keys: Span,
-    pub(super) max_delayed: Span,
-    pub(super) shedding: super::shedding::SheddingSpans,
-    pub(super) regions: super::regions::RegionsSpans,
+}
+
+fn plan_assignments<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Hidden<Vec<(String, String)>>, D::Error> {
+    de::sorted(d).map(Hidden)
 }
 
 impl ConfigBuilder {
-    fn redis(&mut self) -> &mut RedisSettings {
-        self.redis.get_or_insert_with(RedisSettings::default)
+    /// The Redis store's settings: setting one means Redis (at the default
+    /// URL until one is given).
+    fn redis(&mut self) -> &mut Redis {
+        let r = &mut self.redis;
+        r.url
+            .get_or_insert_with(|| super::RedisSettings::default().url);
+        r
     }
 
     /// Use Redis at `url`.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
-        self.redis().url = url.into();
+        self.redis.url = Some(url.into());
         self
     }
 
@@ -135,20 +125,20 @@ impl ConfigBuilder {
 
     /// Connections in the fred pool (default 4).
     pub fn pool_size(mut self, n: usize) -> Self {
-        self.redis().pool_size = n;
+        self.redis().pool_size = Some(n);
         self
     }
 
     /// How long connecting to Redis may take (default 2 s).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.redis().connect_timeout = d;
+        self.redis().connect_timeout = Some(d);
         self
     }
 
     /// Whether checks in flight together share one script call (default
     /// true; a cluster never coalesces).
     pub fn coalesce(mut self, on: bool) -> Self {
-        self.redis().coalesce = on;
+        self.redis().coalesce = Some(on);
         self
     }
 
@@ -163,37 +153,37 @@ impl ConfigBuilder {
 
     /// The per-check deadline (default 5 ms).
     pub fn deadline(mut self, d: Duration) -> Self {
-        self.deadline = Some(d);
+        self.redis.deadline = Some(d);
         self
     }
 
     /// The Redis key prefix (default `rl`).
     pub fn key_prefix(mut self, p: impl Into<String>) -> Self {
-        self.key_prefix = Some(p.into());
+        self.redis.key_prefix = Some(p.into());
         self
     }
 
     /// The `Retry-After` of a `closed` route's 503 (default 1 s).
     pub fn closed_retry_after(mut self, d: Duration) -> Self {
-        self.closed_retry_after = Some(d);
+        self.redis.closed_retry_after = Some(d);
         self
     }
 
     /// Most keys the refused-key cache holds (default 10 000; 0: off).
     pub fn refused_cache_keys(mut self, n: usize) -> Self {
-        self.refused_cache_keys = Some(n);
+        self.redis.refused_cache_keys = Some(n);
         self
     }
 
     /// N for the `local` fallback.
     pub fn fleet_size(mut self, n: u32) -> Self {
-        self.fleet_size = Some(n);
+        self.fleet.size = Some(n);
         self
     }
 
     /// Most keys the in-process store holds.
     pub fn memory_max_keys(mut self, n: usize) -> Self {
-        self.memory_max_keys = Some(n);
+        self.memory.max_keys = Some(n);
         self
     }
 
@@ -222,7 +212,10 @@ impl ConfigBuilder {
 
     /// Adds a route (an axum route template such as `/users/{id}`).
     pub fn route(mut self, path: impl Into<String>, route: RouteConfig) -> Self {
-        self.routes.push((path.into(), route));
+        self.routes.push(RouteConfig {
+            path: path.into(),
+            ..route
+        });
         self
     }
 
@@ -234,28 +227,28 @@ impl ConfigBuilder {
 
     /// Puts the caller with this key (API key, account) on `plan`.
     pub fn assign_plan(mut self, key: impl Into<String>, plan: impl Into<String>) -> Self {
-        self.plan_assignments
-            .0
-            .push((key.into(), plan.into(), None));
+        self.plan_assignments.0.push((key.into(), plan.into()));
         self
     }
 
     /// How long a resolved plan is cached per key (default 5 s).
     pub fn plan_cache_ttl(mut self, ttl: Duration) -> Self {
-        self.plan_cache_ttl = Some(ttl);
+        self.plan_cache.ttl = Some(ttl);
         self
     }
 
     /// Most keys whose resolved plan is cached (default 10 000).
     pub fn plan_cache_keys(mut self, n: usize) -> Self {
-        self.plan_cache_keys = Some(n);
+        self.plan_cache.max_keys = Some(n);
         self
     }
 
     /// The circuit breaker's settings.
     pub fn breaker(mut self, b: BreakerConfig) -> Self {
-        self.breaker = b;
-        self.breaker_window = Some(b.window);
+        self.breaker = Breaker {
+            settings: b,
+            window_given: true,
+        };
         self
     }
 
@@ -265,20 +258,24 @@ impl ConfigBuilder {
     /// set: a built-in secret derived from the key prefix, which keeps raw
     /// API keys out of Redis but is not secret.
     pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
-        self.key_secret = Some(SecretSource::Code(Hidden(secret.as_ref().to_vec())));
+        self.keys.secret = Some(Hidden(secret.as_ref().to_vec()));
+        self.keys.secret_env = None;
         self
     }
 
     /// The key secret from environment variable `name`, read by
     /// [`build`](Self::build) (`[keys] secret_env` in TOML).
     pub fn key_secret_env(mut self, name: impl Into<String>) -> Self {
-        self.key_secret = Some(SecretSource::Env(name.into()));
+        self.keys.secret_env = Some(name.into());
+        self.keys.secret = None;
         self
     }
 
     /// Discover the fleet size by heartbeats in Redis.
     pub fn heartbeat(mut self, every: Duration, dead_after: Duration) -> Self {
-        self.heartbeat = Some(Heartbeat { every, dead_after });
+        self.fleet.discover = true;
+        self.fleet.heartbeat = Some(every);
+        self.fleet.dead_after = Some(dead_after);
         self
     }
 
@@ -286,7 +283,7 @@ impl ConfigBuilder {
     /// once on this instance (default 100; `[escalation] max_delayed` in
     /// TOML): beyond it, a request that would be delayed is challenged instead.
     pub fn max_delayed(mut self, n: usize) -> Self {
-        self.max_delayed = Some(n);
+        self.escalation.max_delayed = Some(n);
         self
     }
 
@@ -294,7 +291,7 @@ impl ConfigBuilder {
     /// [`HeaderStyle::Legacy`](crate::HeaderStyle::Legacy): `X-RateLimit-*`
     /// only; `[headers] style` in TOML).
     pub fn header_style(mut self, style: crate::HeaderStyle) -> Self {
-        self.header_style = Some(style);
+        self.headers.style = Some(style);
         self
     }
 
@@ -303,7 +300,7 @@ impl ConfigBuilder {
     /// parameters, e.g. `Bearer realm="api"`. Default `ApiKey`;
     /// `[keys] www_authenticate` in TOML. Checked by [`build`](Self::build).
     pub fn www_authenticate(mut self, challenge: impl Into<String>) -> Self {
-        self.www_authenticate = Some(challenge.into());
+        self.keys.www_authenticate = Some(challenge.into());
         self
     }
 

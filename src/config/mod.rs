@@ -1,24 +1,27 @@
-//! Configuration: the TOML schema, a builder for code, and their checks.
-//!
-//! Two front doors, one assembly: a TOML file is parsed (`schema.rs`) and
-//! lowered (`lower.rs`) into a [`ConfigBuilder`], keeping where each setting
-//! was written; [`ConfigBuilder::build`] checks everything and assembles the
-//! [`Config`], its errors placed in the file when there is one.
+//! Configuration: one model, which a TOML file deserialises into and code
+//! builds ([`ConfigBuilder`] and its parts: [`LimitConfig`],
+//! [`RouteConfig`], [`BreakerConfig`], [`RegionsConfig`], the smaller
+//! tables in `sections.rs`); [`ConfigBuilder::build`] checks it
+//! (`validate/`) and compiles it once into the runtime's [`Config`]. An
+//! error found after the file was read is placed in it by the setting's
+//! path (`place.rs`).
 //!
 //! The schema is documented on [`Config`].
 
 mod build;
 mod builder;
+pub(crate) mod de;
 mod error;
-mod lower;
-mod parts;
+mod limit;
+mod numbers;
 #[cfg(feature = "tls")]
 pub(crate) mod pem;
+mod place;
 mod redis;
 pub(crate) mod redis_url;
 mod regions;
-mod schema;
-mod shedding;
+mod route;
+mod sections;
 mod units;
 mod validate;
 
@@ -32,11 +35,13 @@ use http::Method;
 
 pub use builder::ConfigBuilder;
 pub use error::ConfigError;
-pub use parts::{BreakerConfig, LimitConfig, RouteConfig};
+pub use limit::LimitConfig;
 pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
 pub(crate) use regions::Regions;
 pub use regions::RegionsConfig;
+pub use route::RouteConfig;
+pub use sections::BreakerConfig;
 pub use units::{format_duration, parse_duration, ParseUnitError, Rate};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::{FailurePolicy, OnMissing};
@@ -218,9 +223,10 @@ const DEFAULT_MAX_DELAYED: usize = 100;
 impl Config {
     /// Parses and validates a TOML configuration.
     pub fn from_toml_str(source: &str) -> Result<Self, ConfigError> {
-        let raw: schema::RawConfig = toml::from_str(source)
+        let mut model: ConfigBuilder = toml::from_str(source)
             .map_err(|e| ConfigError::at(source, e.span(), error::toml_message(e.message())))?;
-        lower::lower(raw, source)?.build()
+        model.src = Hidden(source.to_owned());
+        model.build()
     }
 
     /// Reads, parses and validates a TOML configuration file; errors name
@@ -238,7 +244,7 @@ impl Config {
     /// Whether no request is limited: no `[[routes]]` entry and no
     /// `[default]` names a limit (an empty or truncated file, say).
     /// `fleetlimit check-config` warns about it, and a reload to it is
-    /// refused unless forced ([`ReloadOptions`](crate::ReloadOptions)).
+    /// refused unless forced ([`ReloadHandle::force`](crate::reload::ReloadHandle::force)).
     ///
     /// ```
     /// use fleetlimit::Config;
@@ -305,7 +311,7 @@ impl Config {
     pub fn try_with_redis_url(self, url: impl Into<String>) -> Result<Self, ConfigError> {
         let mut redis = self.redis.clone().unwrap_or_default();
         redis.url = url.into();
-        validate::Validator::new("").redis(&redis, &redis::RedisSpans::default())?;
+        validate::Validator::new("").redis(&redis)?;
         Ok(Self {
             redis: Some(redis),
             ..self

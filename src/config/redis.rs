@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::redis_url::redact_url;
-use super::validate::Span;
 
 /// Settings of the Redis store.
 #[derive(Clone)]
@@ -54,17 +53,4 @@ impl Default for RedisSettings {
             tls_client_key: None,
         }
     }
-}
-
-/// Where the `[redis]` fields were written, for the errors of
-/// [`Validator::redis`](super::validate::Validator::redis).
-#[derive(Clone, Debug, Default)]
-pub(super) struct RedisSpans {
-    pub(super) url: Span,
-    pub(super) ca_file: Span,
-    pub(super) client_cert: Span,
-    pub(super) client_key: Span,
-    pub(super) pool_size: Span,
-    pub(super) connect_timeout: Span,
-    pub(super) batch_window: Span,
 }

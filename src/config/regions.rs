@@ -1,22 +1,23 @@
-//! `[regions]` and a limit's `scope = "global"`: the builder's types
-//! ([`RegionsConfig`], [`LimitConfig::global`](super::LimitConfig::global))
-//! and their lowering from TOML; their checks are `validate/regions.rs`'s,
-//! what they become [`Regions`] and `crate::route::Global`, which
+//! `[regions]`: [`RegionsConfig`], which the file deserialises into and
+//! code builds; its checks are `validate/regions.rs`'s, what it becomes
+//! [`Regions`] (and a global limit's `crate::route::Global`), which
 //! `crate::region` decides with.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toml::Spanned;
+use serde::Deserialize;
 
+use super::de;
 use super::redis_url::redact_url;
-use super::schema::{Pairs, RawRegions};
-use super::validate::{fields, Span};
-use super::{units, ConfigError};
 
 /// How often quotas move between regions when `interval` is not given.
-pub(super) const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+
+fn default_interval() -> Duration {
+    DEFAULT_INTERVAL
+}
 
 /// Regions, for limits decided across regions that each keep their own
 /// Redis (`[regions]` in TOML; [`ConfigBuilder::regions`](super::ConfigBuilder::regions)):
@@ -44,22 +45,20 @@ pub(super) const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 /// # #[cfg(feature = "redis")]
 /// assert!(cfg.is_ok(), "{cfg:?}");
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[must_use]
 pub struct RegionsConfig {
-    pub(super) this: ThisRegion,
-    /// Each region and its exchange URL, in the order given.
-    pub(super) regions: Vec<(String, String)>,
+    /// This instance's region, named (`this`) or in an environment
+    /// variable read by `build` (`this_env`): one of them.
+    pub(super) this: Option<String>,
+    pub(super) this_env: Option<String>,
+    #[serde(default = "default_interval", deserialize_with = "de::duration")]
     pub(super) interval: Duration,
-}
-
-/// Where this instance's region is named.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum ThisRegion {
-    /// In the configuration (`this`).
-    Name(String),
-    /// In this environment variable, read by `build` (`this_env`).
-    Env(String),
+    /// `[regions.exchange]`: each region and its exchange URL, in the
+    /// order given.
+    #[serde(default, rename = "exchange", deserialize_with = "de::pairs")]
+    pub(super) regions: Vec<(String, String)>,
 }
 
 // By hand: exchange URLs may carry passwords, and `{:?}` ends up in logs.
@@ -72,6 +71,7 @@ impl fmt::Debug for RegionsConfig {
             .collect();
         f.debug_struct("RegionsConfig")
             .field("this", &self.this)
+            .field("this_env", &self.this_env)
             .field("regions", &regions)
             .field("interval", &self.interval)
             .finish()
@@ -82,7 +82,7 @@ impl RegionsConfig {
     /// This instance is in region `this` (`this = "eu"` in TOML), which
     /// must be one of the [`region`](Self::region)s.
     pub fn new(this: impl Into<String>) -> Self {
-        Self::with(ThisRegion::Name(this.into()))
+        Self::with(Some(this.into()), None)
     }
 
     /// This instance's region is the value of environment variable `var`,
@@ -101,12 +101,13 @@ impl RegionsConfig {
     /// assert!(err.unwrap_err().message().contains("is not set"));
     /// ```
     pub fn from_env(var: impl Into<String>) -> Self {
-        Self::with(ThisRegion::Env(var.into()))
+        Self::with(None, Some(var.into()))
     }
 
-    fn with(this: ThisRegion) -> Self {
+    fn with(this: Option<String>, this_env: Option<String>) -> Self {
         Self {
             this,
+            this_env,
             regions: Vec::new(),
             interval: DEFAULT_INTERVAL,
         }
@@ -125,109 +126,6 @@ impl RegionsConfig {
         self.interval = interval;
         self
     }
-}
-
-/// A limit's `scope = "global"`: how its shares start.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum Split {
-    /// Equal shares (no `split`).
-    Equal,
-    /// A weight per region named (`split`), in the order given; regions
-    /// not named start with nothing.
-    Weights(Vec<(String, f64)>),
-}
-
-/// Where `[regions]`'s settings were written.
-#[derive(Clone, Debug, Default)]
-pub(super) struct RegionsSpans {
-    /// The `[regions]` table.
-    pub(super) table: Span,
-    pub(super) this: Span,
-    pub(super) this_env: Span,
-    pub(super) interval: Span,
-    /// The `[regions.exchange]` table.
-    pub(super) exchange: Span,
-    /// Each region's name and URL, in order.
-    pub(super) names: Vec<Span>,
-    pub(super) links: Vec<Span>,
-}
-
-impl RegionsSpans {
-    /// What a region-wide error points at: `this` or `this_env` when
-    /// written, else the table.
-    pub(super) fn this(&self) -> Span {
-        (self.this.clone())
-            .or_else(|| self.this_env.clone())
-            .or_else(|| self.table.clone())
-    }
-}
-
-/// Where a limit's `scope` and `split` were written.
-#[derive(Clone, Debug, Default)]
-pub(super) struct GlobalSpans {
-    pub(super) scope: Span,
-    pub(super) split: Span,
-    /// Each `split` entry's region name and weight, in order.
-    pub(super) names: Vec<Span>,
-    pub(super) weights: Vec<Span>,
-}
-
-fn span<T>(v: &Option<Spanned<T>>) -> Span {
-    v.as_ref().map(Spanned::span)
-}
-
-/// The settings a `[regions]` table says, defaults filled in.
-pub(super) fn lower(
-    src: &str,
-    raw: &Spanned<RawRegions>,
-) -> Result<(RegionsConfig, RegionsSpans), ConfigError> {
-    let table = Some(raw.span());
-    let raw = raw.get_ref();
-    let this = match (&raw.this, &raw.this_env) {
-        (Some(t), None) => ThisRegion::Name(t.get_ref().clone()),
-        (None, Some(e)) => ThisRegion::Env(e.get_ref().clone()),
-        (Some(_), Some(e)) => return Err(fields::this_region(src, Some(e.span()), true)),
-        (None, None) => return Err(fields::this_region(src, table, false)),
-    };
-    let mut cfg = RegionsConfig::with(this);
-    if let Some(d) = &raw.interval {
-        cfg.interval = units::parse_duration(d.get_ref())
-            .map_err(|e| ConfigError::at(src, Some(d.span()), e.to_string()))?;
-    }
-    let mut spans = RegionsSpans {
-        table: table.clone(),
-        this: span(&raw.this),
-        this_env: span(&raw.this_env),
-        interval: span(&raw.interval),
-        exchange: span(&raw.exchange).or(table),
-        names: Vec::new(),
-        links: Vec::new(),
-    };
-    if let Some(exchange) = &raw.exchange {
-        for (name, url) in &exchange.get_ref().0 {
-            cfg.regions
-                .push((name.get_ref().clone(), url.get_ref().clone()));
-            spans.names.push(Some(name.span()));
-            spans.links.push(Some(url.span()));
-        }
-    }
-    Ok((cfg, spans))
-}
-
-/// A limit's `split`, with where each entry was written.
-pub(super) fn split(raw: &Spanned<Pairs<f64>>) -> (Split, GlobalSpans) {
-    let mut spans = GlobalSpans {
-        split: Some(raw.span()),
-        ..GlobalSpans::default()
-    };
-    let weights = (raw.get_ref().0.iter())
-        .map(|(name, w)| {
-            spans.names.push(Some(name.span()));
-            spans.weights.push(Some(w.span()));
-            (name.get_ref().clone(), *w.get_ref())
-        })
-        .collect();
-    (Split::Weights(weights), spans)
 }
 
 /// `[regions]` after validation.

@@ -356,7 +356,7 @@ fn the_builders_new_options_are_checked_as_in_toml() {
     );
 }
 
-/// What only a file can write wrong (`validate/fields.rs`) and the
+/// What only a file can write wrong (`build.rs`, `validate/limit.rs`) and the
 /// settings `validate/settings.rs` and `validate/shedding.rs` check: each
 /// error at the value that is wrong, in the same words wherever it was
 /// raised before.

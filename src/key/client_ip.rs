@@ -10,7 +10,8 @@ use ipnet::IpNet;
 /// Which header a trusted proxy writes the client chain into.
 ///
 /// ```
-/// use fleetlimit::{Config, ForwardedHeader};
+/// use fleetlimit::configuration::ForwardedHeader;
+/// use fleetlimit::Config;
 ///
 /// let cfg = Config::builder()
 ///     .trusted_proxies(["10.0.0.0/8".parse()?], ForwardedHeader::Forwarded)
@@ -28,9 +29,19 @@ pub enum ForwardedHeader {
 }
 
 /// Rules for finding a request's client IP.
-#[derive(Clone, Debug, PartialEq)]
+/// `[client_ip]` in TOML.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct ClientIpRules {
+    #[serde(
+        rename = "trusted_proxies",
+        deserialize_with = "crate::config::de::proxies"
+    )]
     pub(crate) trusted: Vec<IpNet>,
+    #[serde(
+        rename = "forwarded_header",
+        deserialize_with = "crate::config::de::forwarded_header"
+    )]
     pub(crate) header: ForwardedHeader,
     pub(crate) ipv6_prefix: u8,
 }

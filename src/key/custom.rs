@@ -1,6 +1,6 @@
 //! Keys the application computes: a limit keyed `custom:<name>` asks the
 //! [`KeyExtractor`] registered under that name
-//! ([`RateLimitLayerBuilder::key_fn`](crate::RateLimitLayerBuilder::key_fn)),
+//! ([`RateLimitLayerBuilder::key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)),
 //! which answers a [`KeyAnswer`].
 
 use std::borrow::Cow;
@@ -127,9 +127,9 @@ impl<'r, T: Into<KeyAnswer<'r>>> From<Option<T>> for KeyAnswer<'r> {
 }
 
 /// Finds the key of a limit keyed `custom:<name>` in a request (registered
-/// with [`RateLimitLayerBuilder::key_extractor`](crate::RateLimitLayerBuilder::key_extractor);
+/// with [`RateLimitLayerBuilder::key_extractor`](crate::layer::RateLimitLayerBuilder::key_extractor);
 /// a closure is one too, see
-/// [`key_fn`](crate::RateLimitLayerBuilder::key_fn)).
+/// [`key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)).
 ///
 /// It runs on the request path, synchronously, in the layer's `call`,
 /// before anything is counted: keep it quick, and never block (no I/O, no

@@ -45,7 +45,7 @@ impl Account {
 /// limit's name.
 ///
 /// ```
-/// use fleetlimit::KeySource;
+/// use fleetlimit::configuration::KeySource;
 ///
 /// assert_eq!("header:x-api-key".parse::<KeySource>()?, KeySource::header("x-api-key"));
 /// assert_eq!("ip".parse::<KeySource>()?, KeySource::ClientIp);
@@ -70,7 +70,7 @@ pub enum KeySource {
     IpAndAccount(Option<HeaderName>),
     /// A key the application computes from the request: the
     /// [`KeyExtractor`](crate::KeyExtractor) registered under this name
-    /// with [`RateLimitLayerBuilder::key_fn`](crate::RateLimitLayerBuilder::key_fn)
+    /// with [`RateLimitLayerBuilder::key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)
     /// (a tenant from a verified token's claims, a path parameter...).
     /// The name is 1 to 64 letters, digits, `-`, `_` or `.`; a layer built
     /// without an extractor of that name is an error

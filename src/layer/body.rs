@@ -13,13 +13,14 @@ pin_project! {
     ///
     /// ```
     /// use axum::{body::Body, routing::get, Router};
-    /// use fleetlimit::{Config, RateLimitLayer, ResponseBody};
+    /// use fleetlimit::layer::ResponseBody;
+    /// use fleetlimit::{Config, RateLimitLayer};
     /// use http_body_util::BodyExt;
     /// use tower::{Layer, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
+    /// let layer = RateLimitLayer::new(Config::builder().build()?).await?;
     /// let service = layer.layer(Router::new().route("/", get(|| async { "ok" })));
     /// let response: http::Response<ResponseBody<Body>> =
     ///     service.oneshot(http::Request::new(Body::empty())).await?;

@@ -1,10 +1,10 @@
 //! [`RateLimitLayerBuilder`]: a layer with its store, plans, costs, keys,
 //! load signal and refusal hook, and the tasks it starts beside requests.
 
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
 
-use super::BuildError;
-use super::RateLimitLayer;
 use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
@@ -13,52 +13,80 @@ use crate::shed::LoadSignal;
 #[cfg(feature = "redis")]
 use crate::store::RedisStore;
 use crate::store::{MemoryStore, Store, StoreError};
+use crate::{BuildError, RateLimitLayer};
 use crate::{KeyAnswer, KeyExtractor, RequestRef};
 
 impl RateLimitLayer {
-    /// Builds the layer on the store the configuration names: Redis when it
-    /// has a `[redis]` section (or came from [`Config::try_with_redis_url`]),
-    /// otherwise in-process buckets.
+    /// The layer on the store the configuration names: Redis when it has a
+    /// `[redis]` section (or came from [`Config::try_with_redis_url`]),
+    /// otherwise in-process buckets. Await it, or first give it a plan
+    /// resolver, computed costs, custom keys, a load signal or a refusal
+    /// hook ([`RateLimitLayerBuilder`]).
     ///
     /// A Redis that is down at start-up is not an error: the pool keeps
     /// reconnecting and routes use their failure policy meanwhile. Only an
     /// unusable Redis URL is ([`BuildError::Store`]), and a limit keyed by a
-    /// custom key, whose extractor only the [builder](Self::builder) can
-    /// take ([`BuildError::Config`]).
-    pub async fn new(config: Config) -> Result<Self, BuildError> {
-        Self::builder(config).build().await
-    }
-
-    /// A builder for a plan resolver, computed costs, custom keys or a store
-    /// of your own.
-    pub fn builder(config: Config) -> RateLimitLayerBuilder {
+    /// custom key no [`key_fn`](RateLimitLayerBuilder::key_fn) was given
+    /// for ([`BuildError::Config`], checked before anything connects).
+    ///
+    /// ```
+    /// use fleetlimit::{Config, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cfg = Config::builder().build()?;
+    /// let layer = RateLimitLayer::new(cfg.clone()).await?;
+    /// let with_plans = RateLimitLayer::new(cfg)
+    ///     .plan_resolver(|_key: String| async { Ok(Some("pro".to_owned())) })
+    ///     .await?;
+    /// # let _ = (layer, with_plans);
+    /// # Ok(()) }
+    /// ```
+    // The builder awaits into the layer: `RateLimitLayer::new(cfg).await`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(config: Config) -> RateLimitLayerBuilder {
         RateLimitLayerBuilder {
             config,
             store: None,
             extras: Extras::none(),
         }
     }
+
+    /// The layer on a store of your own, or on a [`MemoryStore`] or
+    /// [`RedisStore`](crate::store::RedisStore) you made, whatever the
+    /// configuration says of Redis: await it, after the builder's other
+    /// settings if any. Its failures follow each route's `on_redis_error`
+    /// policy. It starts no task beside requests (no reset listener:
+    /// `fleetlimit reset` reaches its refused-key cache only at each
+    /// refusal's `Retry-After`; build with [`new`](Self::new) for
+    /// fleet-wide resets), so it needs no runtime of tokio's: a
+    /// [`MemoryStore`] given here is the in-process store, decided on
+    /// directly.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use fleetlimit::store::MemoryStore;
+    /// use fleetlimit::{Config, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cfg = Config::builder().build()?;
+    /// let layer = RateLimitLayer::with_store(cfg, Arc::new(MemoryStore::new(10_000))).await?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_store(config: Config, store: Arc<dyn Store>) -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder {
+            store: Some(store),
+            ..Self::new(config)
+        }
+    }
 }
 
-/// Builds a [`RateLimitLayer`] with a plan resolver, computed costs, custom
-/// keys or a store of your own.
-///
-/// ```
-/// use std::sync::Arc;
-/// use fleetlimit::store::MemoryStore;
-/// use fleetlimit::{Config, RateLimitLayer};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let cfg = Config::builder().build()?;
-/// let layer = RateLimitLayer::builder(cfg)
-///     .store(Arc::new(MemoryStore::new(10_000)))
-///     .build()
-///     .await?;
-/// # let _ = layer;
-/// # Ok(()) }
-/// ```
-#[must_use]
+/// A [`RateLimitLayer`] being made ([`RateLimitLayer::new`],
+/// [`RateLimitLayer::with_store`]), with a plan resolver, computed costs,
+/// custom keys, a load signal or a refusal hook: await it for the layer.
+#[must_use = "await it for the layer"]
 pub struct RateLimitLayerBuilder {
     config: Config,
     store: Option<Arc<dyn Store>>,
@@ -78,12 +106,6 @@ impl std::fmt::Debug for RateLimitLayerBuilder {
 }
 
 impl RateLimitLayerBuilder {
-    /// Decide on this store instead of the one the configuration names.
-    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
     /// Look callers' plans up with `resolver` (cached per key for the
     /// configuration's `[plan_cache] ttl`).
     pub fn plan_resolver(mut self, resolver: impl PlanResolver) -> Self {
@@ -100,7 +122,7 @@ impl RateLimitLayerBuilder {
     /// ```
     /// # use fleetlimit::{Config, RateLimitLayer};
     /// # async fn f(cfg: Config) -> Result<(), fleetlimit::BuildError> {
-    /// let layer = RateLimitLayer::builder(cfg)
+    /// let layer = RateLimitLayer::new(cfg)
     ///     .cost_fn("/search", |req| {
     ///         // ?pages=N costs N.
     ///         req.uri()
@@ -109,7 +131,6 @@ impl RateLimitLayerBuilder {
     ///             .and_then(|n| n.parse().ok())
     ///             .unwrap_or(1)
     ///     })
-    ///     .build()
     ///     .await?;
     /// # Ok(()) }
     /// ```
@@ -156,11 +177,10 @@ impl RateLimitLayerBuilder {
     ///     [default]
     ///     limits = ["per-tenant"]
     /// "#)?;
-    /// let layer = RateLimitLayer::builder(cfg)
+    /// let layer = RateLimitLayer::new(cfg)
     ///     .key_fn("tenant", |req: &RequestRef<'_>| -> KeyAnswer<'_> {
     ///         req.extensions().get::<Tenant>().map(|t| t.0.clone()).into()
     ///     })
-    ///     .build()
     ///     .await?;
     /// let app = Router::new().route("/", get(|| async { "ok" })).layer(layer);
     ///
@@ -198,16 +218,16 @@ impl RateLimitLayerBuilder {
     /// ```
     /// # use std::sync::atomic::{AtomicU32, Ordering};
     /// # use std::sync::Arc;
-    /// # use fleetlimit::{Config, RateLimitLayer, SheddingConfig};
+    /// # use fleetlimit::shed::SheddingConfig;
+    /// # use fleetlimit::{Config, RateLimitLayer};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let cfg = Config::builder().shedding(SheddingConfig::default()).build()?;
     /// // Kept up to date by the code that calls the search cluster.
     /// let queued = Arc::new(AtomicU32::new(0));
     /// let seen = Arc::clone(&queued);
-    /// let layer = RateLimitLayer::builder(cfg)
+    /// let layer = RateLimitLayer::new(cfg)
     ///     .load_signal(move || f64::from(seen.load(Ordering::Relaxed)) / 500.0)
-    ///     .build()
     ///     .await?;
     /// # let _ = layer;
     /// # Ok(()) }
@@ -236,7 +256,7 @@ impl RateLimitLayerBuilder {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::builder(Config::builder().build()?)
+    /// let layer = RateLimitLayer::new(Config::builder().build()?)
     ///     .on_refusal(|r| {
     ///         let status = r.default_response().status();
     ///         match r.reason() {
@@ -248,7 +268,6 @@ impl RateLimitLayerBuilder {
     ///             _ => r.into_default_response(),
     ///         }
     ///     })
-    ///     .build()
     ///     .await?;
     /// # let _ = layer;
     /// # Ok(()) }
@@ -262,7 +281,7 @@ impl RateLimitLayerBuilder {
     }
 
     /// Connects (see [`RateLimitLayer::new`]) and builds the layer. On
-    /// Redis it also starts the reset listener (a connection of its own,
+    /// the configuration's Redis it also starts the reset listener (a connection of its own,
     /// subscribed to `<key_prefix>:reset`, so `fleetlimit reset` reaches
     /// this instance's refused-key cache and leases), and with
     /// `[fleet] discover = true` the heartbeat task, and with `[shedding]`
@@ -274,7 +293,7 @@ impl RateLimitLayerBuilder {
     /// key no [`key_fn`](Self::key_fn) was registered for (checked before
     /// anything connects), with [`BuildError::Store`] on an unusable Redis
     /// URL.
-    pub async fn build(self) -> Result<RateLimitLayer, BuildError> {
+    async fn build(self) -> Result<RateLimitLayer, BuildError> {
         let cfg = self.config;
         check(&cfg, &self.extras)?;
         cfg.check_global_store(self.store.is_none() && cfg.redis.is_some())?;
@@ -283,11 +302,8 @@ impl RateLimitLayerBuilder {
         let store: Arc<dyn Store> = match (self.store, &cfg.redis) {
             (Some(s), _) => s,
             #[cfg(feature = "redis")]
-            (None, Some(r)) => {
-                let s = RedisStore::connect_with(r, r.pool_size, cfg.deadline)
-                    .await?
-                    .with_coalescing(r.coalesce)
-                    .with_batch_window(r.batch_window);
+            (None, Some(_)) => {
+                let s = RedisStore::connect(&cfg).await?;
                 redis = Some(s.clone());
                 Arc::new(s)
             }
@@ -318,10 +334,19 @@ impl RateLimitLayerBuilder {
     }
 }
 
-/// What every way of making a layer checks of its configuration against
-/// what it was given, before anything connects: a limit keyed by a custom
-/// key needs its extractor (`in_memory` and `with_store` have none).
-pub(super) fn check(cfg: &Config, extras: &Extras) -> Result<(), BuildError> {
+impl IntoFuture for RateLimitLayerBuilder {
+    type Output = Result<RateLimitLayer, BuildError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.build())
+    }
+}
+
+/// What a layer's configuration is checked against what it was given,
+/// before anything connects: a limit keyed by a custom key needs its
+/// extractor.
+fn check(cfg: &Config, extras: &Extras) -> Result<(), BuildError> {
     cfg.check_custom_keys(|name| extras.key_fns.contains_key(name))?;
     for name in extras.key_fns.keys() {
         if !cfg.uses_custom_key(name) {

@@ -5,7 +5,7 @@ use std::fmt;
 use crate::{ConfigError, StoreError};
 
 /// Why [`RateLimitLayer::new`](crate::RateLimitLayer::new) or
-/// [`RateLimitLayerBuilder::build`](crate::RateLimitLayerBuilder::build)
+/// [`RateLimitLayerBuilder`](crate::layer::RateLimitLayerBuilder)
 /// failed: the configuration does not fit what the builder was given, or
 /// the store cannot be used.
 ///

@@ -20,12 +20,13 @@ pin_project! {
     ///
     /// ```
     /// use axum::{body::Body, routing::get, Router};
-    /// use fleetlimit::{Config, RateLimitLayer, ResponseFuture};
+    /// use fleetlimit::layer::ResponseFuture;
+    /// use fleetlimit::{Config, RateLimitLayer};
     /// use tower::{Layer, Service};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
+    /// let layer = RateLimitLayer::new(Config::builder().build()?).await?;
     /// let mut service = layer.layer(Router::new().route("/", get(|| async { "ok" })));
     /// let future: ResponseFuture<Router, Body> = service.call(http::Request::new(Body::empty()));
     /// assert_eq!(future.await?.status(), 200);

@@ -2,14 +2,11 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::builder::{assemble, check};
-use super::{BuildError, RateLimit};
+use super::RateLimit;
 use crate::breaker::BreakerStats;
-use crate::config::Config;
-use crate::pipeline::Extras;
 use crate::record::RecordStats;
 use crate::reload::{Live, ReloadHandle};
-use crate::store::{MemoryStore, Store};
+use crate::store::Store;
 
 /// Applies [`RateLimit`] to a service. Cheap to clone: every clone shares
 /// one store and one set of local buckets.
@@ -74,48 +71,6 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
-    /// The layer on in-process buckets only, whatever the configuration
-    /// says of Redis. Needs no runtime. Checked as the
-    /// [builder](Self::builder)'s `build` checks the configuration, with no
-    /// custom key extractors: a limit keyed `custom:<name>` is refused
-    /// ([`BuildError::Config`], with the builder's message), never answered
-    /// at request time; build with the builder's
-    /// [`key_fn`](crate::RateLimitLayerBuilder::key_fn) for those.
-    ///
-    /// ```
-    /// use fleetlimit::{BuildError, Config, RateLimitLayer};
-    ///
-    /// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
-    /// # let _ = layer;
-    /// let tenant = Config::from_toml_str(
-    ///     "[limits.per-tenant]\nkey = \"custom:tenant\"\ncapacity = 5\nrefill = \"1/s\"\n",
-    /// )?;
-    /// let err = RateLimitLayer::in_memory(&tenant).unwrap_err();
-    /// assert!(matches!(&err, BuildError::Config(e) if e.line() == Some(2)), "{err}");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn in_memory(config: &Config) -> Result<Self, BuildError> {
-        let store = Arc::new(MemoryStore::new(config.memory_max_keys));
-        Self::with_store(config, store)
-    }
-
-    /// The layer on a store of your own (or a [`RedisStore`](crate::store::RedisStore) you built).
-    /// Its failures follow each route's `on_redis_error` policy. It starts
-    /// no reset listener: `fleetlimit reset` reaches its refused-key cache
-    /// only at each refusal's `Retry-After` (build from the configuration
-    /// for fleet-wide resets). Checked as [`in_memory`](Self::in_memory)
-    /// is (no custom key extractors: the [builder](Self::builder) takes
-    /// them). On a [`MemoryStore`] it is [`in_memory`](Self::in_memory)
-    /// on that store.
-    pub fn with_store(config: &Config, store: Arc<dyn Store>) -> Result<Self, BuildError> {
-        let extras = Extras::none();
-        check(config, &extras)?;
-        config.check_global_store(false)?;
-        Ok(Self {
-            live: assemble(config, store, extras, None),
-        })
-    }
-
     /// A handle that changes this layer's configuration while it serves
     /// (see [`ReloadHandle`]).
     #[must_use]
@@ -171,7 +126,7 @@ impl RateLimitLayer {
     /// `docs/regions.md`); `None` without `[regions]` or without a global
     /// limit.
     #[must_use]
-    pub fn region_stats(&self) -> Option<crate::RegionStats> {
+    pub fn region_stats(&self) -> Option<crate::stats::RegionStats> {
         let rt = self.live.core().regions.as_ref()?;
         Some(rt.stats())
     }

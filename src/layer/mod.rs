@@ -1,19 +1,21 @@
-//! The tower middleware: [`RateLimitLayer`] → [`RateLimit`] → [`ResponseFuture`].
+//! The tower middleware: [`RateLimitLayer`](crate::RateLimitLayer) →
+//! [`RateLimit`] → [`ResponseFuture`], and the [`RateLimitLayerBuilder`]
+//! that makes the layer.
 //!
-//! What clients see, and an example, are documented on [`RateLimitLayer`].
+//! What clients see, and an example, are documented on
+//! [`RateLimitLayer`](crate::RateLimitLayer), which is at the crate root
+//! with [`BuildError`](crate::BuildError).
 
 mod body;
 mod builder;
-mod error;
+pub(crate) mod error;
 mod future;
 // tower-http's layout: the layer type lives in `layer.rs` of its module.
 #[allow(clippy::module_inception)]
-mod layer;
+pub(crate) mod layer;
 mod service;
 
 pub use self::body::ResponseBody;
 pub use self::builder::RateLimitLayerBuilder;
-pub use self::error::BuildError;
 pub use self::future::ResponseFuture;
-pub use self::layer::RateLimitLayer;
 pub use self::service::RateLimit;

@@ -14,11 +14,13 @@ use crate::reload::Live;
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use fleetlimit::{Config, RateLimit, RateLimitLayer};
+/// use fleetlimit::layer::RateLimit;
+/// use fleetlimit::{Config, RateLimitLayer};
 /// use tower::Layer;
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let layer = RateLimitLayer::in_memory(&Config::builder().build()?)?;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::new(Config::builder().build()?).await?;
 /// let service: RateLimit<Router> = layer.layer(Router::new().route("/", get(|| async { "ok" })));
 /// let _router: &Router = service.get_ref();
 /// # Ok(()) }

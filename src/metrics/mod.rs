@@ -17,6 +17,8 @@ pub(crate) use self::off::*;
 pub(crate) use self::on::*;
 
 mod labels;
+#[cfg(feature = "metrics")]
+mod names;
 #[cfg(not(feature = "metrics"))]
 mod off;
 #[cfg(feature = "metrics")]

@@ -8,7 +8,7 @@
 //!    given; read the same of every other region reachable within a
 //!    quarter interval (its shares, demand, and what it received);
 //! 2. for each key some region asked for, or whose shares moved: the
-//!    targets ([`targets`]), the same in every region that sees the same
+//!    targets (`targets.rs`), the same in every region that sees the same
 //!    figures; when X holds more than its target by at least
 //!    [`HYSTERESIS`] and has no hand-off of the key under way, it lowers its
 //!    share (a compare-and-set on the share it read) and holds the excess
@@ -33,23 +33,21 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
+use super::handoff::{give, push};
 use super::share::{Quota, Runtime};
-use crate::algorithm::LeanArgs;
+use super::targets::{split_excess, targets};
 use crate::config::RedisSettings;
 use crate::route::WHOLE;
 use crate::store::redis::connect::{build_pool, fred_config};
 use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
 
-const SCRIPT: &str = include_str!("../../lua/region.lua");
-const RESCALE: &str = concat!(
+pub(super) const SCRIPT: &str = include_str!("../../lua/region.lua");
+pub(super) const RESCALE: &str = concat!(
     include_str!("../../lua/token_bucket.lua"),
     include_str!("../../lua/token_bucket_rescale.lua")
 );
 
-/// A region asking for nothing still keeps this fraction of a key's
-/// weight, so it can admit a little and be seen asking.
-const FLOOR: f64 = 0.02;
 /// The least excess a region gives away: smaller moves are churn.
 pub(crate) const HYSTERESIS: u32 = WHOLE / 100;
 /// The most keys a cycle considers per limit, and an instance publishes
@@ -98,7 +96,7 @@ fn connect_links(rt: &Runtime) -> Vec<Option<Pool>> {
         .collect()
 }
 
-fn quarter(rt: &Runtime) -> Duration {
+pub(super) fn quarter(rt: &Runtime) -> Duration {
     (rt.regions.interval / 4).max(Duration::from_millis(1))
 }
 
@@ -156,7 +154,7 @@ async fn run(
 }
 
 /// The name of one of a limit's exchange hashes (one hash tag per limit).
-fn hash(prefix: &str, limit: &str, part: &str) -> String {
+pub(super) fn hash(prefix: &str, limit: &str, part: &str) -> String {
     format!("{prefix}:regions:{{{limit}}}:{part}")
 }
 
@@ -170,7 +168,7 @@ fn options(rt: &Runtime) -> Options {
 }
 
 /// One call of `script`, on the slot of `keys[0]`.
-async fn eval(
+pub(super) async fn eval(
     rt: &Runtime,
     pool: &Pool,
     script: &'static str,
@@ -194,7 +192,7 @@ async fn eval(
 
 /// `region.lua`'s arguments: the expiry of what it writes, the step, then
 /// `rest`.
-fn step(name: &'static str, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
+pub(super) fn step(name: &'static str, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
     step_for(KEEP, name, rest)
 }
 
@@ -221,7 +219,7 @@ fn map(v: Value) -> HashMap<String, String> {
 
 /// A share as stored, or none at all when it is not one (a region never
 /// decides on a share it cannot read as one).
-fn ppm(s: &str) -> u32 {
+pub(super) fn ppm(s: &str) -> u32 {
     super::share::stored_share(s).unwrap_or(0)
 }
 
@@ -441,137 +439,6 @@ async fn cycle(
     quota.metrics.in_flight(in_flight);
 }
 
-/// Step 2's hand-off: lowers this region's share of `key` to `new` (if it
-/// is still `read`, as stored) and holds the gifts.
-#[allow(clippy::too_many_arguments)]
-async fn give(
-    rt: &Runtime,
-    quota: &Quota,
-    own: &Pool,
-    prefix: &str,
-    key: &str,
-    read: &str,
-    new: u32,
-    gifts: &[(usize, u32)],
-) {
-    let r = &rt.regions;
-    // Held past every view of the old share: views are trusted for three
-    // quarters of an interval from their read.
-    let hold = rt.trusted_for() + quarter(rt) / 2;
-    let hold_us = i64::try_from(hold.as_micros()).unwrap_or(i64::MAX);
-    let mut args: Vec<Value> = vec![
-        key.into(),
-        read.into(),
-        i64::from(new).into(),
-        i64::from(quota.default).into(),
-        hold_us.into(),
-    ];
-    for &(y, amount) in gifts {
-        args.push((*r.names[y]).into());
-        args.push(i64::from(amount).into());
-    }
-    let keys = vec![
-        hash(prefix, &quota.name, "share"),
-        hash(prefix, &quota.name, "held"),
-    ];
-    if let Ok(Value::Integer(1)) = eval(rt, own, SCRIPT, keys, step("give", args)).await {
-        let moved: u32 = gifts.iter().map(|g| g.1).sum();
-        rt.stats
-            .moved
-            .fetch_add(u64::from(moved), Ordering::Relaxed);
-        rt.stats.rebalanced.fetch_add(1, Ordering::Relaxed);
-        quota.metrics.gave(u64::from(moved));
-    }
-}
-
-/// Step 3's push: region `y` receives what it has not of `total`. Its
-/// share and what it received are read just before (other regions push
-/// to it too), its bucket rescaled from that share, then both are set if
-/// still as read; else it is tried again, a few times, then left to the
-/// next cycle (the bucket rescaled for nothing: tokens lost, never made).
-/// Returns whether `y` has received the whole total.
-async fn push(
-    rt: &Runtime,
-    quota: &Quota,
-    link: &Pool,
-    prefix: &str,
-    key: &str,
-    y: usize,
-    total: u64,
-) -> bool {
-    let r = &rt.regions;
-    let from = &*r.names[r.this];
-    let share_key = || vec![hash(prefix, &quota.name, "share")];
-    let got_key = hash(prefix, &quota.name, &format!("got:{key}|{from}"));
-    let crate::algorithm::Rule::TokenBucket {
-        capacity,
-        refill_per_sec,
-    } = quota.rule
-    else {
-        return false;
-    };
-    let (_, burst) = LeanArgs::new(capacity, refill_per_sec, 1.0).args();
-    for _ in 0..3 {
-        let peek = step("peek", [key.into(), got_key.as_str().into()]);
-        let Ok(v) = eval(rt, link, SCRIPT, share_key(), peek).await else {
-            return false;
-        };
-        let mut it = v
-            .into_array()
-            .into_iter()
-            .map(|v| v.as_string().unwrap_or_default());
-        let (share_read, got_read) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
-        // What is not a total is not taken for none: pushing over it could
-        // count the same quota twice.
-        let got: u64 = if got_read.is_empty() {
-            0
-        } else {
-            let Ok(got) = got_read.parse() else {
-                return false;
-            };
-            got
-        };
-        if total <= got {
-            return true;
-        }
-        let before = if share_read.is_empty() {
-            quota.split[y]
-        } else {
-            ppm(&share_read)
-        };
-        let add = u32::try_from(total - got).unwrap_or(WHOLE);
-        let after = before.saturating_add(add).min(WHOLE);
-        // The bucket first: until the share rises, its readers see fewer
-        // tokens than it holds, never more.
-        let args: Vec<Value> = vec![
-            burst.to_string().into(),
-            i64::from(before.max(1)).into(),
-            i64::from(after).into(),
-        ];
-        if eval(rt, link, RESCALE, vec![key.to_owned()], args)
-            .await
-            .is_err()
-        {
-            return false;
-        }
-        let args = [
-            key.into(),
-            got_key.as_str().into(),
-            i64::try_from(total).unwrap_or(i64::MAX).into(),
-            share_read.into(),
-            got_read.into(),
-            i64::from(after).into(),
-            i64::from(quota.split[y]).into(),
-        ];
-        if let Ok(Value::Integer(1)) =
-            eval(rt, link, SCRIPT, share_key(), step("apply", args)).await
-        {
-            return true;
-        }
-    }
-    false
-}
-
 /// Every future's output, in order, all polled together (a region's
 /// read waits for no other's).
 async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
@@ -594,62 +461,6 @@ async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<
     })
     .await;
     out.into_iter().flatten().collect()
-}
-
-/// Each region's target share of a key: the reachable regions' total,
-/// split in proportion to what each was asked (at least [`FLOOR`] of it
-/// each), or as the configuration splits it when nobody asked.
-/// Unreachable regions (`None`) keep what they hold and get no target.
-pub(crate) fn targets(shares: &[Option<u32>], offered: &[u64], split: &[u32]) -> Vec<Option<u32>> {
-    let total: u64 = shares.iter().flatten().map(|&s| u64::from(s)).sum();
-    let asked: u64 = shares
-        .iter()
-        .zip(offered)
-        .filter(|(s, _)| s.is_some())
-        .map(|(_, &n)| n)
-        .sum();
-    let weight = |i: usize| -> f64 {
-        if asked == 0 {
-            f64::from(split[i])
-        } else {
-            (offered[i] as f64 / asked as f64).max(FLOOR)
-        }
-    };
-    let sum: f64 = (0..shares.len())
-        .filter(|&i| shares[i].is_some())
-        .map(weight)
-        .sum();
-    (0..shares.len())
-        .map(|i| {
-            shares[i]?;
-            let w = if sum > 0.0 { weight(i) / sum } else { 0.0 };
-            Some(((total as f64) * w).floor() as u32)
-        })
-        .collect()
-}
-
-/// `excess` split among the regions below their target, in proportion to
-/// how far below (whole parts, rounded down).
-fn split_excess(excess: u32, shares: &[Option<u32>], targets: &[Option<u32>]) -> Vec<(usize, u32)> {
-    let deficits: Vec<(usize, u64)> = shares
-        .iter()
-        .zip(targets)
-        .enumerate()
-        .filter_map(|(y, (s, t))| {
-            let d = u64::from((*t)?).saturating_sub(u64::from((*s)?));
-            (d > 0).then_some((y, d))
-        })
-        .collect();
-    let sum: u64 = deficits.iter().map(|d| d.1).sum();
-    if sum == 0 {
-        return Vec::new();
-    }
-    let excess = u64::from(excess).min(sum);
-    deficits
-        .into_iter()
-        .map(|(y, d)| (y, u32::try_from(excess * d / sum).unwrap_or(0)))
-        .filter(|g| g.1 > 0)
-        .collect()
 }
 
 #[cfg(test)]

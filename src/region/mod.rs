@@ -19,8 +19,9 @@
 //!   the same stored state (GCRA's burst in µs, capacity × emission
 //!   interval, does not change with `s`; a token's step does). A view too
 //!   old to be trusted is a Redis failure (the route's `on_redis_error`).
-//! - `demand.rs`: what each key was offered here this interval, bounded,
-//!   published to the region's Redis at the interval's end.
+//!   `share.rs` also counts the demand: what each key was offered here
+//!   this interval, bounded, published to the region's Redis at the
+//!   interval's end.
 //! - `exchange.rs`: once an interval, one instance per region (a lock in
 //!   its Redis) reads every reachable region's demand and shares, works
 //!   out the same targets every region would, and gives its region's
@@ -33,7 +34,11 @@
 
 #[cfg(feature = "redis")]
 mod exchange;
+#[cfg(feature = "redis")]
+mod handoff;
 mod share;
+#[cfg(feature = "redis")]
+mod targets;
 
 #[cfg(feature = "redis")]
 pub(crate) use self::exchange::start;

@@ -107,7 +107,8 @@ pub(crate) fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
 /// ```
 /// use fleetlimit::{Config, RateLimitLayer};
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let toml = |capacity: u32, path: &str| format!(r#"
 ///     [limits.per-key]
 ///     key = "header:x-api-key"
@@ -118,7 +119,7 @@ pub(crate) fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
 ///     path = "{path}"
 ///     limits = ["per-key"]
 /// "#);
-/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?)?;
+/// let layer = RateLimitLayer::new(Config::from_toml_str(&toml(10, "/"))?).await?;
 /// let changes = layer.reload_handle().reload(Config::from_toml_str(&toml(5, "/v2"))?)?;
 /// assert_eq!(changes.limits_changed(), ["per-key"]);
 /// assert_eq!(changes.routes_added(), ["* /v2"]);

@@ -7,13 +7,15 @@ use std::time::Duration;
 use super::Changes;
 use crate::config::ConfigError;
 
-/// Why a [`ReloadHandle::reload`](crate::ReloadHandle::reload) was refused. The running configuration
+/// Why a [`ReloadHandle::reload`](super::ReloadHandle::reload) was refused. The running configuration
 /// goes on unchanged.
 ///
 /// ```
-/// use fleetlimit::{Config, RateLimitLayer, ReloadError};
+/// use fleetlimit::reload::ReloadError;
+/// use fleetlimit::{Config, RateLimitLayer};
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let toml = |capacity: u32, path: &str| format!(r#"
 ///     [limits.per-key]
 ///     key = "header:x-api-key"
@@ -24,7 +26,7 @@ use crate::config::ConfigError;
 ///     path = "{path}"
 ///     limits = ["per-key"]
 /// "#);
-/// let layer = RateLimitLayer::in_memory(&Config::from_toml_str(&toml(10, "/"))?)?;
+/// let layer = RateLimitLayer::new(Config::from_toml_str(&toml(10, "/"))?).await?;
 /// let reload = layer.reload_handle();
 /// let bigger = Config::builder().memory_max_keys(1_000).build()?;
 /// match reload.reload(bigger) {
@@ -57,8 +59,8 @@ pub enum ReloadError {
     Invalid(ConfigError),
     /// The new configuration would limit nothing where the running one
     /// limits something, or remove more of the limits and routes than
-    /// [`ReloadOptions::max_removed_share`](crate::ReloadOptions::max_removed_share) allows: an empty or
-    /// half-written file, most likely. [`ReloadOptions::force`](crate::ReloadOptions::force) applies it.
+    /// [`ReloadHandle::max_removed_share`](super::ReloadHandle::max_removed_share) allows: an empty or
+    /// half-written file, most likely. [`ReloadHandle::force`](super::ReloadHandle::force) applies it.
     Drastic {
         /// Why, in words.
         why: String,
@@ -66,7 +68,7 @@ pub enum ReloadError {
         changes: Box<Changes>,
     },
     /// The file was not read and parsed within
-    /// [`ReloadOptions::read_timeout`](crate::ReloadOptions::read_timeout) (a FIFO with no writer, a hung
+    /// [`ReloadHandle::read_timeout`](super::ReloadHandle::read_timeout) (a FIFO with no writer, a hung
     /// mount); its thread is left to finish.
     ReadTimeout {
         /// The file.

@@ -1,5 +1,5 @@
 //! [`ReloadHandle`]: a reload from a `Config` or a file (read on a thread of
-//! its own, under a timeout, once settled), and its [`ReloadOptions`].
+//! its own, under a timeout, once settled), under the handle's guard.
 
 use std::fmt;
 use std::path::Path;
@@ -35,10 +35,15 @@ use crate::config::{Config, ConfigError};
 /// Redis, go on being spent), so
 /// nothing answers under the old numbers.
 ///
-/// A reload that would leave nothing limited, or remove more of the limits
-/// and routes than [`ReloadOptions::max_removed_share`] allows, is refused
-/// ([`ReloadError::Drastic`]) unless forced; a file is read off the
-/// runtime's workers under a timeout ([`reload_file`](Self::reload_file)).
+/// The handle guards each reload: it refuses ([`ReloadError::Drastic`]) a
+/// configuration that would limit nothing (no route entry and no
+/// `[default]` names a limit) where the running one limits something, and
+/// one that removes more than [`max_removed_share`](Self::max_removed_share)
+/// of the running limits and routes (counted together; 0.5 by default):
+/// what an empty or truncated file does. [`force`](Self::force) applies it
+/// anyway. A file is read off the runtime's workers under a timeout
+/// ([`reload_file`](Self::reload_file)). The guard's settings are the
+/// handle's own: a clone set otherwise leaves this one as it is.
 ///
 /// What the layer's stores and tasks were built from cannot change without
 /// a restart: `[redis]` (except `closed_retry_after` and
@@ -83,41 +88,33 @@ use crate::config::{Config, ConfigError};
 #[derive(Clone)]
 pub struct ReloadHandle {
     live: Weak<Live>,
+    options: Options,
 }
 
 impl ReloadHandle {
     pub(crate) fn new(live: &Arc<Live>) -> Self {
         Self {
             live: Arc::downgrade(live),
+            options: Options::default(),
         }
     }
 
     /// Swaps `config` in (see [`ReloadHandle`]), returning what changed;
-    /// on an error nothing changed. Guarded as
-    /// [`ReloadOptions::default`] says: a configuration that would limit
-    /// nothing, or remove more than half of the limits and routes, is
-    /// refused ([`ReloadError::Drastic`]); [`reload_with`](Self::reload_with)
-    /// forces it.
+    /// on an error nothing changed. Guarded as the handle says (by
+    /// default: a configuration that would limit nothing, or remove more
+    /// than half of the limits and routes, is refused,
+    /// [`ReloadError::Drastic`]); the file settings and [`map`](Self::map)
+    /// are [`reload_file`](Self::reload_file)'s.
     pub fn reload(&self, config: Config) -> Result<Changes, ReloadError> {
-        self.reload_with(config, &ReloadOptions::default())
-    }
-
-    /// [`reload`](Self::reload) under `options`' guard (its read settings
-    /// and `map` are for files: [`reload_file`](Self::reload_file)).
-    pub fn reload_with(
-        &self,
-        config: Config,
-        options: &ReloadOptions,
-    ) -> Result<Changes, ReloadError> {
         let live = self.live.upgrade().ok_or(ReloadError::LayerDropped)?;
-        live.reload(config, options)
+        live.reload(config, &self.options)
     }
 
     /// Reads, parses and checks the TOML file at `path`, then reloads it
-    /// as [`reload_with`](Self::reload_with) does: the way to reload on
+    /// as [`reload`](Self::reload) does: the way to reload on
     /// `SIGHUP`. Nothing of it runs on the runtime's workers: the file is
     /// read and parsed on a thread of its own, and the reload waits for it
-    /// at most [`read_timeout`](ReloadOptions::read_timeout) (logged
+    /// at most [`read_timeout`](Self::read_timeout) (logged
     /// `WARN` when it takes over a second). A read that does not finish is
     /// left to its thread and reported ([`ReloadError::ReadTimeout`]); no
     /// other starts while it lasts ([`ReloadError::StillReading`]), so a
@@ -125,14 +122,15 @@ impl ReloadHandle {
     ///
     /// A file being written is not taken half-written: a regular file is
     /// read once it has not changed for
-    /// [`settle`](ReloadOptions::settle) (its length and modification time
+    /// [`settle`](Self::settle) (its length and modification time
     /// the same before and after the read, and the time that old, or two
     /// reads that far apart alike). Writing the new file beside the old
     /// and renaming it over is still the way to be sure.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use fleetlimit::{Config, RateLimitLayer, ReloadError, ReloadOptions};
+    /// use fleetlimit::reload::ReloadError;
+    /// use fleetlimit::{Config, RateLimitLayer};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -145,27 +143,23 @@ impl ReloadHandle {
     /// );
     /// std::fs::write(&path, toml(10))?;
     /// let layer = RateLimitLayer::new(Config::from_toml_file(&path)?).await?;
-    /// let reload = layer.reload_handle();
-    /// let options = ReloadOptions::default().settle(Duration::ZERO);
+    /// let reload = layer.reload_handle().settle(Duration::ZERO);
     ///
     /// std::fs::write(&path, toml(5))?;
-    /// let changes = reload.reload_file(&path, &options).await?;
+    /// let changes = reload.reload_file(&path).await?;
     /// assert_eq!(changes.limits_changed(), ["per-key"]);
     ///
     /// // An empty file limits nothing: refused unless forced.
     /// std::fs::write(&path, "")?;
-    /// let err = reload.reload_file(&path, &options).await.unwrap_err();
+    /// let err = reload.reload_file(&path).await.unwrap_err();
     /// assert!(matches!(err, ReloadError::Drastic { .. }), "{err}");
-    /// reload.reload_file(&path, &options.clone().force(true)).await?;
+    /// reload.clone().force(true).reload_file(&path).await?;
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn reload_file(
-        &self,
-        path: impl AsRef<Path>,
-        options: &ReloadOptions,
-    ) -> Result<Changes, ReloadError> {
+    pub async fn reload_file(&self, path: impl AsRef<Path>) -> Result<Changes, ReloadError> {
+        let options = &self.options;
         let path = path.as_ref().to_path_buf();
         let reading = match self.live.upgrade() {
             Some(live) => Arc::clone(&live.reading),
@@ -244,7 +238,7 @@ impl ReloadHandle {
             Some(map) => map(cfg).map_err(ReloadError::Invalid)?,
             None => cfg,
         };
-        self.reload_with(cfg, options)
+        self.reload(cfg)
     }
 }
 
@@ -306,32 +300,12 @@ fn read_settled(path: &Path, settle: Duration, give_up: Instant) -> Result<Strin
     }
 }
 
-/// [`ReloadOptions::map`]'s function.
+/// [`ReloadHandle::map`]'s function.
 type MapFn = dyn Fn(Config) -> Result<Config, ConfigError> + Send + Sync;
 
-/// How [`ReloadHandle::reload_with`] and [`ReloadHandle::reload_file`]
-/// guard a reload and read its file.
-///
-/// The guard refuses ([`ReloadError::Drastic`]) a configuration that would
-/// limit nothing (no route entry and no `[default]` names a limit) where
-/// the running one limits something, and one that removes more than
-/// [`max_removed_share`](Self::max_removed_share) of the running limits
-/// and routes (counted together; 0.5 by default): what an empty or
-/// truncated file does. [`force`](Self::force) applies it anyway.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::ReloadOptions;
-///
-/// let strict = ReloadOptions::default()
-///     .max_removed_share(0.2)
-///     .read_timeout(Duration::from_secs(2))
-///     .map(|cfg| cfg.try_with_redis_url("redis://10.0.0.7:6379"));
-/// let forced = strict.clone().force(true);
-/// # let _ = forced;
-/// ```
+/// How a [`ReloadHandle`] guards a reload and reads its file.
 #[derive(Clone)]
-pub struct ReloadOptions {
+pub(super) struct Options {
     pub(super) read_timeout: Duration,
     pub(super) settle: Duration,
     pub(super) max_removed_share: f64,
@@ -339,7 +313,7 @@ pub struct ReloadOptions {
     pub(super) map: Option<Arc<MapFn>>,
 }
 
-impl Default for ReloadOptions {
+impl Default for Options {
     /// A read of at most 5 s, a file unchanged for 1 s, at most half of
     /// the limits and routes removed, not forced.
     fn default() -> Self {
@@ -353,23 +327,11 @@ impl Default for ReloadOptions {
     }
 }
 
-impl fmt::Debug for ReloadOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReloadOptions")
-            .field("read_timeout", &self.read_timeout)
-            .field("settle", &self.settle)
-            .field("max_removed_share", &self.max_removed_share)
-            .field("force", &self.force)
-            .field("map", &self.map.is_some())
-            .finish()
-    }
-}
-
-impl ReloadOptions {
+impl ReloadHandle {
     /// The longest a file's read and parse may take (5 s by default).
     #[must_use]
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
-        self.read_timeout = timeout;
+        self.options.read_timeout = timeout;
         self
     }
 
@@ -377,7 +339,7 @@ impl ReloadOptions {
     /// (1 s by default; zero takes it as it is read).
     #[must_use]
     pub fn settle(mut self, settle: Duration) -> Self {
-        self.settle = settle;
+        self.options.settle = settle;
         self
     }
 
@@ -386,7 +348,7 @@ impl ReloadOptions {
     /// only a configuration that limits nothing).
     #[must_use]
     pub fn max_removed_share(mut self, share: f64) -> Self {
-        self.max_removed_share = if share.is_nan() {
+        self.options.max_removed_share = if share.is_nan() {
             0.5
         } else {
             share.clamp(0.0, 1.0)
@@ -398,7 +360,7 @@ impl ReloadOptions {
     /// than the share allows: the operator means it.
     #[must_use]
     pub fn force(mut self, force: bool) -> Self {
-        self.force = force;
+        self.options.force = force;
         self
     }
 
@@ -411,10 +373,12 @@ impl ReloadOptions {
         mut self,
         f: impl Fn(Config) -> Result<Config, ConfigError> + Send + Sync + 'static,
     ) -> Self {
-        self.map = Some(Arc::new(f));
+        self.options.map = Some(Arc::new(f));
         self
     }
+}
 
+impl Options {
     /// Why going from `old` to `new` needs forcing, if it does.
     pub(super) fn too_drastic(
         &self,
@@ -444,8 +408,14 @@ impl ReloadOptions {
 
 impl fmt::Debug for ReloadHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
         f.debug_struct("ReloadHandle")
             .field("layer_alive", &(self.live.strong_count() > 0))
+            .field("read_timeout", &o.read_timeout)
+            .field("settle", &o.settle)
+            .field("max_removed_share", &o.max_removed_share)
+            .field("force", &o.force)
+            .field("map", &o.map.is_some())
             .finish()
     }
 }

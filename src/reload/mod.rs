@@ -1,16 +1,18 @@
-//! Hot reload: a layer's configuration swapped whole, without a restart.
+//! Hot reload: a layer's configuration swapped whole, without a restart
+//! ([`ReloadHandle`], from
+//! [`RateLimitLayer::reload_handle`](crate::RateLimitLayer::reload_handle)).
 //!
-//! The layer holds its [`Limiter`] (routes, policies, and the caches that
+//! The layer holds its limiter (routes, policies, and the caches that
 //! answer under their numbers) in an [`ArcSwap`]: a request loads it once,
 //! in the service's `call`, and keeps that one until its response is over;
-//! a reload builds the next one on the same [`Core`] (stores and every
+//! a reload builds the next one on the same core (stores and every
 //! bucket in them, breaker, fleet size, shedder, tasks) and swaps it in, so
 //! the request after the swap decides under the new numbers.
 //!
 //! What the core was built from cannot change: a reload that changes it is
 //! refused, naming each setting, and the running configuration goes on. So
 //! is one that would leave nothing limited, or remove more of the limits
-//! and routes than the reload's options allow, unless forced: the marks of
+//! and routes than the handle's guard allows, unless forced: the marks of
 //! an empty or half-written file.
 //!
 //! A file is read and parsed on a thread of its own, never on the
@@ -24,7 +26,8 @@ mod handle;
 pub(crate) use self::changes::fixed_changes;
 pub use self::changes::Changes;
 pub use self::error::ReloadError;
-pub use self::handle::{ReloadHandle, ReloadOptions};
+use self::handle::Options;
+pub use self::handle::ReloadHandle;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -89,7 +92,7 @@ impl Live {
         &self.core
     }
 
-    fn reload(&self, cfg: Config, options: &ReloadOptions) -> Result<Changes, ReloadError> {
+    fn reload(&self, cfg: Config, options: &Options) -> Result<Changes, ReloadError> {
         let mut running = self.config.lock().unwrap_or_else(PoisonError::into_inner);
         // The same check as the layer's build: a custom key needs its
         // extractor, registered on the builder (which a reload cannot add).

@@ -30,7 +30,7 @@ pub(crate) use self::policy::{Policy, Traits};
 /// (`on_redis_error` in TOML).
 ///
 /// ```
-/// use fleetlimit::{FailurePolicy, RouteConfig};
+/// use fleetlimit::configuration::{FailurePolicy, RouteConfig};
 ///
 /// let checkout = RouteConfig::new(["per-account"]).on_redis_error(FailurePolicy::Closed);
 /// let search = RouteConfig::new(["per-ip"]).on_redis_error(FailurePolicy::Local);
@@ -52,7 +52,7 @@ pub enum FailurePolicy {
 /// in TOML).
 ///
 /// ```
-/// use fleetlimit::{KeySource, LimitConfig, OnMissing, Rate};
+/// use fleetlimit::configuration::{KeySource, LimitConfig, OnMissing, Rate};
 ///
 /// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1))
 ///     .on_missing(OnMissing::Ip);
@@ -100,7 +100,7 @@ impl std::fmt::Display for FailurePolicy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use fleetlimit::{KeySource, LimitConfig, OnExceed, Rate};
+/// use fleetlimit::configuration::{KeySource, LimitConfig, OnExceed, Rate};
 ///
 /// // Sign-in failures per account: 10, one more a minute; past them, ask
 /// // for a CAPTCHA instead of locking the owner out.
@@ -127,22 +127,24 @@ pub enum OnExceed {
 }
 
 /// How much of a limit's decision record Redis keeps
-/// ([`LimitConfig::record`](crate::LimitConfig::record); `record = true` or
+/// ([`LimitConfig::record`](crate::configuration::LimitConfig::record); `record = true` or
 /// `[limits.<name>.record]` in TOML).
 ///
 /// ```
 /// use std::time::Duration;
-/// use fleetlimit::{KeySource, LimitConfig, Rate, RecordConfig};
+/// use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RecordConfig};
 ///
 /// // The last 50 000 decisions of the last 2 hours, whichever is fewer.
 /// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10))
 ///     .record(RecordConfig::default().max_len(50_000).max_age(Duration::from_secs(7200)));
 /// # let _ = api;
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[must_use]
 pub struct RecordConfig {
     pub(crate) max_len: u64,
+    #[serde(deserialize_with = "crate::config::de::duration")]
     pub(crate) max_age: Duration,
 }
 

@@ -17,7 +17,7 @@ use tower_service::Service;
 ///
 /// ```
 /// use std::time::Instant;
-/// use fleetlimit::Accepted;
+/// use fleetlimit::shed::Accepted;
 ///
 /// let mut req = http::Request::new(());
 /// req.extensions_mut().insert(Accepted(Instant::now()));
@@ -31,14 +31,16 @@ pub struct Accepted(pub Instant);
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use fleetlimit::{AcceptedLayer, Config, RateLimitLayer};
+/// use fleetlimit::shed::AcceptedLayer;
+/// use fleetlimit::{Config, RateLimitLayer};
 /// use tower::Layer;
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let cfg = Config::builder().build()?;
 /// let router: Router = Router::new()
 ///     .route("/", get(|| async { "ok" }))
-///     .layer(RateLimitLayer::in_memory(&cfg)?);
+///     .layer(RateLimitLayer::new(cfg).await?);
 /// // Serve this one (e.g. with `axum::serve(listener, app.into_make_service())`).
 /// let app = AcceptedLayer.layer(router);
 /// # let _ = app;
@@ -59,7 +61,7 @@ impl<S> Layer<S> for AcceptedLayer {
 /// with [`Accepted`] (now) before calling the inner service.
 ///
 /// ```
-/// use fleetlimit::{Accepted, AcceptedLayer};
+/// use fleetlimit::shed::{Accepted, AcceptedLayer};
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

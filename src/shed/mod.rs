@@ -7,10 +7,10 @@
 //! One number, the *pressure* (`1.0` = saturated), is the largest of:
 //!
 //! - this instance's requests in flight ÷ `max_in_flight`;
-//! - CoDel on the queueing delay ([`codel`]): `1.0` while the shortest
+//! - CoDel on the queueing delay (`codel.rs`): `1.0` while the shortest
 //!   wait over an interval stays above target;
 //! - the application's [`LoadSignal`];
-//! - the fleet-wide value an operator sets in Redis ([`signal`]).
+//! - the fleet-wide value an operator sets in Redis (`signal.rs`).
 //!
 //! Each route's [`Priority`] is shed from its own threshold: `sheddable`
 //! from `sheddable_at` (0.8), `normal` from 1.0, `critical` from
@@ -38,7 +38,8 @@ use crate::log_throttle::Throttle;
 /// first, `critical` last.
 ///
 /// ```
-/// use fleetlimit::{Priority, RouteConfig};
+/// use fleetlimit::configuration::RouteConfig;
+/// use fleetlimit::shed::Priority;
 ///
 /// let checkout = RouteConfig::new(["per-account"]).priority(Priority::Critical);
 /// let export = RouteConfig::new(Vec::<String>::new()).priority(Priority::Sheddable);
@@ -67,39 +68,44 @@ impl Priority {
 }
 
 /// Load-shedding settings (`[shedding]` in TOML; absent: no shedding, at no
-/// cost to requests).
+/// cost to requests), checked when the configuration is built.
 ///
 /// ```
-/// use std::time::Duration;
-/// use fleetlimit::{Config, SheddingConfig};
+/// use fleetlimit::shed::SheddingConfig;
+/// use fleetlimit::Config;
 ///
 /// let cfg = Config::builder()
-///     .shedding(SheddingConfig { max_in_flight: Some(200), ..SheddingConfig::default() })
+///     .shedding(SheddingConfig::default().max_in_flight(200))
 ///     .build()?;
 /// # let _ = cfg;
 /// # Ok::<(), fleetlimit::ConfigError>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SheddingConfig {
     /// Requests in flight through this instance's layer that saturate it
     /// (pressure 1.0); `None`: not a signal.
-    pub max_in_flight: Option<u32>,
+    pub(crate) max_in_flight: Option<u32>,
     /// CoDel's target queueing delay (default 5 ms): the wait in front of
     /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
     /// without it there is no queueing-delay signal).
-    pub queue_delay_target: Duration,
+    #[serde(deserialize_with = "crate::config::de::duration")]
+    pub(crate) queue_delay_target: Duration,
     /// How long the queueing delay must stay above target to be overload
     /// (default 100 ms).
-    pub queue_delay_interval: Duration,
+    #[serde(deserialize_with = "crate::config::de::duration")]
+    pub(crate) queue_delay_interval: Duration,
     /// How often each instance reads the fleet-wide signal from Redis
     /// (default 1 s).
-    pub fleet_signal_refresh: Duration,
+    #[serde(deserialize_with = "crate::config::de::duration")]
+    pub(crate) fleet_signal_refresh: Duration,
     /// `Retry-After` of a shed request, whole seconds (default 1 s).
-    pub retry_after: Duration,
+    #[serde(deserialize_with = "crate::config::de::duration")]
+    pub(crate) retry_after: Duration,
     /// The pressure `sheddable` routes are shed from (default 0.8, at most 1.0).
-    pub sheddable_at: f64,
+    pub(crate) sheddable_at: f64,
     /// The pressure `critical` routes are shed from (default 1.5, at least 1.0).
-    pub critical_at: f64,
+    pub(crate) critical_at: f64,
 }
 
 impl Default for SheddingConfig {
@@ -113,6 +119,57 @@ impl Default for SheddingConfig {
             sheddable_at: 0.8,
             critical_at: 1.5,
         }
+    }
+}
+
+impl SheddingConfig {
+    /// Requests in flight through this instance's layer that saturate it
+    /// (pressure 1.0); unset: not a signal.
+    pub fn max_in_flight(mut self, requests: u32) -> Self {
+        self.max_in_flight = Some(requests);
+        self
+    }
+
+    /// CoDel's target queueing delay (default 5 ms): the wait in front of
+    /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
+    /// without it there is no queueing-delay signal).
+    pub fn queue_delay_target(mut self, target: Duration) -> Self {
+        self.queue_delay_target = target;
+        self
+    }
+
+    /// How long the queueing delay must stay above target to be overload
+    /// (default 100 ms).
+    pub fn queue_delay_interval(mut self, interval: Duration) -> Self {
+        self.queue_delay_interval = interval;
+        self
+    }
+
+    /// How often each instance reads the fleet-wide signal from Redis
+    /// (default 1 s).
+    pub fn fleet_signal_refresh(mut self, every: Duration) -> Self {
+        self.fleet_signal_refresh = every;
+        self
+    }
+
+    /// `Retry-After` of a shed request, whole seconds (default 1 s).
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = after;
+        self
+    }
+
+    /// The pressure `sheddable` routes are shed from (default 0.8, at most
+    /// 1.0).
+    pub fn sheddable_at(mut self, pressure: f64) -> Self {
+        self.sheddable_at = pressure;
+        self
+    }
+
+    /// The pressure `critical` routes are shed from (default 1.5, at least
+    /// 1.0).
+    pub fn critical_at(mut self, pressure: f64) -> Self {
+        self.critical_at = pressure;
+        self
     }
 }
 

@@ -20,7 +20,7 @@ use crate::log_throttle::Throttle;
 /// The load of the resource the layer protects, as the application sees
 /// it (for example the search cluster's queue depth ÷ what it can hold):
 /// `1.0` is saturated, `0.0` idle, above `1.0` overloaded. Registered with
-/// [`RateLimitLayerBuilder::load_signal`](crate::RateLimitLayerBuilder::load_signal).
+/// [`RateLimitLayerBuilder::load_signal`](crate::layer::RateLimitLayerBuilder::load_signal).
 ///
 /// It is read on every request, so it must be cheap: an atomic the
 /// application updates elsewhere, not a network call. A value that is not
@@ -29,7 +29,7 @@ use crate::log_throttle::Throttle;
 /// ```
 /// use std::sync::atomic::{AtomicU32, Ordering};
 /// use std::sync::Arc;
-/// use fleetlimit::LoadSignal;
+/// use fleetlimit::shed::LoadSignal;
 ///
 /// // Searches in flight against a cluster that serves 64 at once.
 /// let searching = Arc::new(AtomicU32::new(0));

@@ -25,13 +25,15 @@ use crate::bounded::{Bounded, Evict, Shard};
 
 /// In-process buckets with the same semantics as the Redis scripts.
 ///
-/// [`check_now`](Self::check_now) and [`check_one`](Self::check_one) decide
-/// without a future, for tests and benchmarks of your own; the layer reaches
-/// the store through the [`Store`] trait (at once, without a future).
+/// Decided through the [`Store`] trait (at once, without a future);
+/// [`check_one`](Self::check_one) decides one bucket without a future, for
+/// benchmarks of your own.
 ///
 /// ```
-/// use fleetlimit::store::{Bucket, Check, MemoryStore, Rule};
+/// use fleetlimit::store::{Bucket, Check, MemoryStore, Rule, Store};
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), fleetlimit::StoreError> {
 /// let store = MemoryStore::new(10_000);
 /// let check = Check {
 ///     slot: None,
@@ -42,10 +44,11 @@ use crate::bounded::{Bounded, Evict, Shard};
 ///         shadow: false,
 ///     }],
 /// };
-/// assert!(store.check_now(&check).allowed);
-/// assert!(store.check_now(&check).allowed);
-/// assert!(!store.check_now(&check).allowed);
+/// assert!(store.check(&check).await?.allowed);
+/// assert!(store.check(&check).await?.allowed);
+/// assert!(!store.check(&check).await?.allowed);
 /// assert_eq!(store.len(), 1);
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -128,7 +131,7 @@ impl MemoryStore {
 
     /// Decides synchronously (the memory store never waits).
     #[must_use]
-    pub fn check_now(&self, check: &Check) -> Outcome {
+    pub(crate) fn check_now(&self, check: &Check) -> Outcome {
         let now = self.epoch.elapsed();
         if let [bucket] = check.buckets.as_slice() {
             if !bucket.rule.is_concurrency() {

@@ -60,7 +60,7 @@ pub struct Lease {
 }
 
 /// Where rate-limit state lives. Bring your own with
-/// [`RateLimitLayerBuilder::store`](crate::RateLimitLayerBuilder::store).
+/// [`RateLimitLayer::with_store`](crate::RateLimitLayer::with_store).
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,7 @@ pub struct Lease {
 ///
 /// # async fn f(cfg: Config) -> Result<(), fleetlimit::BuildError> {
 /// let store = Arc::new(Counted { inner: MemoryStore::new(10_000), checks: AtomicU64::new(0) });
-/// let layer = RateLimitLayer::builder(cfg).store(store).build().await?;
+/// let layer = RateLimitLayer::with_store(cfg, store).await?;
 /// # drop(layer); Ok(()) }
 /// ```
 pub trait Store: fmt::Debug + Send + Sync + 'static {

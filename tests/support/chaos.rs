@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::{BreakerState, Config, RateLimitLayer};
+use fleetlimit::stats::BreakerState;
+use fleetlimit::{Config, RateLimitLayer};
 
 use super::{header, request, send};
 

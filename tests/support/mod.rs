@@ -575,10 +575,28 @@ impl RedisServer {
     /// flight together; `deadline` per call.
     #[cfg(feature = "redis")]
     pub async fn coalescing_store(&self, deadline: Duration) -> fleetlimit::store::RedisStore {
-        fleetlimit::store::RedisStore::connect(&self.url(), 2, deadline, Duration::from_secs(2))
-            .await
-            .unwrap()
-            .with_coalescing(true)
+        self.store(deadline, Duration::from_secs(2), true).await
+    }
+
+    /// A store on this server (a pool of 2), `deadline` per call, made
+    /// from a configuration's `[redis]` as the layer makes its own.
+    #[cfg(feature = "redis")]
+    pub async fn store(
+        &self,
+        deadline: Duration,
+        connect_timeout: Duration,
+        coalesce: bool,
+    ) -> fleetlimit::store::RedisStore {
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        let src = format!(
+            "[redis]\nurl = \"{}\"\npool_size = 2\ndeadline = \"{}\"\n\
+             connect_timeout = \"{}\"\ncoalesce = {coalesce}\n",
+            self.url(),
+            ms(deadline),
+            ms(connect_timeout)
+        );
+        let cfg = fleetlimit::Config::from_toml_str(&src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        fleetlimit::store::RedisStore::connect(&cfg).await.unwrap()
     }
 
     /// Script calls (`EVALSHA` and `EVAL`) since the last `CONFIG RESETSTAT`.

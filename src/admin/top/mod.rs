@@ -34,23 +34,15 @@ const MAX_RECORDS: usize = 10_000;
 const MAX_INSTANCES: usize = 20;
 
 /// How `top` samples ([`Admin::top`]).
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::admin::TopOptions;
-///
-/// let o = TopOptions::default();
-/// assert_eq!((o.sample, o.rows, o.window), (1000, 5, Duration::from_secs(10)));
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopOptions {
+pub(crate) struct TopOptions {
     /// Keys scanned per frame at most (the `SCAN` page's `COUNT`).
-    pub sample: usize,
+    pub(crate) sample: usize,
     /// Keys shown per limit.
-    pub rows: usize,
+    pub(crate) rows: usize,
     /// Refusals per second are counted over this last stretch of the
     /// decision records.
-    pub window: Duration,
+    pub(crate) window: Duration,
 }
 
 impl Default for TopOptions {
@@ -68,17 +60,7 @@ type ScanStream = Pin<Box<dyn Stream<Item = Result<ScanResult, fred::error::Erro
 /// `top` between frames: where the scan stands, and the keys shown last
 /// (read again at the next frame, so an exhausted key stays in view while
 /// the scan moves on).
-///
-/// ```no_run
-/// # async fn f(cfg: fleetlimit::Config) -> Result<(), fleetlimit::StoreError> {
-/// use fleetlimit::admin::{Admin, TopOptions};
-///
-/// let admin = Admin::connect(&cfg).await?;
-/// let mut top = admin.top(TopOptions::default());
-/// print!("{}", top.frame().await?);
-/// # Ok(()) }
-/// ```
-pub struct Top {
+pub(crate) struct Top {
     store: RedisStore,
     config: Config,
     options: TopOptions,
@@ -101,7 +83,7 @@ impl fmt::Debug for Top {
 /// frame as `fleetlimit top --json` writes it (one JSON object a line),
 /// every name escaped as [`printable`](crate::admin::printable) escapes it.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct TopFrame {
+pub(crate) struct TopFrame {
     #[serde(serialize_with = "super::shown::one")]
     prefix: String,
     now_ms: u64,
@@ -172,7 +154,7 @@ struct LimitView {
 impl Admin {
     /// A `top` of the fleet on this connection.
     #[must_use]
-    pub fn top(&self, options: TopOptions) -> Top {
+    pub(crate) fn top(&self, options: TopOptions) -> Top {
         Top {
             store: self.store.clone(),
             config: self.config.clone(),
@@ -186,7 +168,7 @@ impl Admin {
 
 impl Top {
     /// Reads one frame.
-    pub async fn frame(&mut self) -> Result<TopFrame, StoreError> {
+    pub(crate) async fn frame(&mut self) -> Result<TopFrame, StoreError> {
         let pool = self.store.pool().clone();
         let now_us = redis_now_us(&pool).await?;
         let now_ms = (now_us / 1000.0) as u64;

@@ -3,17 +3,16 @@
 //! its message and its place in the file.
 
 use std::collections::HashSet;
-use std::ops::Range;
 use std::time::Duration;
 
 use http::Method;
 
+use super::numbers::RulePlaces;
+use super::place::Place;
 use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
-use crate::route::{FailurePolicy, Limit};
-use crate::shed::Priority;
+use crate::route::Limit;
 
-pub(super) mod fields;
 mod limit;
 mod redis;
 mod regions;
@@ -21,7 +20,8 @@ mod route;
 mod settings;
 mod shedding;
 
-pub(crate) use self::route::unknown_limit;
+pub(super) use self::regions::this_region;
+use self::route::unknown_limit;
 
 pub(super) struct Validator<'s> {
     src: &'s str,
@@ -29,8 +29,6 @@ pub(super) struct Validator<'s> {
     pub(super) plans: HashSet<String>,
     routes_seen: HashSet<(String, Option<Method>)>,
 }
-
-pub(super) type Span = Option<Range<usize>>;
 
 /// The largest capacity or window limit: 2^53, the last integer a double
 /// (Lua's only number type) holds exactly.
@@ -88,53 +86,6 @@ fn span_text(secs: f64) -> String {
     }
 }
 
-/// Where a rule's numbers were written, for its errors (all `None` for the
-/// builder). `fallback`: the table, for numbers a plan inherits.
-#[derive(Clone, Debug, Default)]
-pub(super) struct RuleSpans {
-    /// `capacity` or `limit`.
-    pub(super) count: Span,
-    /// `refill` or `window`.
-    pub(super) rate: Span,
-    pub(super) fallback: Span,
-}
-
-impl RuleSpans {
-    fn count(&self) -> Span {
-        self.count.clone().or_else(|| self.fallback.clone())
-    }
-
-    fn rate(&self) -> Span {
-        self.rate.clone().or_else(|| self.fallback.clone())
-    }
-
-    /// A rule on both numbers: the rate if it was written here.
-    fn both(&self) -> Span {
-        self.rate.clone().or_else(|| self.count())
-    }
-}
-
-/// Where a limit's failure counting and escalation were written.
-#[derive(Clone, Debug, Default)]
-pub(super) struct LoginSpans {
-    pub(super) key: Span,
-    /// One per failure status, in order.
-    pub(super) statuses: Vec<Span>,
-    pub(super) on_exceed: Span,
-    pub(super) delay: Span,
-}
-
-/// A route's settings besides its limit names, as either front end gives them.
-pub(super) struct RouteSettings {
-    pub(super) cost: u32,
-    /// Where `cost` was written, for its error.
-    pub(super) cost_span: Span,
-    pub(super) on_redis_error: FailurePolicy,
-    pub(super) shadow: bool,
-    pub(super) refund: bool,
-    pub(super) priority: Priority,
-}
-
 impl<'s> Validator<'s> {
     pub(super) fn new(src: &'s str) -> Self {
         Self {
@@ -145,8 +96,15 @@ impl<'s> Validator<'s> {
         }
     }
 
-    pub(super) fn err(&self, span: Span, msg: impl Into<String>) -> ConfigError {
-        ConfigError::at(self.src, span, msg)
+    /// An error at `place` in the file (nowhere for code).
+    pub(super) fn err(&self, place: Place, msg: impl Into<String>) -> ConfigError {
+        ConfigError::at(self.src, place.span(self.src), msg)
+    }
+
+    /// The line and column of `place`, kept for an error found after the
+    /// file is gone.
+    pub(super) fn position(&self, place: &Place) -> Option<(usize, usize)> {
+        super::error::position(self.src, place.span(self.src))
     }
 
     // The numeric rules, one place for the TOML loader and the builder.
@@ -156,10 +114,10 @@ impl<'s> Validator<'s> {
         &self,
         what: &str,
         n: T,
-        span: Span,
+        at: Place,
     ) -> Result<T, ConfigError> {
         if n == T::default() {
-            return Err(self.err(span, format!("{what} must be at least 1")));
+            return Err(self.err(at, format!("{what} must be at least 1")));
         }
         Ok(n)
     }
@@ -169,11 +127,11 @@ impl<'s> Validator<'s> {
         &self,
         what: &str,
         d: Duration,
-        span: Span,
+        at: Place,
     ) -> Result<Duration, ConfigError> {
         if d < Duration::from_secs(1) || d.subsec_nanos() != 0 {
             return Err(self.err(
-                span,
+                at,
                 format!(
                     "{what} must be whole seconds, at least 1s (it is sent as Retry-After), not {}",
                     crate::algorithm::duration_text(d)
@@ -188,10 +146,10 @@ impl<'s> Validator<'s> {
         &self,
         what: &str,
         d: Duration,
-        span: Span,
+        at: Place,
     ) -> Result<Duration, ConfigError> {
         if d.is_zero() {
-            return Err(self.err(span, format!("{what} must be longer than zero")));
+            return Err(self.err(at, format!("{what} must be longer than zero")));
         }
         Ok(d)
     }
@@ -203,11 +161,11 @@ impl<'s> Validator<'s> {
         &self,
         what: &str,
         d: Duration,
-        span: Span,
+        at: Place,
     ) -> Result<Duration, ConfigError> {
         if d > Duration::from_secs(super::units::MAX_DURATION_SECS) {
             return Err(self.err(
-                span,
+                at,
                 format!(
                     "{what} is too long: at most {} s",
                     super::units::MAX_DURATION_SECS
@@ -222,11 +180,11 @@ impl<'s> Validator<'s> {
         &self,
         every: Duration,
         dead_after: Duration,
-        span: Span,
+        at: Place,
     ) -> Result<Heartbeat, ConfigError> {
         if dead_after <= every {
             return Err(self.err(
-                span,
+                at,
                 "dead_after must be longer than heartbeat, or live instances look dead",
             ));
         }
@@ -239,11 +197,11 @@ impl<'s> Validator<'s> {
         &self,
         window: Option<Duration>,
         deadline: Duration,
-        span: Span,
+        at: Place,
     ) -> Result<Duration, ConfigError> {
         match window {
             Some(w) if w <= deadline => Err(self.err(
-                span,
+                at,
                 format!(
                     "[breaker] window ({w:?}) must be longer than the deadline ({deadline:?}): \
                      the breaker opens only when checks keep failing for longer than one late check"
@@ -255,12 +213,12 @@ impl<'s> Validator<'s> {
     }
 
     /// Names end up inside Redis keys, so they may not hold `:`, `{` or `}`.
-    pub(super) fn check_name(&self, what: &str, name: &str, span: Span) -> Result<(), ConfigError> {
+    pub(super) fn check_name(&self, what: &str, name: &str, at: Place) -> Result<(), ConfigError> {
         if crate::key::is_name(name) {
             Ok(())
         } else {
             Err(self.err(
-                span,
+                at,
                 format!("{what} {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"),
             ))
         }
@@ -272,7 +230,7 @@ impl<'s> Validator<'s> {
         &self,
         limit: &str,
         rule: &Rule,
-        spans: &RuleSpans,
+        at: &RulePlaces,
     ) -> Result<(), ConfigError> {
         let cap = rule.capacity();
         let what = match rule {
@@ -280,15 +238,17 @@ impl<'s> Validator<'s> {
             Rule::Concurrency { .. } => "max_in_flight",
             _ => "limit",
         };
-        let bad = |span: Span, msg: String| Err(self.err(span, format!("limit {limit:?}: {msg}")));
+        let bad = |place: &Place, msg: String| {
+            Err(self.err(place.clone(), format!("limit {limit:?}: {msg}")))
+        };
         if cap < 1.0 {
-            return bad(spans.count(), format!("{what} must be at least 1"));
+            return bad(&at.count, format!("{what} must be at least 1"));
         }
         // Counts above 2^53 arrive as infinity (see `exact_count`): Lua's
         // doubles stop counting whole units there.
         if !within(cap, MAX_COUNT) {
             return bad(
-                spans.count(),
+                &at.count,
                 format!("{what} must be at most 2^53 = {MAX_COUNT}, the largest count a double holds exactly"),
             );
         }
@@ -299,14 +259,14 @@ impl<'s> Validator<'s> {
             } => {
                 if !within(refill_per_sec, MAX_REFILL_PER_SEC) {
                     return bad(
-                        spans.rate(),
+                        &at.rate,
                         format!("refill is {refill_per_sec} tokens per second; at most {MAX_REFILL_PER_SEC} (one token per microsecond, the resolution of Redis's clock)"),
                     );
                 }
                 let span_secs = capacity / refill_per_sec;
                 if !within(span_secs, MAX_SPAN.as_secs_f64()) {
                     return bad(
-                        spans.both(),
+                        &at.both,
                         format!(
                             "capacity ÷ refill (the time an empty bucket takes to fill) is {}; at most {} s ({} days, 10 years), \
                              so the Redis script's microsecond arithmetic stays exact",
@@ -319,18 +279,18 @@ impl<'s> Validator<'s> {
             }
             Rule::FixedWindow { window, .. } | Rule::SlidingWindow { window, .. } => {
                 if window.as_millis() < 1 {
-                    return bad(spans.rate(), "window must be at least 1ms".into());
+                    return bad(&at.rate, "window must be at least 1ms".into());
                 }
                 if window.subsec_nanos() % 1_000_000 != 0 {
                     return bad(
-                        spans.rate(),
+                        &at.rate,
                         "window must be a whole number of milliseconds (Redis counts windows in ms)"
                             .into(),
                     );
                 }
                 if window > MAX_SPAN {
                     return bad(
-                        spans.rate(),
+                        &at.rate,
                         format!(
                             "window must be at most {} days (10 years)",
                             MAX_SPAN.as_secs() / 86_400
@@ -341,13 +301,13 @@ impl<'s> Validator<'s> {
             Rule::Concurrency { max_hold, .. } => {
                 if max_hold.as_millis() < 1 || max_hold.subsec_nanos() % 1_000_000 != 0 {
                     return bad(
-                        spans.rate(),
+                        &at.rate,
                         "max_hold must be a whole number of milliseconds, at least 1ms (Redis keeps slots' deadlines in ms)".into(),
                     );
                 }
                 if max_hold > MAX_HOLD {
                     return bad(
-                        spans.rate(),
+                        &at.rate,
                         format!(
                             "max_hold must be at most {} h (a slot is one request in flight)",
                             MAX_HOLD.as_secs() / 3600

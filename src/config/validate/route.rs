@@ -7,18 +7,22 @@ use http::Method;
 
 use super::*;
 use crate::algorithm::Rule;
-use crate::config::ConfigError;
-use crate::route::{Limit, OnExceed, Policy};
+use crate::config::limit::Mode;
+use crate::config::{ConfigError, RouteConfig};
+use crate::route::{FailurePolicy, Limit, OnExceed, Policy};
+
+/// Units a request takes when its route gives no `cost`.
+const DEFAULT_COST: u32 = 1;
 
 impl Validator<'_> {
     pub(in crate::config) fn check_route(
         &mut self,
         path: &str,
         methods: Option<&[Method]>,
-        span: Span,
+        at: Place,
     ) -> Result<(), ConfigError> {
         if !path.starts_with('/') {
-            return Err(self.err(span, format!("route path {path:?} must start with '/'")));
+            return Err(self.err(at, format!("route path {path:?} must start with '/'")));
         }
         let keys: Vec<Option<Method>> = match methods {
             None => vec![None],
@@ -27,41 +31,35 @@ impl Validator<'_> {
         for k in keys {
             let label = k.as_ref().map_or("*", Method::as_str).to_owned();
             if !self.routes_seen.insert((path.to_owned(), k)) {
-                return Err(self.err(
-                    span.clone(),
-                    format!("route {label} {path} is listed twice"),
-                ));
+                return Err(self.err(at.clone(), format!("route {label} {path} is listed twice")));
             }
         }
         Ok(())
     }
 
-    /// Resolves a route's limit names. Call after every limit and plan is in.
-    /// `label`: the route template (`default` for the default policy), its
-    /// metrics' `route` label.
-    pub(in crate::config) fn policy<'n>(
+    /// Route `r` (written at `at`) compiled into its policy, its limit names
+    /// resolved. Call after every limit and plan is in. `label`: the route
+    /// template (`default` for the default policy), its metrics' `route`
+    /// label.
+    pub(in crate::config) fn policy(
         &self,
         limits: &[Arc<Limit>],
-        names: impl Iterator<Item = (&'n str, Span)>,
-        route: RouteSettings,
+        r: &RouteConfig,
+        at: &Place,
         label: &str,
     ) -> Result<Arc<Policy>, ConfigError> {
-        let RouteSettings {
-            cost,
-            cost_span,
-            on_redis_error,
-            shadow,
-            refund,
-            priority,
-        } = route;
+        let cost = r.cost.unwrap_or(DEFAULT_COST);
+        let cost_at = at.field("cost");
+        let (shadow, refund) = (r.mode == Mode::Shadow, r.refund);
         if cost == 0 {
-            return Err(self.err(cost_span, "cost must be at least 1"));
+            return Err(self.err(cost_at, "cost must be at least 1"));
         }
         let mut picked: Vec<Arc<Limit>> = Vec::new();
-        for (name, span) in names {
-            let Some(l) = limits.iter().find(|l| &*l.name == name) else {
+        for (j, name) in r.limits.iter().enumerate() {
+            let span = at.field("limits").field(&j.to_string());
+            let Some(l) = limits.iter().find(|l| *l.name == **name) else {
                 let known = limits.iter().map(|l| &*l.name);
-                return Err(unknown_limit(self.src, known, name, span));
+                return Err(unknown_limit(self, known, name, span));
             };
             let smallest = l
                 .plans
@@ -76,7 +74,7 @@ impl Validator<'_> {
                     format!("{smallest} on its smallest plan")
                 };
                 return Err(self.err(
-                    cost_span.clone(),
+                    cost_at.clone(),
                     format!("cost {cost} is more than limit {name:?} can ever hold ({holds}); every request would be refused"),
                 ));
             }
@@ -104,11 +102,11 @@ impl Validator<'_> {
             traits: crate::route::Traits::of(&picked),
             limits: picked,
             cost,
-            on_redis_error,
+            on_redis_error: r.on_redis_error.unwrap_or(FailurePolicy::Open),
             shadow,
             refund,
             degraded_log: Default::default(),
-            priority,
+            priority: r.priority,
             ietf_policy: Default::default(),
             metrics: crate::metrics::PolicyMetrics::new(label),
         }))
@@ -116,16 +114,15 @@ impl Validator<'_> {
 }
 
 /// A limit name that is not among `known` (the limits defined).
-pub(crate) fn unknown_limit<'a>(
-    src: &str,
+pub(super) fn unknown_limit<'a>(
+    v: &Validator<'_>,
     known: impl Iterator<Item = &'a str>,
     name: &str,
-    span: Span,
+    at: Place,
 ) -> ConfigError {
     let known: Vec<&str> = known.collect();
-    ConfigError::at(
-        src,
-        span,
+    v.err(
+        at,
         format!("unknown limit {name:?} (defined: {})", known.join(", ")),
     )
 }

@@ -3,8 +3,8 @@
 //! names, `[escalation]` and the `401`'s challenge; and, when a layer is
 //! made or reloaded, custom keys against the extractors it has.
 
-use super::{Span, Validator};
-use crate::config::builder::SecretSource;
+use super::{Place, Validator};
+use crate::config::sections::Keys;
 use crate::config::{Config, ConfigError, Hidden};
 use crate::key::{check_custom_name, KeySecret, SecretOrigin, MIN_SECRET_BYTES};
 
@@ -16,30 +16,31 @@ const MAX_DELAYED: usize = 1_000_000;
 const DEFAULT_WWW_AUTHENTICATE: &str = "ApiKey";
 
 impl Validator<'_> {
-    /// The key secret, from code or from the environment (`span`: where
-    /// `secret_env` was written); unset, the built-in one of `prefix`.
+    /// The key secret, from code or from the environment (`secret_env`);
+    /// unset, the built-in one of `prefix`.
     pub(in crate::config) fn key_secret(
         &self,
-        source: Option<&SecretSource>,
+        keys: &Keys,
         prefix: &str,
-        span: Span,
     ) -> Result<KeySecret, ConfigError> {
-        Ok(match source {
-            None => KeySecret::default_for(prefix),
-            Some(SecretSource::Env(name)) => {
-                let secret = secret_from_env(name).map_err(|e| self.err(span, e))?;
-                KeySecret::new(secret.as_bytes(), SecretOrigin::Env(name.clone()))
-            }
-            Some(SecretSource::Code(Hidden(s))) => {
+        Ok(match (&keys.secret, &keys.secret_env) {
+            (Some(Hidden(s)), _) => {
                 check_secret_len(s.len()).map_err(ConfigError::new)?;
                 KeySecret::new(s, SecretOrigin::Code)
             }
+            (None, Some(name)) => {
+                let at = Place::of(&["keys", "secret_env"]);
+                let secret = secret_from_env(name).map_err(|e| self.err(at, e))?;
+                KeySecret::new(secret.as_bytes(), SecretOrigin::Env(name.clone()))
+            }
+            (None, None) => KeySecret::default_for(prefix),
         })
     }
 
-    pub(in crate::config) fn ipv6_prefix(&self, bits: u8, span: Span) -> Result<(), ConfigError> {
+    pub(in crate::config) fn ipv6_prefix(&self, bits: u8) -> Result<(), ConfigError> {
         if bits > 128 {
-            return Err(self.err(span, "ipv6_prefix must be between 0 and 128"));
+            let at = Place::of(&["client_ip", "ipv6_prefix"]);
+            return Err(self.err(at, "ipv6_prefix must be between 0 and 128"));
         }
         Ok(())
     }
@@ -49,9 +50,9 @@ impl Validator<'_> {
         &self,
         limit: &str,
         name: &str,
-        span: Span,
+        at: Place,
     ) -> Result<(), ConfigError> {
-        check_custom_name(name).map_err(|e| self.err(span, format!("limit {limit:?}: {e}")))
+        check_custom_name(name).map_err(|e| self.err(at, format!("limit {limit:?}: {e}")))
     }
 
     /// A plan callers are assigned to: one of the plans defined. Call after
@@ -59,13 +60,13 @@ impl Validator<'_> {
     pub(in crate::config) fn assigned_plan(
         &self,
         plan: &str,
-        span: Span,
+        at: Place,
     ) -> Result<(), ConfigError> {
         if !self.plans.contains(plan) {
             let mut known: Vec<&String> = self.plans.iter().collect();
             known.sort();
             return Err(self.err(
-                span,
+                at,
                 format!("unknown plan {plan:?} (defined under [plans]: {known:?})"),
             ));
         }
@@ -73,15 +74,12 @@ impl Validator<'_> {
     }
 
     /// `[escalation] max_delayed`: 1 to [`MAX_DELAYED`].
-    pub(in crate::config) fn max_delayed(
-        &self,
-        n: usize,
-        span: Span,
-    ) -> Result<usize, ConfigError> {
-        self.at_least_one("[escalation] max_delayed", n, span.clone())?;
+    pub(in crate::config) fn max_delayed(&self, n: usize) -> Result<usize, ConfigError> {
+        let at = Place::of(&["escalation", "max_delayed"]);
+        self.at_least_one("[escalation] max_delayed", n, at.clone())?;
         if n > MAX_DELAYED {
             return Err(self.err(
-                span,
+                at,
                 format!("[escalation] max_delayed must be at most {MAX_DELAYED}"),
             ));
         }
@@ -92,10 +90,10 @@ impl Validator<'_> {
     pub(in crate::config) fn www_authenticate(
         &self,
         challenge: Option<&str>,
-        span: Span,
     ) -> Result<http::HeaderValue, ConfigError> {
+        let at = Place::of(&["keys", "www_authenticate"]);
         match challenge {
-            Some(c) => self::challenge(c).map_err(|e| self.err(span, e)),
+            Some(c) => self::challenge(c).map_err(|e| self.err(at, e)),
             None => Ok(http::HeaderValue::from_static(DEFAULT_WWW_AUTHENTICATE)),
         }
     }

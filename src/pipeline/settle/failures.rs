@@ -123,7 +123,7 @@ mod tests {
     }
 
     /// A login route behind a limit that counts failures, on `store`.
-    fn app(store: Arc<dyn Store>) -> Router {
+    async fn app(store: Arc<dyn Store>) -> Router {
         let cfg = Config::from_toml_str(
             r#"
             [limits.failures]
@@ -143,12 +143,12 @@ mod tests {
         };
         Router::new()
             .route("/", get(status))
-            .layer(RateLimitLayer::with_store(&cfg, store).unwrap())
+            .layer(RateLimitLayer::with_store(cfg, store).await.unwrap())
     }
 
     #[tokio::test]
     async fn successes_are_given_back_failures_are_not() {
-        let app = app(Arc::new(MemoryStore::new(100)));
+        let app = app(Arc::new(MemoryStore::new(100))).await;
         for _ in 0..10 {
             assert!(attempt(&app, StatusCode::OK).await);
         }
@@ -160,7 +160,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refund_the_store_fails_leaves_the_unit_charged() {
-        let app = app(Arc::new(NoRefunds(MemoryStore::new(100))));
+        let app = app(Arc::new(NoRefunds(MemoryStore::new(100)))).await;
         for _ in 0..3 {
             assert!(attempt(&app, StatusCode::OK).await);
         }

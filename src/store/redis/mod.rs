@@ -71,33 +71,34 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Builds a pool for `url` and starts connecting. Waits up to
-    /// `connect_timeout` for the first connection and loads the script; if
-    /// Redis is not there yet, or refuses the credentials, that is logged,
-    /// not an error: the pool keeps reconnecting in the background and
-    /// routes use their failure policy meanwhile. Errors only for a
-    /// malformed URL or pool size (and `rediss://` in a build without TLS).
-    pub async fn connect(
-        url: &str,
-        pool_size: usize,
-        deadline: Duration,
-        connect_timeout: Duration,
-    ) -> Result<Self, StoreError> {
-        let settings = RedisSettings {
-            url: url.to_owned(),
-            connect_timeout,
-            ..RedisSettings::default()
-        };
-        Self::connect_with(&settings, pool_size, deadline).await
-    }
-
-    /// [`connect`](Self::connect) with every Redis setting (TLS CA file).
-    pub(crate) async fn connect_with(
-        settings: &RedisSettings,
-        pool_size: usize,
-        deadline: Duration,
-    ) -> Result<Self, StoreError> {
-        let (store, started) = Self::open(settings, pool_size, deadline).await?;
+    /// Connects to the configuration's Redis (`[redis]`: its URL, TLS,
+    /// pool size, timeouts and coalescing) with its deadline per check, as
+    /// [`RateLimitLayer::new`](crate::RateLimitLayer::new) does: for a
+    /// store of your own around it, given with
+    /// [`RateLimitLayer::with_store`](crate::RateLimitLayer::with_store).
+    ///
+    /// Waits up to `connect_timeout` for the first connection and loads
+    /// the scripts; if Redis is not there yet, or refuses the credentials,
+    /// that is logged, not an error: the pool keeps reconnecting in the
+    /// background and routes use their failure policy meanwhile. Errors
+    /// only without a `[redis]` section, for an unusable URL, or outside a
+    /// tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fleetlimit::store::RedisStore;
+    /// use fleetlimit::Config;
+    ///
+    /// let cfg = Config::from_toml_str("[redis]\nurl = \"redis://127.0.0.1:6379\"\n")?;
+    /// let store = RedisStore::connect(&cfg).await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(config: &Config) -> Result<Self, StoreError> {
+        let settings = config.redis.as_ref().ok_or_else(|| {
+            StoreError::Unavailable("the configuration has no [redis] section".into())
+        })?;
+        let (store, started) = Self::open(settings, settings.pool_size, config.deadline).await?;
         let url = redact_url(&settings.url);
         // fred's error text may quote the URL: its secrets never printed.
         let started = started.map_err(|s| match s {
@@ -115,7 +116,7 @@ impl RedisStore {
                 tracing::warn!(target: "fleetlimit", %url, error = %e, "Redis not reachable at start; routes use their failure policy until it is")
             }
         }
-        Ok(store)
+        Ok(store.coalescing(settings))
     }
 
     /// Builds the pool and waits up to the connect timeout for it; the
@@ -197,7 +198,7 @@ impl RedisStore {
     ///     .build_pool(4)?;
     /// pool.init().await?;
     /// let store = RedisStore::from_pool(pool, &config).await?;
-    /// let layer = RateLimitLayer::with_store(&config, Arc::new(store))?;
+    /// let layer = RateLimitLayer::with_store(config, Arc::new(store)).await?;
     /// # Ok(()) }
     /// ```
     pub async fn from_pool(pool: Pool, config: &Config) -> Result<Self, StoreError> {
@@ -223,9 +224,7 @@ impl RedisStore {
             batcher: None,
         };
         store.prepare(settings.connect_timeout).await;
-        Ok(store
-            .with_coalescing(settings.coalesce)
-            .with_batch_window(settings.batch_window))
+        Ok(store.coalescing(settings))
     }
 
     /// Once connected: a cluster's pool per primary, Redis's clock (each
@@ -259,29 +258,18 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Coalesce concurrent single-bucket checks into one script call (see
-    /// `batch.rs`); ignored on a cluster. Needs a tokio runtime.
-    #[must_use]
-    pub fn with_coalescing(mut self, on: bool) -> Self {
-        self.batcher = (on && !self.pool.is_clustered())
-            .then(|| Batcher::start(self.pool.clone(), Arc::clone(&self.inner), None));
-        self
-    }
-
-    /// Coalesced checks wait up to `window` for company before their call
-    /// goes out (`[redis] batch_window`, see `batch.rs`): fewer, larger
-    /// calls, so less of Redis per decision, for a wait of at most
-    /// `window` per request. Needs coalescing (a cluster never coalesces)
-    /// and a tokio runtime; the configuration bounds it (0 < window ≤ 10 ms).
-    #[must_use]
-    pub fn with_batch_window(mut self, window: Option<Duration>) -> Self {
-        if let (Some(w), Some(_)) = (window, &self.batcher) {
-            self.batcher = Some(Batcher::start(
+    /// Coalesces concurrent single-bucket checks into one script call when
+    /// `[redis] coalesce` says so (see `batch.rs`; never on a cluster),
+    /// each waiting up to `batch_window` for company: one batcher, started
+    /// on the configuration's checked numbers. Needs a tokio runtime.
+    fn coalescing(mut self, settings: &RedisSettings) -> Self {
+        self.batcher = (settings.coalesce && !self.pool.is_clustered()).then(|| {
+            Batcher::start(
                 self.pool.clone(),
                 Arc::clone(&self.inner),
-                Some(w),
-            ));
-        }
+                settings.batch_window,
+            )
+        });
         self
     }
 

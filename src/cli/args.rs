@@ -162,5 +162,5 @@ pub(crate) enum Command {
 
 /// A duration as the configuration writes it (`90s`, `15min`, `1h`, `2d`).
 pub(crate) fn duration(v: &str) -> Result<Duration, String> {
-    fleetlimit::parse_duration(v).map_err(|e| e.to_string())
+    crate::config::parse_duration(v).map_err(|e| e.to_string())
 }

@@ -1,13 +1,15 @@
 //! `explain`: one caller's contract, its bucket now, and its recorded
 //! decisions over a time range, in words a support engineer can paste.
 
-use std::fmt;
 use std::time::Duration;
 
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::time::{format_time, parse_time};
+mod words;
+
+use self::words::{contract, num, state};
+use super::time::parse_time;
 use super::{keys_of, printable, Admin};
 use crate::algorithm::{Rule, Stored, INVALID_STATE};
 use crate::key::StoreKey;
@@ -23,7 +25,7 @@ const MAX_SCANNED: usize = 1_000_000;
 
 /// The time range `explain` reads, on Redis's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimeRange {
+pub(crate) enum TimeRange {
     /// The last this long, until now.
     Since(Duration),
     /// Between two times, in milliseconds since the Unix epoch.
@@ -38,7 +40,7 @@ pub enum TimeRange {
 impl TimeRange {
     /// `--from T --to T`, each an RFC 3339 time such as
     /// `2026-12-01T04:31:00Z` or `2026-12-01T05:31:00.250+01:00`.
-    pub fn between(from: &str, to: &str) -> Result<Self, String> {
+    pub(crate) fn between(from: &str, to: &str) -> Result<Self, String> {
         let from_ms = parse_time(from).map_err(|e| format!("--from {from:?}: {e}"))?;
         let to_ms = parse_time(to).map_err(|e| format!("--to {to:?}: {e}"))?;
         if from_ms > to_ms {
@@ -50,37 +52,36 @@ impl TimeRange {
 
 /// What `explain` found ([`Admin::explain`]); `Display` writes the report.
 #[derive(Clone, Debug, serde::Serialize)]
-#[non_exhaustive]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// The limit.
     #[serde(serialize_with = "super::shown::one")]
-    pub limit: String,
+    pub(crate) limit: String,
     /// The caller as logs and records show it (a digest for API keys).
     #[serde(serialize_with = "super::shown::one")]
-    pub key_id: String,
+    pub(crate) key_id: String,
     /// The caller's plan: the last recorded one, else its assignment.
     #[serde(serialize_with = "super::shown::opt")]
-    pub plan: Option<String>,
+    pub(crate) plan: Option<String>,
     /// The contract under that plan, in words.
-    pub contract: String,
+    pub(crate) contract: String,
     /// The bucket now, in words: for a global limit, this region's bucket
     /// under its share ([`RegionShare`]).
-    pub state: String,
+    pub(crate) state: String,
     /// `region` (decided against the whole limit in each region) or
     /// `global` (one limit across `[regions]`, each region deciding against
     /// its share of it).
-    pub scope: &'static str,
+    pub(crate) scope: &'static str,
     /// For a global limit: this region's share of the caller's key, and
     /// what it can still admit under it (`None` for a regional limit).
-    pub global: Option<RegionShare>,
+    pub(crate) global: Option<RegionShare>,
     /// Whether the limit records decisions at all.
-    pub recording: bool,
+    pub(crate) recording: bool,
     /// The range read, in ms since the epoch (Redis's clock).
-    pub from_ms: u64,
+    pub(crate) from_ms: u64,
     /// See `from_ms`.
-    pub to_ms: u64,
+    pub(crate) to_ms: u64,
     /// The caller's recorded decisions in the range, oldest first.
-    pub decisions: Vec<RecordedDecision>,
+    pub(crate) decisions: Vec<RecordedDecision>,
 }
 
 /// A global limit's share of one key in this region, as `explain` reads
@@ -88,73 +89,75 @@ pub struct Explanation {
 /// the key), and the key's bucket under that share: the limit's contract
 /// is the global policy, this is what this region decides the key against.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[non_exhaustive]
-pub struct RegionShare {
+pub(crate) struct RegionShare {
     /// This instance's region (`[regions] this`).
     #[serde(serialize_with = "super::shown::one")]
-    pub region: String,
+    pub(crate) region: String,
     /// Every region of `[regions.exchange]`, in the configuration's order.
     #[serde(serialize_with = "super::shown::all")]
-    pub regions: Vec<String>,
+    pub(crate) regions: Vec<String>,
     /// This region's share, in parts per million of the limit, as the
     /// limiter reads it.
-    pub ppm: u32,
+    pub(crate) ppm: u32,
     /// The same, in percent.
-    pub percent: f64,
+    pub(crate) percent: f64,
     /// Where the share comes from: `split` (none stored: the configured
     /// split), `stored`, or `unreadable` (a stored value that is not a
     /// whole number of parts per million: the limiter reads it as 0).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// The stored value, as stored (`None`: none).
     #[serde(serialize_with = "super::shown::opt")]
-    pub stored: Option<String>,
+    pub(crate) stored: Option<String>,
     /// The share's burst: the limit's capacity × the share.
-    pub capacity: f64,
+    pub(crate) capacity: f64,
     /// The share's refill, per second: the limit's refill × the share.
-    pub refill_per_sec: f64,
+    pub(crate) refill_per_sec: f64,
     /// Whole requests this region can still admit for the key now.
-    pub remaining: u64,
+    pub(crate) remaining: u64,
     /// When the share's bucket is full again, in ms from now (0: full).
-    pub full_in_ms: u64,
+    pub(crate) full_in_ms: u64,
 }
 
 /// One recorded decision.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct RecordedDecision {
+pub(crate) struct RecordedDecision {
     /// When it was written (Redis's clock), ms since the epoch.
-    pub at_ms: u64,
+    pub(crate) at_ms: u64,
     /// Admitted (else refused: 429, or 503 for `via = "closed"`).
-    pub allowed: bool,
+    pub(crate) allowed: bool,
     /// Whole tokens left after it (`None`: not known).
-    pub remaining: Option<u64>,
+    pub(crate) remaining: Option<u64>,
     /// This limit had room for the request: a refusal with `Some(true)`
     /// was another limit's (`None`: not known).
-    pub enough: Option<bool>,
+    pub(crate) enough: Option<bool>,
     /// Decided without Redis (`local`, `open`, `closed`).
-    pub degraded: bool,
+    pub(crate) degraded: bool,
     /// How: `redis`, `remembered`, `lease`, `local`, `open`, `closed`.
     #[serde(serialize_with = "super::shown::one")]
-    pub via: String,
+    pub(crate) via: String,
     /// The caller's plan then.
     #[serde(serialize_with = "super::shown::opt")]
-    pub plan: Option<String>,
+    pub(crate) plan: Option<String>,
     /// The instance that decided.
     #[serde(serialize_with = "super::shown::one")]
-    pub instance: String,
+    pub(crate) instance: String,
 }
 
 impl Admin {
     /// Checks `explain`'s limit before Redis is asked (an unknown limit is
     /// a usage error).
-    pub fn check_explain(config: &crate::Config, value: &str, limit: &str) -> Result<(), String> {
+    pub(crate) fn check_explain(
+        config: &crate::Config,
+        value: &str,
+        limit: &str,
+    ) -> Result<(), String> {
         Admin::check_target(config, value, Some(limit))
     }
 
     /// `limit`'s contract for the caller whose key value is `value` (the
     /// raw API key, account or IP, digested as the layer does), its bucket
     /// now and its recorded decisions in `range`.
-    pub async fn explain(
+    pub(crate) async fn explain(
         &self,
         value: &str,
         limit: &str,
@@ -462,244 +465,6 @@ fn decision(id: &str, fields: &[(String, String)], key_id: &str) -> Option<Recor
         plan: non_empty(get("plan")),
         instance: get("instance").unwrap_or("").to_owned(),
     })
-}
-
-/// A number without trailing zeros (at most 3 decimals).
-fn num(x: f64) -> String {
-    let s = format!("{x:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_owned()
-}
-
-fn secs(d: Duration) -> String {
-    format!("{} s", num(d.as_secs_f64()))
-}
-
-/// The rule in a support engineer's words.
-fn contract(rule: &Rule) -> String {
-    match *rule {
-        Rule::TokenBucket {
-            capacity,
-            refill_per_sec,
-        } => {
-            let full_after = capacity / refill_per_sec;
-            let five = capacity + 5.0 * refill_per_sec;
-            format!(
-                "token bucket: a burst of up to {cap} requests at once, then {rate} per second \
-                 ({minute} per minute). An empty bucket is full again after {full} s. Over a \
-                 long period that is {minute} per minute, but over a few seconds it is the \
-                 burst that limits: in any 5 s at most {five} requests get through \
-                 ({cap} + 5 s x {rate}/s), however far under {minute} the minute's total is.",
-                cap = num(capacity),
-                rate = num(refill_per_sec),
-                minute = num(refill_per_sec * 60.0),
-                full = num(full_after),
-                five = num(five),
-            )
-        }
-        Rule::FixedWindow { limit, window } => format!(
-            "fixed window: at most {} requests per {}, the window opening with the \
-             caller's first request",
-            num(limit),
-            secs(window)
-        ),
-        Rule::SlidingWindow { limit, window } => format!(
-            "sliding window: about {} requests in any {} (the previous window's count \
-             weighted by its overlap)",
-            num(limit),
-            secs(window)
-        ),
-        Rule::Concurrency {
-            max_in_flight,
-            max_hold,
-        } => format!(
-            "concurrency: at most {} requests in flight at once; a slot counts until the \
-             response is over, or {} at most",
-            num(max_in_flight),
-            secs(max_hold)
-        ),
-    }
-}
-
-/// The stored value now, in words, by the limiter's own rules (`pttl`:
-/// the key's `PTTL`; -2 no key; a key that exists without a string value
-/// is of another type).
-fn state(rule: &Rule, raw: Option<&str>, pttl: i64, now_us: f64) -> String {
-    if rule.is_concurrency() {
-        return "see `fleetlimit inspect` for the slots".into();
-    }
-    match (rule.read_stored(raw, pttl, now_us), raw) {
-        (Stored::Valid { text, .. }, _) => text,
-        (Stored::Absent, _) if pttl == -2 => "no key: a full bucket".into(),
-        (Stored::Absent, _) => format!("a key of another type: {INVALID_STATE}"),
-        (Stored::Invalid, raw) => {
-            format!("{INVALID_STATE}: {}", printable(raw.unwrap_or("")))
-        }
-    }
-}
-
-impl fmt::Display for Explanation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let plan = self
-            .plan
-            .as_deref()
-            .unwrap_or("(none: the limit's own numbers)");
-        writeln!(
-            f,
-            "limit {}, caller {}, plan {}",
-            printable(&self.limit),
-            printable(&self.key_id),
-            printable(plan)
-        )?;
-        match &self.global {
-            None => writeln!(f, "contract: {}", self.contract)?,
-            Some(g) => {
-                writeln!(f, "contract (the global policy): {}", self.contract)?;
-                write_share(f, g)?;
-            }
-        }
-        writeln!(f, "now: {}", self.state)?;
-        let range = format!(
-            "{} to {} (Redis clock)",
-            format_time(self.from_ms),
-            format_time(self.to_ms)
-        );
-        if !self.recording {
-            return writeln!(
-                f,
-                "decisions: limit {} does not record them (set `record = true` on it)",
-                printable(&self.limit)
-            );
-        }
-        let refused = self.decisions.iter().filter(|d| !d.allowed).count();
-        let degraded = self.decisions.iter().filter(|d| d.degraded).count();
-        writeln!(
-            f,
-            "decisions {range}: {} recorded, {} admitted, {refused} refused, {degraded} degraded",
-            self.decisions.len(),
-            self.decisions.len() - refused,
-        )?;
-        // Runs of ordinary admissions are one line; every refusal and every
-        // degraded decision is a line of its own.
-        let mut run: Option<(&RecordedDecision, &RecordedDecision, usize)> = None;
-        let mut suspicious = 0;
-        let mut previous: Option<&RecordedDecision> = None;
-        for d in &self.decisions {
-            if d.allowed && !d.degraded {
-                run = Some(match run {
-                    Some((first, _, n)) => (first, d, n + 1),
-                    None => (d, d, 1),
-                });
-                previous = Some(d);
-                continue;
-            }
-            if let Some(r) = run.take() {
-                write_run(f, r)?;
-            }
-            let by_another = !d.allowed && d.enough == Some(true);
-            let what = match (d.allowed, d.via.as_str()) {
-                (true, _) => "admitted",
-                (false, "closed") => "REFUSED 503",
-                (false, _) => "REFUSED 429",
-            };
-            let before = match previous.and_then(|p| p.remaining) {
-                Some(n) => format!("previous answer: remaining {n}"),
-                None => "previous answer: none recorded".into(),
-            };
-            write!(
-                f,
-                "  {}  {what:<11}  remaining {}  via {}",
-                format_time(d.at_ms),
-                show_remaining(d.remaining),
-                printable(&d.via)
-            )?;
-            if d.degraded {
-                write!(
-                    f,
-                    "  DEGRADED (Redis failed: decided by `{}`)",
-                    printable(&d.via)
-                )?;
-            }
-            if by_another {
-                write!(f, "  (by another limit of the route; this one had room)")?;
-            } else if !d.allowed {
-                write!(f, "  ({before})")?;
-                if previous.and_then(|p| p.remaining).is_some_and(|n| n > 0) {
-                    suspicious += 1;
-                    write!(
-                        f,
-                        "  <- CHECK: refused right after an answer with tokens left"
-                    )?;
-                }
-            }
-            writeln!(f, "  instance {}", printable(&d.instance))?;
-            previous = Some(d);
-        }
-        if let Some(r) = run.take() {
-            write_run(f, r)?;
-        }
-        if refused > 0 {
-            if suspicious == 0 {
-                writeln!(
-                    f,
-                    "every refusal followed an answer of remaining 0 (or none recorded): \
-                     the limit did what its contract says"
-                )?;
-            } else {
-                writeln!(
-                    f,
-                    "{suspicious} refusal(s) came right after an answer with tokens left: \
-                     another instance or client sharing the key, a reset, a plan change, or a bug"
-                )?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The `scope:` line of a global limit.
-fn write_share(f: &mut fmt::Formatter<'_>, g: &RegionShare) -> fmt::Result {
-    let regions: Vec<String> = g.regions.iter().map(|r| printable(r)).collect();
-    let region = printable(&g.region);
-    write!(
-        f,
-        "scope: global, one limit across regions {}; region {region} decides this caller \
-         against its share, {}% ({} ppm) of the limit: a burst of {}, then {} per second",
-        regions.join(", "),
-        num(g.percent),
-        g.ppm,
-        num(g.capacity),
-        num(g.refill_per_sec),
-    )?;
-    match g.source {
-        "split" => writeln!(f, " (none stored: the configured split)"),
-        "unreadable" => writeln!(
-            f,
-            " (its stored share {:?} is not a whole number of parts per million: the limiter \
-             reads it as 0, so region {region} admits nothing of this caller until the exchange \
-             writes it a share)",
-            printable(g.stored.as_deref().unwrap_or(""))
-        ),
-        _ => writeln!(f, " (stored in region {region}'s Redis)"),
-    }
-}
-
-fn show_remaining(r: Option<u64>) -> String {
-    r.map_or_else(|| "?".into(), |n| n.to_string())
-}
-
-fn write_run(
-    f: &mut fmt::Formatter<'_>,
-    (first, last, n): (&RecordedDecision, &RecordedDecision, usize),
-) -> fmt::Result {
-    writeln!(
-        f,
-        "  {} .. {}  admitted x{n}  remaining {} -> {}",
-        format_time(first.at_ms),
-        format_time(last.at_ms),
-        show_remaining(first.remaining),
-        show_remaining(last.remaining),
-    )
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use fleetlimit::admin::{self, printable};
-
-use crate::write_out;
+use super::write_out;
+use crate::admin::{self, printable};
+use crate::config::format_duration;
 
 /// `top --sample`: keys per SCAN page and per pipelined read, at most.
 pub(crate) const MAX_SAMPLE: usize = 10_000;
@@ -48,7 +48,7 @@ pub(crate) async fn top_loop(
             }
             Err(_) => {
                 failed += 1;
-                let e = format!("no frame within {}", fleetlimit::format_duration(most));
+                let e = format!("no frame within {}", format_duration(most));
                 match json {
                     true => serde_json::json!({ "error": e }).to_string(),
                     false => format!("fleetlimit top: {e}; trying again\n"),
