@@ -44,11 +44,12 @@ struct Fleet {
 
 impl Fleet {
     async fn start(test: &str) -> Self {
-        Self::start_at(test, RATE).await
+        Self::start_at(test, RATE, INTERVAL).await
     }
 
-    /// With the limit refilled at `rate` a second.
-    async fn start_at(test: &str, rate: f64) -> Self {
+    /// With the limit refilled at `rate` a second, and quotas moved once
+    /// per `interval`.
+    async fn start_at(test: &str, rate: f64, interval: Duration) -> Self {
         let servers: Vec<RedisServer> = NAMES.iter().map(|_| RedisServer::start()).collect();
         let links: Vec<Vec<Option<Relay>>> = (0..3)
             .map(|x| {
@@ -88,7 +89,7 @@ limits = ["api"]
 on_redis_error = "closed"
 "#,
                 this = NAMES[x],
-                interval = INTERVAL.as_millis(),
+                interval = interval.as_millis(),
             );
             let mut two = Vec::new();
             for _ in 0..2 {
@@ -281,9 +282,13 @@ fn assert_bound(answers: &[Answer], regions: &[usize], share: f64, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_say_the_global_policy_and_what_this_region_can_still_admit() {
-    // Its own refill, not the exchange's: its 17 requests in a row must
-    // come before a third of the refill adds a token (60 ms at 50/s).
-    let fleet = Fleet::start_at("regions-headers", 50.0).await;
+    // Its own refill and interval, slower than the others': region a's
+    // share is left with two thirds of a token after its 16th request, so
+    // its 17th is refused only if its 16 come before a third of the refill
+    // adds a third of a token (200 ms at 5/s, 20 ms at 50/s), and before
+    // quota moves: at least an interval and a quarter after the first
+    // request (6 s at 5 s). Retry-After stays 1 (a third of a token: 200 ms).
+    let fleet = Fleet::start_at("regions-headers", 5.0, Duration::from_secs(5)).await;
     // Views are read before the layer is built: decided at once. Each
     // region holds its own third (quota moves a whole interval later).
     let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
@@ -478,10 +483,13 @@ limits = ["api"]
 /// bucket's is one too; every key it writes expires.
 #[tokio::test]
 async fn a_bucket_rescaled_to_a_larger_share_keeps_its_tokens() {
-    // The script's own limit, not the exchange's: these tokens are read
-    // by redis-cli calls, and a slower refill leaves them more time.
+    // The script's own limit, not the exchange's, refilled slowly: the
+    // tokens are read by redis-cli calls that a busy machine spaces out.
+    // A third of it refills a token in 600 ms, so the half-full bucket
+    // reads within (7, 9) unless its reads are ~400 ms apart (at 50/s, as
+    // before, 40 ms apart failed it under a CPU hog).
     const BURST: f64 = 50.0;
-    const RATE: f64 = 50.0;
+    const RATE: f64 = 5.0;
     const RESCALE: &str = concat!(
         include_str!("../lua/token_bucket.lua"),
         include_str!("../lua/token_bucket_rescale.lua")
