@@ -284,10 +284,11 @@ fn assert_bound(answers: &[Answer], regions: &[usize], share: f64, what: &str) {
 async fn headers_say_the_global_policy_and_what_this_region_can_still_admit() {
     // Its own refill and interval, slower than the others': region a's
     // share is left with two thirds of a token after its 16th request, so
-    // its 17th is refused only if its 16 come before a third of the refill
-    // adds a third of a token (200 ms at 5/s, 20 ms at 50/s), and before
-    // quota moves: at least an interval and a quarter after the first
-    // request (6 s at 5 s). Retry-After stays 1 (a third of a token: 200 ms).
+    // its 17th is refused only if all 17 come within the time a third of
+    // the refill takes to add a third of a token (200 ms at 5/s, 20 ms at
+    // 50/s), and before quota moves: at least an interval and a quarter
+    // after the first (6 s at 5 s). Retry-After stays 1 (a third of a
+    // token: 200 ms).
     let fleet = Fleet::start_at("regions-headers", 5.0, Duration::from_secs(5)).await;
     // Views are read before the layer is built: decided at once. Each
     // region holds its own third (quota moves a whole interval later).
