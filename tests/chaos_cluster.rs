@@ -11,10 +11,16 @@ use std::time::Duration;
 use support::chaos::{self, Fleet};
 use support::*;
 
+/// The cluster's `cluster-node-timeout` (2 s in `RedisCluster::start`): a
+/// primary unreachable this long is marked failing, and the cluster,
+/// without replicas, refuses; a node back rejoins after about as long.
+const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_primary_killed_and_back() {
     init_tracing();
-    let cluster = RedisCluster::start();
+    let node_timeout = NODE_TIMEOUT.as_millis().to_string();
+    let cluster = RedisCluster::start_with(&["--cluster-node-timeout", &node_timeout]);
     let prefix = prefix("chaos-cluster");
     let fleet = Fleet::start(
         || {
@@ -31,7 +37,8 @@ async fn a_cluster_primary_killed_and_back() {
     let (samples, fault, recovered) = chaos::run(
         &fleet,
         "cluster",
-        Duration::from_millis(3_000),
+        // Down half as long again as the cluster takes to notice.
+        NODE_TIMEOUT.mul_f64(1.5),
         || cluster.nodes[1].kill(),
         || cluster.nodes[1].restart(),
     )

@@ -521,12 +521,13 @@ fn promises_are_kept_in_process() {
 }
 
 /// A real Redis: its clock runs while the test does, which only adds room.
-/// The case's times are scaled to a fifth (a 1.5 s wait is 300 ms) to keep
-/// the run short; the refills and windows with them.
+/// The case's times are scaled to a tenth (a 1.5 s wait is 150 ms) to keep
+/// the run short; the refills and windows with them (the shortest window
+/// 10 ms, the fastest refill a token per 5 ms: still several requests).
 #[cfg(feature = "redis")]
 #[test]
 fn promises_are_kept_on_redis() {
-    const SCALE_MS: u32 = 200;
+    const SCALE_MS: u32 = 100;
     let server = support::RedisServer::start();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -24,7 +24,7 @@ const BODY: &str = r#"
 key = "account:x-account"
 algorithm = "fixed-window"
 limit = 100
-window = "6s"
+window = "3s"
 
 [limits.fw-long]
 key = "account:x-account"
@@ -36,7 +36,7 @@ window = "1h"
 key = "account:x-account"
 algorithm = "sliding-window"
 limit = 100
-window = "6s"
+window = "3s"
 
 [limits.sw-long]
 key = "account:x-account"
@@ -65,7 +65,11 @@ limits = ["sw-long"]
 on_redis_error = "open"
 "#;
 
-const SHORT_MS: u64 = 6_000;
+/// The short windows' length (`window` in [`BODY`]): three times A's
+/// deadline. A's held checks are answered by its policy one deadline into
+/// the window they charged, and the window after it leaves B's charges,
+/// the release and the give-backs about two deadlines to be judged in.
+const SHORT_MS: u64 = 3_000;
 
 /// The deadline of the instance whose answers are held.
 const A_DEADLINE: &str = "1s";

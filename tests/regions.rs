@@ -17,16 +17,20 @@ use support::relay::Relay;
 use support::*;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
-/// The exchange's interval: quotas move once per interval.
-const INTERVAL: Duration = Duration::from_secs(1);
-/// The global limit: a burst of `BURST`, refilled at `RATE` a second.
+/// The exchange's interval: quotas move once per interval. Every other
+/// time here is this one scaled (the refill, the windows, the relays'
+/// round trip, the scenarios' lengths), so a shorter interval runs the
+/// same scenarios, with the same counts per window, in less time.
+const INTERVAL: Duration = Duration::from_millis(500);
+/// The global limit: a burst of `BURST`, refilled at `RATE` a second: a
+/// burst's worth each interval.
 const BURST: f64 = 50.0;
-const RATE: f64 = 50.0;
-/// Each window the bound is checked over.
-const WINDOW: Duration = Duration::from_secs(1);
+const RATE: f64 = BURST / (INTERVAL.as_millis() as f64 / 1000.0);
+/// Each window the bound is checked over: one interval.
+const WINDOW: Duration = INTERVAL;
 /// Between regions: each command to another region's Redis is held this
-/// long by its relay.
-const RTT: Duration = Duration::from_millis(20);
+/// long by its relay (a fiftieth of the interval).
+const RTT: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 / 50);
 
 struct Fleet {
     servers: Vec<RedisServer>,
@@ -40,6 +44,12 @@ struct Fleet {
 
 impl Fleet {
     async fn start(test: &str) -> Self {
+        Self::start_at(test, RATE, INTERVAL).await
+    }
+
+    /// With the limit refilled at `rate` a second, and quotas moved once
+    /// per `interval`.
+    async fn start_at(test: &str, rate: f64, interval: Duration) -> Self {
         let servers: Vec<RedisServer> = NAMES.iter().map(|_| RedisServer::start()).collect();
         let links: Vec<Vec<Option<Relay>>> = (0..3)
             .map(|x| {
@@ -71,7 +81,7 @@ interval = "{interval}ms"
 [limits.api]
 key = "header:x-api-key"
 capacity = {BURST}
-refill = "{RATE}/s"
+refill = "{rate}/s"
 scope = "global"
 
 [default]
@@ -79,7 +89,7 @@ limits = ["api"]
 on_redis_error = "closed"
 "#,
                 this = NAMES[x],
-                interval = INTERVAL.as_millis(),
+                interval = interval.as_millis(),
             );
             let mut two = Vec::new();
             for _ in 0..2 {
@@ -272,7 +282,14 @@ fn assert_bound(answers: &[Answer], regions: &[usize], share: f64, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_say_the_global_policy_and_what_this_region_can_still_admit() {
-    let fleet = Fleet::start("regions-headers").await;
+    // Its own refill and interval, slower than the others': region a's
+    // share is left with two thirds of a token after its 16th request, so
+    // its 17th is refused only if all 17 come within the time a third of
+    // the refill takes to add a third of a token (200 ms at 5/s, 20 ms at
+    // 50/s), and before quota moves: at least an interval and a quarter
+    // after the first (6 s at 5 s). Retry-After stays 1 (a third of a
+    // token: 200 ms).
+    let fleet = Fleet::start_at("regions-headers", 5.0, Duration::from_secs(5)).await;
     // Views are read before the layer is built: decided at once. Each
     // region holds its own third (quota moves a whole interval later).
     let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
@@ -300,7 +317,7 @@ async fn headers_say_the_global_policy_and_what_this_region_can_still_admit() {
 
 /// Whole intervals for quotas to follow demand: one to count it, one to
 /// take and hold, one to release and push (and the views read).
-const CONVERGE: Duration = Duration::from_secs(3);
+const CONVERGE: Duration = INTERVAL.saturating_mul(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_asked_in_one_region_reaches_nearly_the_whole_limit_there() {
@@ -363,7 +380,7 @@ async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest
     assert_bound(&before, &[0, 1, 2], 1.0, "before the cut");
     fleet.isolate(2);
     let c_share = fleet.share(2, "cut") as f64 / 1e6;
-    let during = drive(&fleet, "cut", rates, Duration::from_secs(30)).await;
+    let during = drive(&fleet, "cut", rates, 30 * WINDOW).await;
     assert_bound(&during, &[0, 1, 2], 1.0, "fleet, cut");
     assert_bound(&during, &[0, 1], 1.0 - c_share, "a and b, c cut off");
     // C keeps deciding with its last quota: it admits, never fails.
@@ -388,7 +405,8 @@ async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest
         );
     }
     let (ab, _) = admitted_per_window(&during, &[0, 1], Duration::ZERO);
-    let part = ab.iter().sum::<u64>() as f64 / (ab.len() as f64 * RATE * (1.0 - c_share));
+    let refill = RATE * WINDOW.as_secs_f64();
+    let part = ab.iter().sum::<u64>() as f64 / (ab.len() as f64 * refill * (1.0 - c_share));
     eprintln!("figures: c cut off holding {c_share:.3} of the limit: a and b admitted {part:.2} of the rest");
     fleet.report("after the heal, after three intervals", &counts);
 }
@@ -470,6 +488,13 @@ limits = ["api"]
 /// bucket's is one too; every key it writes expires.
 #[tokio::test]
 async fn a_bucket_rescaled_to_a_larger_share_keeps_its_tokens() {
+    // The script's own limit, not the exchange's, refilled slowly: the
+    // tokens are read by redis-cli calls that a busy machine spaces out.
+    // A third of it refills a token in 600 ms, so the half-full bucket
+    // reads within (7, 9) unless its reads are ~400 ms apart (at 50/s, as
+    // before, 40 ms apart failed it under a CPU hog).
+    const BURST: f64 = 50.0;
+    const RATE: f64 = 5.0;
     const RESCALE: &str = concat!(
         include_str!("../lua/token_bucket.lua"),
         include_str!("../lua/token_bucket_rescale.lua")
