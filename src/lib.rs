@@ -117,8 +117,6 @@ mod log_throttle;
 mod metrics;
 mod pipeline;
 pub mod plan;
-#[cfg(feature = "postgres")]
-mod plan_postgres;
 mod record;
 mod region;
 pub mod reload;

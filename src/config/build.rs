@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::builder::ConfigBuilder;
 use super::place::Place;
 use super::redis::RedisSettings;
-use super::validate::{this_region, Validator};
+use super::validate::Validator;
 use super::{
     Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MAX_DELAYED, DEFAULT_MEMORY_KEYS,
     DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
@@ -45,7 +45,7 @@ impl ConfigBuilder {
         let plan_rules = v.plan_rules(&self, &rules)?;
         if let Some(r) = &self.regions {
             if r.this.is_some() == r.this_env.is_some() {
-                return Err(this_region(&v, at(&["regions"]), r.this.is_some()));
+                return Err(v.this_region(at(&["regions"]), r.this.is_some()));
             }
         }
 

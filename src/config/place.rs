@@ -115,6 +115,30 @@ fn find(mut at: At<'_>, path: &Path) -> Option<Range<usize>> {
     }
 }
 
+/// Where a rule's numbers were written in table `at`, for its errors
+/// (`fallback`: where to point for numbers it did not write).
+pub(super) struct RulePlaces {
+    /// `capacity`, `limit` or `max_in_flight`.
+    pub(super) count: Place,
+    /// `refill`, `window` or `max_hold`.
+    pub(super) rate: Place,
+    /// A rule on both numbers: the rate if it was written here.
+    pub(super) both: Place,
+}
+
+impl RulePlaces {
+    pub(super) fn new(at: &Place, fallback: &Place) -> Self {
+        const COUNT: [&str; 3] = ["capacity", "limit", "max_in_flight"];
+        const RATE: [&str; 3] = ["refill", "window", "max_hold"];
+        let count = at.first_of(&COUNT).or(fallback.clone());
+        Self {
+            rate: at.first_of(&RATE).or(fallback.clone()),
+            both: at.first_of(&RATE).or(count.clone()),
+            count,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

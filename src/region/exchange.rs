@@ -29,33 +29,22 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::clients::Pool;
 use fred::interfaces::ClientLike;
-use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
+use super::calls::{eval, hash, options, ppm, quarter, step, step_for, SCRIPT};
 use super::handoff::{give, push};
 use super::share::{Quota, Runtime};
 use super::targets::{split_excess, targets};
 use crate::config::RedisSettings;
 use crate::route::WHOLE;
 use crate::store::redis::connect::{build_pool, fred_config};
-use crate::store::redis::reply::map_err;
-use crate::store::StoreError;
-
-pub(super) const SCRIPT: &str = include_str!("../../lua/region.lua");
-pub(super) const RESCALE: &str = concat!(
-    include_str!("../../lua/token_bucket.lua"),
-    include_str!("../../lua/token_bucket_rescale.lua")
-);
 
 /// The least excess a region gives away: smaller moves are churn.
 pub(crate) const HYSTERESIS: u32 = WHOLE / 100;
 /// The most keys a cycle considers per limit, and an instance publishes
 /// per limit and interval: exchange traffic is bounded per interval.
 pub(crate) const MAX_KEYS: usize = 1000;
-/// How long the exchange's hashes live without a cycle touching them.
-const KEEP: Duration = Duration::from_secs(86_400);
-
 /// Reads this region's shares once (so requests are decided on them as
 /// soon as the layer is built, Redis up), then starts this instance's
 /// exchange; it ends with the runtime.
@@ -94,10 +83,6 @@ fn connect_links(rt: &Runtime) -> Vec<Option<Pool>> {
             Some(pool)
         })
         .collect()
-}
-
-pub(super) fn quarter(rt: &Runtime) -> Duration {
-    (rt.regions.interval / 4).max(Duration::from_millis(1))
 }
 
 fn unix_ms() -> u64 {
@@ -153,58 +138,6 @@ async fn run(
     }
 }
 
-/// The name of one of a limit's exchange hashes (one hash tag per limit).
-pub(super) fn hash(prefix: &str, limit: &str, part: &str) -> String {
-    format!("{prefix}:regions:{{{limit}}}:{part}")
-}
-
-fn options(rt: &Runtime) -> Options {
-    Options {
-        timeout: Some(quarter(rt)),
-        fail_fast: true,
-        max_attempts: Some(1),
-        ..Options::default()
-    }
-}
-
-/// One call of `script`, on the slot of `keys[0]`.
-pub(super) async fn eval(
-    rt: &Runtime,
-    pool: &Pool,
-    script: &'static str,
-    keys: Vec<String>,
-    args: Vec<Value>,
-) -> Result<Value, StoreError> {
-    rt.stats.calls.fetch_add(1, Ordering::Relaxed);
-    rt.metrics.call();
-    let slot = ClusterHash::Custom(fred::util::redis_keyslot(keys[0].as_bytes()));
-    let cmd = CustomCommand::new_static("EVAL", slot, false);
-    let mut all: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-    all.push(script.into());
-    all.push((keys.len() as i64).into());
-    all.extend(keys.into_iter().map(Value::from));
-    all.extend(args);
-    pool.with_options(&options(rt))
-        .custom(cmd, all)
-        .await
-        .map_err(map_err)
-}
-
-/// `region.lua`'s arguments: the expiry of what it writes, the step, then
-/// `rest`.
-pub(super) fn step(name: &'static str, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
-    step_for(KEEP, name, rest)
-}
-
-fn step_for(
-    keep: Duration,
-    name: &'static str,
-    rest: impl IntoIterator<Item = Value>,
-) -> Vec<Value> {
-    let keep = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
-    [keep.into(), name.into()].into_iter().chain(rest).collect()
-}
-
 /// A `HGETALL` answer as a map.
 fn map(v: Value) -> HashMap<String, String> {
     let mut out = HashMap::new();
@@ -215,12 +148,6 @@ fn map(v: Value) -> HashMap<String, String> {
         }
     }
     out
-}
-
-/// A share as stored, or none at all when it is not one (a region never
-/// decides on a share it cannot read as one).
-pub(super) fn ppm(s: &str) -> u32 {
-    super::share::stored_share(s).unwrap_or(0)
 }
 
 /// Reads this region's shares of every global limit into the views.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use fred::clients::Pool;
 use fred::types::Value;
 
-use super::exchange::{eval, hash, ppm, quarter, step, RESCALE, SCRIPT};
+use super::calls::{eval, hash, ppm, quarter, step, RESCALE, SCRIPT};
 use super::share::{Quota, Runtime};
 use crate::algorithm::LeanArgs;
 use crate::route::WHOLE;

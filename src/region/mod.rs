@@ -33,6 +33,8 @@
 //!   missing for a while, never counted twice.
 
 #[cfg(feature = "redis")]
+mod calls;
+#[cfg(feature = "redis")]
 mod exchange;
 #[cfg(feature = "redis")]
 mod handoff;

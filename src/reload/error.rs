@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::Changes;
+use super::changes::Changes;
 use crate::config::ConfigError;
 
 /// Why a [`ReloadHandle::reload`](super::ReloadHandle::reload) was refused. The running configuration

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Explanation, RecordedDecision, RegionShare};
+use super::report::{Explanation, RecordedDecision, RegionShare};
 use crate::admin::printable;
 use crate::admin::time::format_time;
 use crate::algorithm::{Rule, Stored, INVALID_STATE};

@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::*;
 use crate::algorithm::Rule;
 use crate::config::limit::{Count, Exceed, LimitConfig, Mode, Scope};
-use crate::config::numbers::{algorithm_of, RulePlaces};
+use crate::config::numbers::algorithm_of;
+use crate::config::place::RulePlaces;
 use crate::config::{ConfigBuilder, ConfigError, Regions};
 use crate::key::KeySource;
 use crate::route::{Global, LeaseConfig, Limit, OnExceed, RecordConfig, WHOLE};
@@ -99,7 +100,7 @@ impl Validator<'_> {
                 let at = Place::name(&["plans", plan, name]);
                 let Some(i) = b.limits.iter().position(|(n, _)| n == name) else {
                     let known = b.limits.iter().map(|(n, _)| n.as_str());
-                    return Err(unknown_limit(self, known, name, at));
+                    return Err(self.unknown_limit(known, name, at));
                 };
                 let base = &rules[i];
                 // Placed at the limit's name in the table header, as always.
@@ -399,12 +400,7 @@ impl Validator<'_> {
         self.check_name("plan name", plan, Place::name(&["plans", plan]))?;
         let Some(i) = self.limits.iter().position(|l| &*l.name == limit) else {
             let known: Vec<String> = self.limits.iter().map(|l| l.name.to_string()).collect();
-            return Err(unknown_limit(
-                self,
-                known.iter().map(String::as_str),
-                limit,
-                p.at.clone(),
-            ));
+            return Err(self.unknown_limit(known.iter().map(String::as_str), limit, p.at.clone()));
         };
         let base = &self.limits[i].rule;
         if std::mem::discriminant(base) != std::mem::discriminant(&p.rule) {

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use super::numbers::RulePlaces;
-use super::place::Place;
+use super::place::{Place, RulePlaces};
 use super::{ConfigError, Heartbeat};
 use crate::algorithm::Rule;
 use crate::route::Limit;
@@ -19,9 +18,6 @@ mod regions;
 mod route;
 mod settings;
 mod shedding;
-
-pub(super) use self::regions::this_region;
-use self::route::unknown_limit;
 
 pub(super) struct Validator<'s> {
     src: &'s str,

@@ -59,7 +59,7 @@ impl Validator<'_> {
                 let from = format!(" (environment variable {var}, [regions] this_env)");
                 (value, span, from)
             }
-            (None, None) => return Err(this_region(self, table, false)),
+            (None, None) => return Err(self.this_region(table, false)),
         };
         let Some(this) = names.iter().position(|n| *n == this) else {
             return Err(self.err(
@@ -121,17 +121,19 @@ fn this_from_env(var: &str, known: &str) -> Result<String, String> {
     }
 }
 
-/// `[regions]` names this instance's region by `this` or `this_env`:
-/// `both` written (at `this_env`), or neither (at the table).
-pub(in crate::config) fn this_region(v: &Validator<'_>, table: Place, both: bool) -> ConfigError {
-    if both {
-        let m =
-            "[regions] takes `this` or `this_env`, not both: this instance's region is named once";
-        return v.err(table.field("this_env"), m);
+impl Validator<'_> {
+    /// `[regions]` names this instance's region by `this` or `this_env`:
+    /// `both` written (at `this_env`), or neither (at the table).
+    pub(in crate::config) fn this_region(&self, table: Place, both: bool) -> ConfigError {
+        if both {
+            let m =
+                "[regions] takes `this` or `this_env`, not both: this instance's region is named once";
+            return self.err(table.field("this_env"), m);
+        }
+        self.err(
+            table,
+            "[regions] needs `this` (this instance's region, e.g. this = \"eu\") or `this_env` \
+             (the environment variable naming it, e.g. this_env = \"FLEETLIMIT_REGION\")",
+        )
     }
-    v.err(
-        table,
-        "[regions] needs `this` (this instance's region, e.g. this = \"eu\") or `this_env` \
-         (the environment variable naming it, e.g. this_env = \"FLEETLIMIT_REGION\")",
-    )
 }

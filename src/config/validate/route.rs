@@ -59,7 +59,7 @@ impl Validator<'_> {
             let span = at.field("limits").field(&j.to_string());
             let Some(l) = limits.iter().find(|l| *l.name == **name) else {
                 let known = limits.iter().map(|l| &*l.name);
-                return Err(unknown_limit(self, known, name, span));
+                return Err(self.unknown_limit(known, name, span));
             };
             let smallest = l
                 .plans
@@ -113,16 +113,18 @@ impl Validator<'_> {
     }
 }
 
-/// A limit name that is not among `known` (the limits defined).
-pub(super) fn unknown_limit<'a>(
-    v: &Validator<'_>,
-    known: impl Iterator<Item = &'a str>,
-    name: &str,
-    at: Place,
-) -> ConfigError {
-    let known: Vec<&str> = known.collect();
-    v.err(
-        at,
-        format!("unknown limit {name:?} (defined: {})", known.join(", ")),
-    )
+impl Validator<'_> {
+    /// A limit name that is not among `known` (the limits defined).
+    pub(super) fn unknown_limit<'a>(
+        &self,
+        known: impl Iterator<Item = &'a str>,
+        name: &str,
+        at: Place,
+    ) -> ConfigError {
+        let known: Vec<&str> = known.collect();
+        self.err(
+            at,
+            format!("unknown limit {name:?} (defined: {})", known.join(", ")),
+        )
+    }
 }

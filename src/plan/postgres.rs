@@ -21,8 +21,8 @@ use tokio_postgres::NoTls;
 use std::future::Future;
 use std::pin::Pin;
 
+use super::resolver::{PlanError, PlanResolver};
 use crate::config::ConfigError;
-use crate::plan::{PlanError, PlanResolver};
 
 /// The table read by default.
 const DEFAULT_TABLE: &str = "fleetlimit_plans";
