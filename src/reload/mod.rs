@@ -3,7 +3,7 @@
 //! [`RateLimitLayer::reload_handle`](crate::RateLimitLayer::reload_handle)).
 //!
 //! The layer holds its limiter (routes, policies, and the caches that
-//! answer under their numbers) in an [`ArcSwap`]: a request loads it once,
+//! answer under their numbers) in an [`ArcSwap`](arc_swap::ArcSwap): a request loads it once,
 //! in the service's `call`, and keeps that one until its response is over;
 //! a reload builds the next one on the same core (stores and every
 //! bucket in them, breaker, fleet size, shedder, tasks) and swaps it in, so
