@@ -34,9 +34,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
 use http::header::HeaderName;
 use http::{HeaderValue, Request, StatusCode};

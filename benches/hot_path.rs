@@ -33,7 +33,7 @@
 
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use fleetlimit::store::{Bucket, Check, MemoryStore, Rule};
 use governor::RateLimiter;
 use http::{HeaderValue, StatusCode};
@@ -43,7 +43,7 @@ use tower::ServiceExt;
 mod hot_routers;
 
 use hot_routers::governor_layer::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
-use hot_routers::{drive, keys, quota, request, routers, HUGE, KEYS};
+use hot_routers::{HUGE, KEYS, drive, keys, quota, request, routers};
 
 /// The store key the layer builds for an API key of `key-NNNNN` under
 /// limit `per-key` (default prefix `rl`; such values are short, printable

@@ -62,9 +62,9 @@
 //! need `with_store` and the public `store` types). `cargo bench --bench
 //! instructions` alone just runs the loop once.
 
+use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use axum::Router;
 use fleetlimit::store::{Check, LimitState, Outcome, Store, StoreFuture};
 use fleetlimit::{Config, RateLimitLayer};
 use http::{Request, StatusCode};

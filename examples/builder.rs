@@ -13,8 +13,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::configuration::{
     FailurePolicy, KeySource, LimitConfig, OnMissing, Rate, RouteConfig,
 };

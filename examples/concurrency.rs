@@ -17,9 +17,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::RawQuery;
 use axum::routing::get;
-use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
 
 /// A search that takes `ms` milliseconds (the query's `ms=N`).

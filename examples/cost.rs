@@ -13,8 +13,8 @@
 
 use std::net::SocketAddr;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::{Config, RateLimitLayer};
 
 const POLICY: &str = r#"

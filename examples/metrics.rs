@@ -15,8 +15,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::{Config, RateLimitLayer};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 

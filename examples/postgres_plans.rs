@@ -17,8 +17,8 @@
 
 use std::net::SocketAddr;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::plan::PostgresPlans;
 use fleetlimit::{Config, RateLimitLayer};
 

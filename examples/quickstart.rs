@@ -19,8 +19,8 @@
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use fleetlimit::{Config, ConfigError, RateLimitLayer};
 
 /// The configuration on Redis when `REDIS_URL` is set, its URL checked as
@@ -60,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ends the process.
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
+        use tokio::signal::unix::{SignalKind, signal};
         let mut hangups = signal(SignalKind::hangup())?;
         let mut forced = signal(SignalKind::user_defined1())?;
         let reload = layer.reload_handle().map(on_env_redis);

@@ -11,8 +11,8 @@
 
 use std::net::SocketAddr;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::{Config, RateLimitLayer};
 
 #[tokio::main]

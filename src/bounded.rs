@@ -214,7 +214,7 @@ impl<V: Evict> Shard<'_, V> {
     pub(crate) fn remove(&mut self, hash: u64, key: &str) -> Option<V> {
         let found = self.table.find_entry(hash, |(k, _)| k == key).ok()?;
         self.map.len.fetch_sub(1, Ordering::Relaxed);
-        Some(found.remove().0 .1)
+        Some(found.remove().0.1)
     }
 }
 

@@ -22,7 +22,7 @@
 //! ([`Breakers`]): a dead primary's failures open its breaker only, and
 //! keys owned by the healthy primaries keep being decided by Redis.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 

@@ -153,7 +153,7 @@ pub mod stats {
 // Each public item has one path: what an application meets first here,
 // the rest in the module of its topic.
 pub use answer::{Refusal, RefusalReason};
-pub use config::{redact_url, Config, ConfigBuilder, ConfigError};
+pub use config::{Config, ConfigBuilder, ConfigError, redact_url};
 // Transitional, not API: the command's duration flags use these; they
 // become crate-private once src/config's own doctests (which name them)
 // are unit tests (the configuration rework).

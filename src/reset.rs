@@ -19,7 +19,7 @@
 //! keeps answering from memory, at most until each refusal's `Retry-After`
 //! (leases lapse within a second anyway).
 
-use std::future::{poll_fn, Future};
+use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::sync::Weak;
 use std::task::Poll;

@@ -204,10 +204,12 @@ async fn explain_prints_record_fields_escaped() {
     let v = json(&out);
     assert_eq!(v["decisions"].as_array().unwrap().len(), 2);
     assert_eq!(v["decisions"][1]["via"], "redis\\x1b[2J");
-    assert!(v["decisions"][1]["instance"]
-        .as_str()
-        .unwrap()
-        .starts_with("i-1\\x0a"));
+    assert!(
+        v["decisions"][1]["instance"]
+            .as_str()
+            .unwrap()
+            .starts_with("i-1\\x0a")
+    );
     server.kill();
 }
 

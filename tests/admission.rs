@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
 use support::*;
 

@@ -5,8 +5,8 @@
 
 mod support;
 
-use axum::body::Body;
 use axum::Router;
+use axum::body::Body;
 use fleetlimit::RateLimitLayer;
 use http::{HeaderValue, Request};
 use support::*;

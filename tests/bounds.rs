@@ -6,8 +6,8 @@
 
 mod support;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
 use support::*;
 

@@ -8,12 +8,12 @@
 mod support;
 
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::routing::post;
 use axum::Router;
+use axum::routing::post;
 use fleetlimit::{Config, RateLimitLayer};
 use support::*;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use fleetlimit::client::HonorLimitsLayer;
 use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
-use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceExt, service_fn};
 
 /// One request the scripted server saw: when, what.
 #[derive(Debug, Clone)]
@@ -52,10 +52,12 @@ impl Script {
         Request<String>,
         Response = Response<String>,
         Error = Infallible,
-        Future = impl Send,
-    > + Clone
-           + Send
-           + 'static {
+        Future = impl Send + use<>,
+    >
+    + Clone
+    + Send
+    + 'static
+    + use<> {
         let this = self.clone();
         service_fn(move |req: Request<String>| {
             this.seen.lock().unwrap().push(Seen {
@@ -271,9 +273,11 @@ async fn only_requests_safe_to_repeat_are_retried() {
     assert_eq!(res.status(), 200);
     let seen = script.seen();
     assert_eq!(seen.len(), 3);
-    assert!(seen[1..]
-        .iter()
-        .all(|s| s.method == Method::POST && s.body == "{\"n\":1}"));
+    assert!(
+        seen[1..]
+            .iter()
+            .all(|s| s.method == Method::POST && s.body == "{\"n\":1}")
+    );
     for m in [Method::PUT, Method::DELETE, Method::HEAD] {
         let script = Script::default().then(429, &[("retry-after", "1")]);
         let client = HonorLimitsLayer::new().layer(script.service());
@@ -518,8 +522,8 @@ fn counted_http(
     Error = BoxError,
     Future = impl Send,
 > + Clone
-       + Send
-       + 'static {
++ Send
++ 'static {
     let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     service_fn(move |req: Request<Full<Bytes>>| {
         let http = http.clone();

@@ -10,10 +10,10 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use axum::routing::{get, post};
 use axum::Router;
-use fleetlimit::stats::BreakerState;
+use axum::routing::{get, post};
 use fleetlimit::RateLimitLayer;
+use fleetlimit::stats::BreakerState;
 use support::*;
 
 /// Slow refills: a key lives an hour after its first request (so it can

@@ -341,12 +341,14 @@ fn the_builder_applies_the_same_bounds() {
     )
     .unwrap_err();
     assert!(e.starts_with("limit \"l\": refill is 10000000"), "{e}");
-    assert!(build(LimitConfig::token_bucket(
-        KeySource::Global,
-        1_000_000,
-        Rate::per_second(1_000_000)
-    ))
-    .is_ok());
+    assert!(
+        build(LimitConfig::token_bucket(
+            KeySource::Global,
+            1_000_000,
+            Rate::per_second(1_000_000)
+        ))
+        .is_ok()
+    );
 }
 
 #[test]
@@ -557,11 +559,13 @@ fn every_retry_after_is_whole_seconds() {
 fn a_standalone_url_without_a_port_is_6379() {
     let cfg = Config::from_toml_str(&GOOD.replace("127.0.0.1:6379", "127.0.0.1")).unwrap();
     assert_eq!(cfg.redis_url(), Some("redis://127.0.0.1"));
-    assert!(Config::builder()
-        .build()
-        .unwrap()
-        .try_with_redis_url("redis://cache.internal")
-        .is_ok());
+    assert!(
+        Config::builder()
+            .build()
+            .unwrap()
+            .try_with_redis_url("redis://cache.internal")
+            .is_ok()
+    );
 }
 
 /// Regions and a global limit (`docs/configuration.md`, `[regions]`).
@@ -647,8 +651,8 @@ fn this_instances_region_from_the_environment() {
              it names this instance's region, one of eu, us, ap"
         )
     );
+    // These three are set by .cargo/config.toml ([env]).
     let empty = "FLEETLIMIT_TEST_REGION_EMPTY";
-    std::env::set_var(empty, "");
     let e = regions_error(
         "empty.toml",
         "this = \"eu\"",
@@ -661,7 +665,6 @@ fn this_instances_region_from_the_environment() {
         "{e}"
     );
     let mars = "FLEETLIMIT_TEST_REGION_MARS";
-    std::env::set_var(mars, "mars");
     let e = regions_error(
         "mars.toml",
         "this = \"eu\"",
@@ -675,7 +678,6 @@ fn this_instances_region_from_the_environment() {
         )
     );
     let us = "FLEETLIMIT_TEST_REGION_US";
-    std::env::set_var(us, "us");
     let src = REGIONS.replace("this = \"eu\"", &format!("this_env = \"{us}\""));
     let cfg = Config::from_toml_str(&src).unwrap();
     assert!(cfg.describe().contains("regions: this instance in us;"));

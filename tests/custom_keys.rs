@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::store::MemoryStore;
 use fleetlimit::{BuildError, Config, KeyAnswer, RateLimitLayer, RefusalReason, RequestRef};

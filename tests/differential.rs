@@ -26,13 +26,13 @@
 mod support;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use fleetlimit::Config;
 use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::store::{Bucket, Check, MemoryStore, Outcome, RedisStore, Rule, Store};
-use fleetlimit::Config;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use support::RedisServer;

@@ -8,8 +8,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
 use support::*;
 

@@ -9,15 +9,15 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::response::IntoResponse;
-use fleetlimit::grpc::{GrpcRefusalLayer, ERROR_DOMAIN};
+use fleetlimit::grpc::{ERROR_DOMAIN, GrpcRefusalLayer};
 use fleetlimit::{ChallengeRequired, Config, RateLimitLayer};
 use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tonic::transport::{server::TcpIncoming, Channel, Server};
+use tonic::transport::{Channel, Server, server::TcpIncoming};
 use tonic::{Code, Status};
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_types::StatusExt;
 use tower::{Layer, ServiceExt};
 

@@ -7,11 +7,11 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::{Config, RateLimitLayer};
 use support::*;
 use tower::{Layer, ServiceExt};

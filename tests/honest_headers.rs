@@ -19,8 +19,8 @@ mod support;
 
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
@@ -75,7 +75,9 @@ fn req(path: &str) -> http::Request<axum::body::Body> {
 /// `style`.
 fn pair(style: &str, a: (u32, &str), b: (u32, &str)) -> String {
     let limit = |name: &str, (capacity, refill): (u32, &str)| {
-        format!("[limits.{name}]\nkey = \"header:x-api-key\"\ncapacity = {capacity}\nrefill = \"{refill}\"\n\n")
+        format!(
+            "[limits.{name}]\nkey = \"header:x-api-key\"\ncapacity = {capacity}\nrefill = \"{refill}\"\n\n"
+        )
     };
     format!(
         "[headers]\nstyle = \"{style}\"\n\n{}{}",

@@ -64,7 +64,9 @@ async fn leases_never_over_admit_and_save_redis_calls() {
     let prefix = prefix("lease");
     let (leased, leased_calls, _) =
         run(&server, &prefix, "lease_batch = 10\nlease_above = 5").await;
-    println!("without leases: {plain} admitted, {plain_calls} script calls; with leases: {leased} admitted, {leased_calls} calls");
+    println!(
+        "without leases: {plain} admitted, {plain_calls} script calls; with leases: {leased} admitted, {leased_calls} calls"
+    );
     // Never more than the limit: leased tokens are charged before they are
     // spent. At most one batch per instance can be stranded or early.
     assert!(leased <= 100, "{leased}");

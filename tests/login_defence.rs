@@ -248,7 +248,9 @@ const IP_ACCOUNT: &str = r#"
 async fn successful_logins_are_not_counted() {
     let server = RedisServer::start();
     let prefix = prefix("login-success");
-    let body = format!("{IP_ACCOUNT}\n[[routes]]\npath = \"/login\"\nlimits = [\"per-account\", \"per-ip-account\"]\n");
+    let body = format!(
+        "{IP_ACCOUNT}\n[[routes]]\npath = \"/login\"\nlimits = [\"per-account\", \"per-ip-account\"]\n"
+    );
     let apps = fleet(&server, &prefix, "500ms", &body).await;
     for n in 0..40 {
         let (s, body) = right(&apps[n % 2], "192.0.2.1", false).await;
@@ -270,7 +272,9 @@ async fn successful_logins_are_not_counted() {
 async fn one_ip_hammering_one_account_is_refused_others_are_not() {
     let server = RedisServer::start();
     let prefix = prefix("login-hammer");
-    let body = format!("{IP_ACCOUNT}\n[[routes]]\npath = \"/login\"\nlimits = [\"per-account\", \"per-ip-account\"]\n");
+    let body = format!(
+        "{IP_ACCOUNT}\n[[routes]]\npath = \"/login\"\nlimits = [\"per-account\", \"per-ip-account\"]\n"
+    );
     let apps = fleet(&server, &prefix, "500ms", &body).await;
     let statuses: Vec<u16> = guesses(&apps, "192.0.2.66", 12).await;
     assert_eq!(&statuses[..5], &[401; 5], "{statuses:?}");

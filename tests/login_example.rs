@@ -5,8 +5,8 @@
 
 mod support;
 
-use support::example::Example;
 use support::RedisServer;
+use support::example::Example;
 
 /// `POST /login` with `headers`.
 fn login(ex: &Example, headers: &[(&str, &str)]) -> (u16, String) {

@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use fleetlimit::{Account, Config, RateLimitLayer};
 use support::*;
 

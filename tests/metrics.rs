@@ -10,16 +10,16 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
 use fleetlimit::{Config, RateLimitLayer, StoreError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::example::Example;
-use support::{request, send, RedisServer};
+use support::{RedisServer, request, send};
 
 /// Counts the allocations of the current thread (a test's current-thread
 /// runtime runs the whole in-process request path there).

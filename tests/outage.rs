@@ -8,8 +8,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use fleetlimit::RateLimitLayer;
 use support::*;
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use fleetlimit::store::RedisStore;
 use fleetlimit::RateLimitLayer;
+use fleetlimit::store::RedisStore;
 use fred::prelude::{Builder, ClientLike, Config as FredConfig, ReconnectPolicy};
 use support::*;
 

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
-use fleetlimit::plan::PlanResolver;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
+use fleetlimit::plan::PlanResolver;
 use std::future::Future;
 use std::pin::Pin;
 

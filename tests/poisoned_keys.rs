@@ -12,8 +12,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use fleetlimit::store::{Bucket, Check, RedisStore, Rule, Store, StoreFuture};
 use fleetlimit::{RateLimitLayer, StoreError};
 use support::*;

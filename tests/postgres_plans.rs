@@ -9,10 +9,10 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use axum::Router;
-use fleetlimit::plan::PostgresPlans;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
+use fleetlimit::plan::PostgresPlans;
 use support::*;
 
 /// Base 5; `basic` 10; `pro` 50 — a header says which numbers applied.

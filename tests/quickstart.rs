@@ -6,8 +6,8 @@
 
 mod support;
 
-use support::example::Example;
 use support::RedisServer;
+use support::example::Example;
 
 /// The quickstart with its bundled configuration, using Redis at
 /// `redis_url` if given.

@@ -389,10 +389,12 @@ async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest
         c_counts.iter().sum::<u64>() > 0,
         "c admitted nothing: {c_counts:?}"
     );
-    assert!(during
-        .iter()
-        .filter(|a| a.region == 2)
-        .all(|a| a.status != 503));
+    assert!(
+        during
+            .iter()
+            .filter(|a| a.region == 2)
+            .all(|a| a.status != 503)
+    );
     fleet.heal(2);
     let after = drive(&fleet, "cut", rates, CONVERGE + 10 * WINDOW).await;
     assert_bound(&after, &[0, 1, 2], 1.0, "after the heal");
@@ -407,7 +409,9 @@ async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest
     let (ab, _) = admitted_per_window(&during, &[0, 1], Duration::ZERO);
     let refill = RATE * WINDOW.as_secs_f64();
     let part = ab.iter().sum::<u64>() as f64 / (ab.len() as f64 * refill * (1.0 - c_share));
-    eprintln!("figures: c cut off holding {c_share:.3} of the limit: a and b admitted {part:.2} of the rest");
+    eprintln!(
+        "figures: c cut off holding {c_share:.3} of the limit: a and b admitted {part:.2} of the rest"
+    );
     fleet.report("after the heal, after three intervals", &counts);
 }
 

@@ -11,8 +11,8 @@ mod support;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::reload::{ReloadError, ReloadHandle};
 use fleetlimit::{Config, RateLimitLayer};
 use support::*;

@@ -253,7 +253,10 @@ async fn the_guard_counts_what_a_reload_removes() {
         Config::from_toml_str(&two_by_two(&["/z"]).replace("[limits.b]", "[limits.c]")).unwrap();
     match reload.reload(most.clone()) {
         Err(ReloadError::Drastic { why, changes }) => {
-            assert_eq!(why, "it removes 3 of the 4 limits and routes, more than the 50% a reload may remove unforced");
+            assert_eq!(
+                why,
+                "it removes 3 of the 4 limits and routes, more than the 50% a reload may remove unforced"
+            );
             assert_eq!(changes.routes_removed(), ["* /a", "* /b"]);
         }
         other => panic!("{other:?}"),

@@ -4,8 +4,8 @@
 
 mod support;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::RateLimitLayer;
 use support::*;
 

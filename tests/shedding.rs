@@ -9,18 +9,18 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use axum::Router;
 use fleetlimit::configuration::RouteConfig;
 use fleetlimit::shed::{Accepted, Priority, SheddingConfig};
 use fleetlimit::{Config, RateLimitLayer};
 use http::Request;
-use support::{body_text, header, send, RedisServer};
+use support::{RedisServer, body_text, header, send};
 
 /// A backend stand-in that serves `capacity` requests at once at `base`
 /// latency; beyond that, latency grows with its concurrency (each request

@@ -250,7 +250,9 @@ async fn rediss_to_a_plaintext_port_never_writes_keys() {
     let server = RedisServer::start();
     let prefix = prefix("tls-plain");
     let url = format!("rediss://127.0.0.1:{}", server.port);
-    let src = format!("[redis]\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"500ms\"\nconnect_timeout = \"1s\"\n\n{LIMITS}");
+    let src = format!(
+        "[redis]\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\ndeadline = \"500ms\"\nconnect_timeout = \"1s\"\n\n{LIMITS}"
+    );
     let cfg = match fleetlimit::Config::from_toml_str(&src) {
         Ok(cfg) => cfg,
         Err(e) => {

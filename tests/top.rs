@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fleetlimit::admin::Admin;
 use fleetlimit::Config;
+use fleetlimit::admin::Admin;
 use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetlimit");

@@ -5,12 +5,12 @@
 
 use std::collections::HashMap;
 
-use crate::fleet::{observations, poisson, Fleet};
+use crate::Rng;
+use crate::fleet::{Fleet, observations, poisson};
 use crate::reference::{Algo, Reference};
 use crate::report::Row;
 use crate::score::{Bracket, Obs, Tally};
-use crate::support::{cluster_config, prefix, RedisCluster};
-use crate::Rng;
+use crate::support::{RedisCluster, cluster_config, prefix};
 
 const TENANT: Algo = Algo::Token {
     capacity: 20.0,

@@ -4,16 +4,16 @@
 
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use fleetlimit::{Config, RateLimitLayer};
 use tokio::time::Instant;
 
+use crate::Rng;
 use crate::reference::Algo;
 use crate::report::Row;
-use crate::score::{score, Obs, Tally};
+use crate::score::{Obs, Tally, score};
 use crate::support::{request, send};
-use crate::Rng;
 
 /// The three algorithms, one route each, keyed by `x-api-key`.
 pub const ALGOS: &str = r#"

@@ -3,17 +3,17 @@
 
 use std::time::Duration;
 
-use fleetlimit::admin::Admin;
 use fleetlimit::Config;
+use fleetlimit::admin::Admin;
 
-use crate::fleet::{observations, poisson, Answer, Fleet, Req};
-use crate::inprocess::{algo, ALGOS};
+use crate::Rng;
+use crate::fleet::{Answer, Fleet, Req, observations, poisson};
+use crate::inprocess::{ALGOS, algo};
 use crate::reference::Algo;
 use crate::report::Row;
-use crate::score::{score, Event};
+use crate::score::{Event, score};
 use crate::support::relay::Relay;
-use crate::support::{config_at, prefix, RedisServer};
-use crate::Rng;
+use crate::support::{RedisServer, config_at, prefix};
 
 const PATHS: [(&str, &str); 3] = [
     ("/tb", "token bucket"),

@@ -9,9 +9,9 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
 use governor::Quota;
 use http::header::HeaderName;

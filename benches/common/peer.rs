@@ -8,8 +8,8 @@ use std::time::Duration;
 use axum::body::Body;
 use fred::clients::Pool;
 use fred::interfaces::ClientLike;
-use fred::types::config::Config as FredConfig;
 use fred::types::Builder as FredBuilder;
+use fred::types::config::Config as FredConfig;
 use http::{Request, Response, StatusCode};
 
 /// The peer's layer on `redis_url`: a pool of `pool_size` whose commands

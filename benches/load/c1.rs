@@ -10,7 +10,7 @@ use crate::figures::opt;
 use crate::knobs::RTT_CALLS;
 use crate::redis::{RedisServer, Reply};
 use crate::scenarios::Measured;
-use crate::scripts::{ScriptCase, FLEETLIMIT_SCRIPTS};
+use crate::scripts::{FLEETLIMIT_SCRIPTS, ScriptCase};
 
 /// One Redis round trip of fleetlimit's lean script, one decision per call.
 #[derive(Clone, Debug)]

@@ -10,10 +10,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::contenders::{Server, FLEET_REDIS};
+use crate::contenders::{FLEET_REDIS, Server};
 use crate::cpu::threads_cpu_ns;
 use crate::figures::{opt, thousands};
-use crate::generator::{spawn_generator, Load, Traffic};
+use crate::generator::{Load, Traffic, spawn_generator};
 use crate::knobs::{SEED_CHECKS_PER_SEC, WARMUP};
 use crate::redis::{RedisServer, Reply};
 use crate::scenarios::{open_loop, sleep_until};

@@ -9,9 +9,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::Router;
 use axum::routing::get;
 use axum::serve::ListenerExt;
-use axum::Router;
 use fleetlimit::{Config, RateLimitLayer};
 use http::{HeaderValue, Request};
 use tower_governor::governor::GovernorConfigBuilder;

@@ -10,14 +10,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::contenders::{serve, Contender, BARE, FLEET_REDIS};
+use crate::contenders::{BARE, Contender, FLEET_REDIS, serve};
 use crate::cpu::ServerThreads;
 use crate::figures::{opt, run_line, thousands};
-use crate::generator::{Load, Traffic, CLOSED};
+use crate::generator::{CLOSED, Load, Traffic};
 use crate::knobs::{FLEET_PROCESSES, OPEN_LOOP_PERCENTS, SEED_CHECKS_PER_SEC};
-use crate::openloop::{behind_note, BEHIND};
+use crate::openloop::{BEHIND, behind_note};
 use crate::redis::RedisServer;
-use crate::scenarios::{measure, Run, WITHIN};
+use crate::scenarios::{Run, WITHIN, measure};
 
 /// Set in a child's environment: which contender it serves.
 pub const SERVE_ENV: &str = "LOAD_SERVE";

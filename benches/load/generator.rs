@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::cpu::thread_self_cpu_ns;
 use crate::knobs::{
-    ABUSERS, ABUSE_PERCENT, CONNECTIONS, NORMAL_KEYS, OPEN_LOOP_INTERVAL,
+    ABUSE_PERCENT, ABUSERS, CONNECTIONS, NORMAL_KEYS, OPEN_LOOP_INTERVAL,
     OPEN_LOOP_MAX_CONNECTIONS, REQUEST_TIMEOUT, X_API_KEY,
 };
 use crate::openloop::paced_connection;

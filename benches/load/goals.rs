@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::c1::{added, Rtt};
-use crate::contenders::{Contender, BARE, FLEET_MEMORY, FLEET_REDIS, GOVERNOR, PEER};
+use crate::c1::{Rtt, added};
+use crate::contenders::{BARE, Contender, FLEET_MEMORY, FLEET_REDIS, GOVERNOR, PEER};
 use crate::fleet::FleetResult;
 use crate::inprocess::InProcess;
 use crate::openloop::OpenRun;

@@ -103,20 +103,20 @@ use c1::{c1_summary, redis_rtt};
 use charts::{Bar, Line};
 use cluster::{cluster_table, run_cluster};
 use contenders::{
-    Contender, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT, FLEET_REDIS_LEASE,
+    BARE, Contender, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT, FLEET_REDIS_LEASE,
     FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, PEER,
 };
-use fleet::{fleet_table, run_fleet, FleetResult, SERVE_ENV};
-use goals::{figures, goals_table, record_run, worst_script, Inputs};
+use fleet::{FleetResult, SERVE_ENV, fleet_table, run_fleet};
+use goals::{Inputs, figures, goals_table, record_run, worst_script};
 use inprocess::{in_process, in_process_text};
 use knobs::{CONNECTIONS, DEFAULT_SECS, FLEET_PROCESSES, ROUNDS, WARMUP};
-use openloop::{open_loop_table, run_open_loop, OpenRun};
+use openloop::{OpenRun, open_loop_table, run_open_loop};
 use redis::RedisServer;
 use report::{
-    docs_section, git_revision, loadavg, report, scenario_table, script_table, short_head,
-    source_fingerprint, utc_now, write_docs, write_report, RunInfo, DOCS, REPORT,
+    DOCS, REPORT, RunInfo, docs_section, git_revision, loadavg, report, scenario_table,
+    script_table, short_head, source_fingerprint, utc_now, write_docs, write_report,
 };
-use scenarios::{open_loop, run_scenario, scenarios, Measured};
+use scenarios::{Measured, open_loop, run_scenario, scenarios};
 use scripts::script_costs;
 use window::{run_window, window_about, window_table};
 

@@ -11,10 +11,10 @@ use http::HeaderValue;
 
 use crate::contenders::{Contender, FLEET_REDIS, PEER};
 use crate::figures::{opt, run_line, thousands};
-use crate::generator::{connect, exchange, request, Keys, Load, Rng, Tally, Traffic};
+use crate::generator::{Keys, Load, Rng, Tally, Traffic, connect, exchange, request};
 use crate::knobs::{OPEN_LOOP_PERCENTS, REQUEST_TIMEOUT};
 use crate::redis::RedisServer;
-use crate::scenarios::{run_one, Measured, Scenario};
+use crate::scenarios::{Measured, Scenario, run_one};
 
 /// One keep-alive connection sending request k at `first + k × every`.
 ///

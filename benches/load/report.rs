@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::contenders::{Contender, BARE, PEER};
+use crate::contenders::{BARE, Contender, PEER};
 use crate::figures::{opt, thousands};
 use crate::knobs::{CONNECTIONS, DEADLINE_MS, DEFAULT_SECS, POOL_SIZE, ROUNDS, WARMUP};
 use crate::scenarios::{Measured, Scenario};

@@ -4,14 +4,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::contenders::{
-    Contender, Numbers, Server, BARE, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT,
-    FLEET_REDIS_LEASE, FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, LEASE_BATCH, PEER,
+    BARE, Contender, FLEET_MEMORY, FLEET_REDIS, FLEET_REDIS_IN_FLIGHT, FLEET_REDIS_LEASE,
+    FROZEN_LOCAL, FROZEN_OPEN, GOVERNOR, LEASE_BATCH, Numbers, PEER, Server,
 };
 use crate::cpu::{CpuTimes, CpuUse, ServerThreads};
 use crate::figures::{opt, thousands};
-use crate::generator::{spawn_generator, Load, Stats, Traffic, CLOSED};
+use crate::generator::{CLOSED, Load, Stats, Traffic, spawn_generator};
 use crate::knobs::{
-    ABUSERS, ABUSE_PERCENT, CONNECTIONS, NORMAL_KEYS, OPEN_LOOP_INTERVAL, ROUNDS, WARMUP,
+    ABUSE_PERCENT, ABUSERS, CONNECTIONS, NORMAL_KEYS, OPEN_LOOP_INTERVAL, ROUNDS, WARMUP,
 };
 use crate::redis::RedisServer;
 

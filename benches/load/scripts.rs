@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use fleetlimit::store::RedisStore;
 
-use crate::redis::{cmdstat, RedisServer, Reply};
+use crate::redis::{RedisServer, Reply, cmdstat};
 
 /// A script measured with `redis-benchmark`: `EVALSHA <sha> 1 <key> <args..>`,
 /// `__rand_int__` in the key spreading the calls over 10,000 keys.

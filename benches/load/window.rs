@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use crate::contenders::{Contender, BARE, FLEET_REDIS, FLEET_REDIS_W05, FLEET_REDIS_W1};
+use crate::contenders::{BARE, Contender, FLEET_REDIS, FLEET_REDIS_W1, FLEET_REDIS_W05};
 use crate::figures::{opt, thousands};
 use crate::generator::Load;
 use crate::knobs::{NORMAL_KEYS, SEED_CHECKS_PER_SEC};
 use crate::openloop::{behind_note, print_open};
 use crate::redis::RedisServer;
-use crate::scenarios::{open_loop, run_one, Measured};
+use crate::scenarios::{Measured, open_loop, run_one};
 
 /// One server of the seed's fleet: 20 servers × 10,000 requests a second.
 pub const SEED_SERVER_RATE: f64 = 10_000.0;

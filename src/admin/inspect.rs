@@ -4,11 +4,11 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 use fred::types::{CustomCommand, Value};
 
-use super::{keys_of, Admin};
-use crate::algorithm::{Rule, Stored, INVALID_STATE};
+use super::{Admin, keys_of};
+use crate::algorithm::{INVALID_STATE, Rule, Stored};
 use crate::config::Config;
-use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
+use crate::store::redis::reply::map_err;
 
 /// One bucket as stored in Redis, as [`Admin::inspect`] reads it.
 ///
@@ -113,7 +113,7 @@ impl Admin {
             _ => {
                 return Err(StoreError::Protocol(
                     "TIME did not answer two numbers".into(),
-                ))
+                ));
             }
         };
         for (l, key) in keys_of(config, value, limit) {

@@ -31,8 +31,8 @@
 
 use std::time::Duration;
 
-use crate::config::redis_url::scrub;
 use crate::config::Config;
+use crate::config::redis_url::scrub;
 use crate::route::Limit;
 use crate::store::{RedisStore, StoreError};
 

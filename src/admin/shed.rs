@@ -8,8 +8,8 @@ use fred::interfaces::KeysInterface;
 use fred::types::Expiration;
 
 use super::Admin;
-use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
+use crate::store::redis::reply::map_err;
 
 impl Admin {
     /// Sets the fleet-wide shedding pressure to `pressure` (`1.0` =

@@ -14,8 +14,8 @@ use crate::config::Config;
 use crate::key::StoreKey;
 use crate::record::stream_key;
 use crate::route::RecordConfig;
-use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
+use crate::store::redis::reply::map_err;
 
 /// What a sweep found and did ([`Admin::sweep`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{concurrency, fixed_window, sliding_window, token_bucket, LimitState, Rule, State};
+use super::{LimitState, Rule, State, concurrency, fixed_window, sliding_window, token_bucket};
 
 /// One key's state at a time, before and after a charge.
 #[derive(Clone, Copy, Debug)]

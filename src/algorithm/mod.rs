@@ -19,13 +19,13 @@ mod token_bucket;
 use std::time::Duration;
 
 pub(crate) use concurrency::Slots;
-pub(crate) use token_bucket::{LeanArgs, LEAN, LEASE};
+pub(crate) use token_bucket::{LEAN, LEASE, LeanArgs};
 
 mod level;
 mod stored;
 mod text;
 
-pub(crate) use self::level::{decide, Level, LimitCheck};
+pub(crate) use self::level::{Level, LimitCheck, decide};
 pub(crate) use self::stored::*;
 pub(crate) use self::text::{duration_text, fmt_duration, num, rate_text};
 

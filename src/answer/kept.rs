@@ -7,12 +7,12 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http::header::HeaderValue;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::HeaderMap;
 
-use super::problem::{RefusalBodies, PROBLEM_JSON};
-use super::rate::{number, RateHeaders};
+use super::problem::{PROBLEM_JSON, RefusalBodies};
+use super::rate::{RateHeaders, number};
 
 /// Slots of each thread's [`KEPT`] answers.
 const SLOTS: usize = 16;
@@ -152,8 +152,10 @@ mod tests {
         let (mb, body) = refusal(&bb, &b, 1, &headers(&b, HeaderStyle::Ietf, 0.0, 10.0));
         assert_eq!(ma["ratelimit"], "\"a\";r=0;t=10");
         assert_eq!(mb["ratelimit"], "\"b\";r=0;t=10");
-        assert!(std::str::from_utf8(&body)
-            .unwrap_or("")
-            .contains("\"limit\":\"b\""));
+        assert!(
+            std::str::from_utf8(&body)
+                .unwrap_or("")
+                .contains("\"limit\":\"b\"")
+        );
     }
 }

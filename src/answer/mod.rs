@@ -48,7 +48,7 @@ mod refusals;
 mod rejection;
 
 pub(crate) use self::headers::HeaderStyle;
-pub(crate) use self::problem::{decimal, json_str, RefusalBodies};
+pub(crate) use self::problem::{RefusalBodies, decimal, json_str};
 pub(crate) use self::rate::*;
 pub(crate) use self::refusal::RefusalHook;
 pub use self::refusal::{Refusal, RefusalReason};

@@ -5,12 +5,12 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use http::header::HeaderValue;
 use http::StatusCode;
+use http::header::HeaderValue;
 
 /// The problem type of a refusal by a rate limit.
 pub(crate) const RATE_LIMITED: &str = "urn:fleetlimit:rate-limited";

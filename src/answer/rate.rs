@@ -2,8 +2,8 @@
 //! legacy fields report, the IETF items, and the numbers as clients read
 //! them (whole requests of the route's cost, seconds rounded up).
 
-use http::header::HeaderValue;
 use http::HeaderMap;
+use http::header::HeaderValue;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -272,11 +272,7 @@ fn sf_int(n: u64) -> Integer {
 /// Units one request of `cost` takes from a limit of `rule`: a
 /// concurrency limit takes one slot whatever the cost.
 pub(crate) fn per_request(rule: &Rule, cost: f64) -> f64 {
-    if rule.is_concurrency() {
-        1.0
-    } else {
-        cost
-    }
+    if rule.is_concurrency() { 1.0 } else { cost }
 }
 
 /// Whole requests of `per` units that `units` allow, rounded down. A cost

@@ -3,13 +3,13 @@
 //! `413` (a cost no limit can hold), `Retry-After` rounded up, and the
 //! throttled log line of each.
 
-use http::header::{HeaderValue, WWW_AUTHENTICATE};
 use http::StatusCode;
+use http::header::{HeaderValue, WWW_AUTHENTICATE};
 use std::sync::Arc;
 
-use super::problem::{json_str, RefusalBodies};
-use super::rate::whole_secs;
+use super::problem::{RefusalBodies, json_str};
 use super::rate::RateHeaders;
+use super::rate::whole_secs;
 use super::refusal::RefusalReason;
 use super::rejection::Rejection;
 use crate::key::ShownId;
@@ -221,7 +221,9 @@ pub(crate) fn too_costly(l: &impl Face, cost: u32, capacity: f64) -> Rejection {
         RefusalReason::CostTooHigh,
         StatusCode::PAYLOAD_TOO_LARGE,
         l.name(),
-        &format!("this request costs {cost}, more than limit {limit:?} can ever allow ({capacity}); it can never be admitted"),
+        &format!(
+            "this request costs {cost}, more than limit {limit:?} can ever allow ({capacity}); it can never be admitted"
+        ),
         &[("limit", json_str(limit)), ("cost", cost.to_string())],
     )
 }

@@ -7,7 +7,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, StatusCode};
 use std::sync::Arc;
 
-use super::problem::{problem_body, PROBLEM_JSON};
+use super::problem::{PROBLEM_JSON, problem_body};
 use super::rate::number;
 use super::refusal::{Refusal, RefusalHook, RefusalReason};
 

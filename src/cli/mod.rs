@@ -68,15 +68,15 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 
-use crate::admin::{self, printable, Admin, TimeRange};
-use crate::config::format_duration;
 use crate::Config;
+use crate::admin::{self, Admin, TimeRange, printable};
+use crate::config::format_duration;
 
 mod args;
 mod top;
 
 use args::{Cli, Command, Target};
-use top::{top_loop, MAX_SAMPLE};
+use top::{MAX_SAMPLE, top_loop};
 
 /// Skipped keys listed by `sweep`; the rest are counted.
 const SKIPPED_SHOWN: usize = 100;

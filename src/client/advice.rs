@@ -6,8 +6,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::header::RETRY_AFTER;
 use http::HeaderMap;
+use http::header::RETRY_AFTER;
 
 /// A reset written as a Unix time rather than a number of seconds (some
 /// servers send `X-RateLimit-Reset` that way). No delta is this large.

@@ -11,8 +11,8 @@ use super::place::Place;
 use super::redis::RedisSettings;
 use super::validate::Validator;
 use super::{
-    Config, ConfigError, Hidden, DEFAULT_DEADLINE, DEFAULT_MAX_DELAYED, DEFAULT_MEMORY_KEYS,
-    DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS,
+    Config, ConfigError, DEFAULT_DEADLINE, DEFAULT_MAX_DELAYED, DEFAULT_MEMORY_KEYS,
+    DEFAULT_PLAN_CACHE_KEYS, DEFAULT_PLAN_CACHE_TTL, DEFAULT_REFUSED_CACHE_KEYS, Hidden,
 };
 use crate::key::KeySource;
 use crate::route::{Limit, RouteEntry};

@@ -9,14 +9,14 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+use super::BreakerConfig;
+use super::Hidden;
 use super::de;
 use super::limit::LimitConfig;
 use super::numbers::Numbers;
 use super::regions::RegionsConfig;
 use super::route::{self, RouteConfig};
 use super::sections::{self, Breaker, Escalation, Fleet, Headers, Keys, Memory, PlanCache, Redis};
-use super::BreakerConfig;
-use super::Hidden;
 use crate::key::{ClientIpRules, ForwardedHeader};
 use crate::shed::SheddingConfig;
 

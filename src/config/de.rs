@@ -8,8 +8,8 @@ use std::marker::PhantomData;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 use crate::route::RecordConfig;
 

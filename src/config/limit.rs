@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::Rate;
 use super::de::{self, Amount};
 use super::numbers::{Algorithm, Numbers};
-use super::Rate;
 use crate::key::KeySource;
 use crate::route::RecordConfig;
 use crate::route::{OnExceed, OnMissing};

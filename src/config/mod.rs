@@ -42,7 +42,7 @@ pub(crate) use regions::Regions;
 pub use regions::RegionsConfig;
 pub use route::RouteConfig;
 pub use sections::BreakerConfig;
-pub use units::{format_duration, parse_duration, ParseUnitError, Rate};
+pub use units::{ParseUnitError, Rate, format_duration, parse_duration};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::{FailurePolicy, OnMissing};
 

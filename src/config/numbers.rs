@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::de::{self, Amount};
 use super::place::Place;
-use super::validate::{exact_count, Validator, DEFAULT_MAX_HOLD};
+use super::validate::{DEFAULT_MAX_HOLD, Validator, exact_count};
 use super::{ConfigError, Rate};
 use crate::algorithm::Rule;
 

@@ -108,11 +108,7 @@ fn find(mut at: At<'_>, path: &Path) -> Option<Range<usize>> {
     for k in &path.keys {
         (at, key_span) = at.child(k)?;
     }
-    if path.name {
-        key_span
-    } else {
-        at.span()
-    }
+    if path.name { key_span } else { at.span() }
 }
 
 /// Where a rule's numbers were written in table `at`, for its errors

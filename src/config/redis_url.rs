@@ -261,7 +261,10 @@ mod tests {
                 "redis-sentinel://h:1?sentinelServiceName=m&node=***@h:2",
             ),
             ("x://h?token=s3cret", "x://h?token=***"),
-            ("redis+unix:///run/redis.sock", "redis+unix:///run/redis.sock"),
+            (
+                "redis+unix:///run/redis.sock",
+                "redis+unix:///run/redis.sock",
+            ),
             (
                 "redis+unix://u:s3cret@localhost/run/redis.sock",
                 "redis+unix://u:***@localhost/run/redis.sock",

@@ -3,8 +3,8 @@
 //! `route::Policy`.
 
 use http::Method;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 use super::de as text;
 use super::limit::Mode;

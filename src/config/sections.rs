@@ -7,12 +7,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 
+use super::Hidden;
 use super::de::{self, DurationSeed};
 use super::redis_url::redact_url;
-use super::Hidden;
 
 /// `[redis]`: the Redis store (when `url` is set; a `[redis]` table without
 /// one is Redis at the default URL) and the settings of checks on it.

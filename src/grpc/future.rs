@@ -1,14 +1,14 @@
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Buf;
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
 
-use super::refusal::{self, Refusal, MAX_PROBLEM};
 use super::GrpcRefusalBody;
+use super::refusal::{self, MAX_PROBLEM, Refusal};
 
 /// Frames read from a refusal's body at most: fleetlimit's are one.
 const MAX_FRAMES: u8 = 16;

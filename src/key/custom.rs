@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::extracted::Extracted;

@@ -48,5 +48,5 @@ pub(crate) use extracted::Extracted;
 pub(crate) use source::{check_custom_name, is_name};
 
 pub(crate) use store_key::{
-    KeyHead, KeyMaterial, KeySecret, LogId, SecretOrigin, ShownId, StoreKey, MIN_SECRET_BYTES,
+    KeyHead, KeyMaterial, KeySecret, LogId, MIN_SECRET_BYTES, SecretOrigin, ShownId, StoreKey,
 };

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use http::{HeaderMap, HeaderName};
 
-use super::client_ip::{canonical, ClientIpRules};
+use super::client_ip::{ClientIpRules, canonical};
 use super::custom::CustomKeys;
 use super::extracted::Extracted;
 use super::store_key::{KeyMaterial, Kind};

@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use axum::extract::MatchedPath;
 use http::Request;
@@ -15,7 +15,7 @@ use super::check::{Chain, Stores};
 use super::key::{self, CostFn, Keys};
 use super::plan::RoutePlan;
 use super::settle::{self, settle};
-use super::{trace, Decided, Decision, Pending};
+use super::{Decided, Decision, Pending, trace};
 use crate::answer::RefusalHook;
 use crate::breaker::BreakerStats;
 use crate::config::Config;
@@ -415,9 +415,9 @@ impl fmt::Debug for Core {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
+    use axum::Router;
     use axum::body::Body;
     use axum::routing::get;
-    use axum::Router;
     use http::StatusCode;
     use tower::ServiceExt;
 

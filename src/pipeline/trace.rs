@@ -4,7 +4,7 @@
 //! the decision was degraded. Nothing is built when no tracing subscriber
 //! takes `DEBUG`; either way the request is decided by the same code.
 
-use tracing::field::{display, Empty};
+use tracing::field::{Empty, display};
 use tracing::{Instrument, Span};
 
 use super::plan::RoutePlan;

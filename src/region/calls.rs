@@ -10,9 +10,9 @@ use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::share::{stored_share, Runtime};
-use crate::store::redis::reply::map_err;
+use super::share::{Runtime, stored_share};
 use crate::store::StoreError;
+use crate::store::redis::reply::map_err;
 
 pub(super) const SCRIPT: &str = include_str!("../../lua/region.lua");
 pub(super) const RESCALE: &str = concat!(

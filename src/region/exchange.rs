@@ -32,7 +32,7 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
-use super::calls::{eval, hash, options, ppm, quarter, step, step_for, SCRIPT};
+use super::calls::{SCRIPT, eval, hash, options, ppm, quarter, step, step_for};
 use super::handoff::{give, push};
 use super::share::{Quota, Runtime};
 use super::targets::{split_excess, targets};

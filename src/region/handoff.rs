@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use fred::clients::Pool;
 use fred::types::Value;
 
-use super::calls::{eval, hash, ppm, quarter, step, RESCALE, SCRIPT};
+use super::calls::{RESCALE, SCRIPT, eval, hash, ppm, quarter, step};
 use super::share::{Quota, Runtime};
 use crate::algorithm::LeanArgs;
 use crate::route::WHOLE;

@@ -44,7 +44,7 @@ mod targets;
 
 #[cfg(feature = "redis")]
 pub(crate) use self::exchange::start;
-pub(crate) use self::share::{stored_share, Runtime};
+pub(crate) use self::share::{Runtime, stored_share};
 
 /// What this instance's exchange did since its layer was built
 /// ([`RateLimitLayer::region_stats`](crate::RateLimitLayer::region_stats)).

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::config::{redact_url, Config};
+use crate::config::{Config, redact_url};
 use crate::key::SecretOrigin;
 use crate::route::Limit;
 

@@ -217,7 +217,7 @@ impl ReloadHandle {
                 return Err(ReloadError::Unsettled {
                     path,
                     after: options.read_timeout,
-                })
+                });
             }
             Ok(Err(_)) => {
                 let e = ConfigError::new("the thread reading it stopped without an answer");

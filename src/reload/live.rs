@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use arc_swap::{ArcSwap, Guard};
 
-use super::changes::{fixed_changes, Changes};
+use super::changes::{Changes, fixed_changes};
 use super::error::ReloadError;
 use super::options::Options;
 use crate::config::Config;

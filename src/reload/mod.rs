@@ -28,4 +28,4 @@ mod options;
 pub use self::changes::Changes;
 pub use self::error::ReloadError;
 pub use self::handle::ReloadHandle;
-pub(crate) use self::live::{start_recorder, Live, OwnRedis};
+pub(crate) use self::live::{Live, OwnRedis, start_recorder};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::changes::{routes, Changes};
+use super::changes::{Changes, routes};
 use crate::config::{Config, ConfigError};
 
 /// [`ReloadHandle::map`]'s function.

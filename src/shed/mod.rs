@@ -21,8 +21,8 @@ mod accepted;
 mod codel;
 mod signal;
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -31,7 +31,7 @@ use tokio::time::Instant;
 pub use self::accepted::{Accepted, AcceptedLayer, StampAccepted};
 use self::codel::Codel;
 pub use self::signal::LoadSignal;
-use self::signal::{app_pressure, FleetSignal};
+use self::signal::{FleetSignal, app_pressure};
 use crate::log_throttle::Throttle;
 
 /// How early a route's requests are shed (`priority` in TOML): `sheddable`
@@ -472,8 +472,9 @@ mod tests {
         let shed = s.admit(Priority::Normal, queued(), 0).unwrap_err();
         assert_eq!((shed.signal, shed.pressure), (Signal::QueueDelay, 1.0));
         // A request that did not wait ends it, itself included.
-        assert!(s
-            .admit(Priority::Normal, Some(std::time::Instant::now()), 0)
-            .is_ok());
+        assert!(
+            s.admit(Priority::Normal, Some(std::time::Instant::now()), 0)
+                .is_ok()
+        );
     }
 }

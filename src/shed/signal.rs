@@ -199,11 +199,7 @@ fn parse(text: &str) -> Option<f64> {
 /// The application's signal as a pressure (not a number: none).
 pub(crate) fn app_pressure(signal: &Arc<dyn LoadSignal>) -> f64 {
     let v = signal.load();
-    if v.is_nan() {
-        0.0
-    } else {
-        v
-    }
+    if v.is_nan() { 0.0 } else { v }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Bucket, Check, Lease, LeaseFuture, Outcome, Store, StoreFuture};
-use crate::algorithm::{decide, Level, LimitCheck, LimitState, Rule, Slots, State};
+use crate::algorithm::{Level, LimitCheck, LimitState, Rule, Slots, State, decide};
 use crate::bounded::{Bounded, Evict, Shard};
 
 /// In-process buckets with the same semantics as the Redis scripts.

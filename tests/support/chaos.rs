@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::routing::{get, post};
 use axum::Router;
+use axum::routing::{get, post};
 use fleetlimit::stats::BreakerState;
 use fleetlimit::{Config, RateLimitLayer};
 
@@ -179,8 +179,7 @@ impl Traffic {
         for t in self.tasks {
             t.await.unwrap();
         }
-        let samples = self.samples.lock().unwrap().clone();
-        samples
+        self.samples.lock().unwrap().clone()
     }
 }
 

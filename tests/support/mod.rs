@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::Router;
 #[cfg(feature = "redis")]
 use fred::prelude::*;
 use http::{Request, Response};

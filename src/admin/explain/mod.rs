@@ -12,13 +12,13 @@ mod words;
 use self::report::{Explanation, RecordedDecision, RegionShare};
 use self::words::{contract, num, state};
 use super::time::parse_time;
-use super::{keys_of, printable, Admin};
-use crate::algorithm::{Rule, Stored, INVALID_STATE};
+use super::{Admin, keys_of, printable};
+use crate::algorithm::{INVALID_STATE, Rule, Stored};
 use crate::key::StoreKey;
 use crate::record::stream_key;
 use crate::route::WHOLE;
-use crate::store::redis::reply::map_err;
 use crate::store::StoreError;
+use crate::store::redis::reply::map_err;
 
 /// Entries read per `XRANGE` call.
 const PAGE: usize = 1000;
@@ -302,7 +302,7 @@ async fn read_decisions(
             other => {
                 return Err(StoreError::Protocol(format!(
                     "{stream} is not a stream: {other:?}"
-                )))
+                )));
             }
         };
         let n = entries.len();

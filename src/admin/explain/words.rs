@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::report::{Explanation, RecordedDecision, RegionShare};
 use crate::admin::printable;
 use crate::admin::time::format_time;
-use crate::algorithm::{Rule, Stored, INVALID_STATE};
+use crate::algorithm::{INVALID_STATE, Rule, Stored};
 
 /// A number without trailing zeros (at most 3 decimals).
 pub(super) fn num(x: f64) -> String {

@@ -17,8 +17,8 @@ use fred::types::scan::{ScanResult, Scanner};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures_core::Stream;
 
-use super::explain::redis_now_us;
 use super::Admin;
+use super::explain::redis_now_us;
 use crate::algorithm::Stored;
 use crate::config::Config;
 use crate::key::StoreKey;

@@ -60,13 +60,15 @@ impl Validator<'_> {
             return Err(limit_err("failure_statuses", m));
         }
         match (l.on_exceed, l.delay) {
-            (Some(Exceed::Delay), None) => return Err(limit_err(
-                "on_exceed",
-                "`on_exceed = \"delay\"` needs `delay`, how long to hold a request (e.g. \"2s\")",
-            )),
+            (Some(Exceed::Delay), None) => {
+                return Err(limit_err(
+                    "on_exceed",
+                    "`on_exceed = \"delay\"` needs `delay`, how long to hold a request (e.g. \"2s\")",
+                ));
+            }
             (Some(Exceed::Delay), Some(_)) | (_, None) => {}
             (_, Some(_)) => {
-                return Err(limit_err("delay", "`delay` needs `on_exceed = \"delay\"`"))
+                return Err(limit_err("delay", "`delay` needs `on_exceed = \"delay\"`"));
             }
         }
         if l.split.is_some() && l.scope != Scope::Global {

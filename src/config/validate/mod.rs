@@ -60,11 +60,7 @@ pub(super) const MAX_HOLD: Duration = Duration::from_secs(86_400);
 /// double would round it, so it becomes infinity, which `check_rule` rejects
 /// instead of accepting a different number.
 pub(super) fn exact_count(n: u64) -> f64 {
-    if n > 1 << 53 {
-        f64::INFINITY
-    } else {
-        n as f64
-    }
+    if n > 1 << 53 { f64::INFINITY } else { n as f64 }
 }
 
 /// `x <= max`, false for NaN: a number that is not one is out of bounds.
@@ -215,7 +211,9 @@ impl<'s> Validator<'s> {
         } else {
             Err(self.err(
                 at,
-                format!("{what} {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"),
+                format!(
+                    "{what} {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
+                ),
             ))
         }
     }
@@ -245,7 +243,9 @@ impl<'s> Validator<'s> {
         if !within(cap, MAX_COUNT) {
             return bad(
                 &at.count,
-                format!("{what} must be at most 2^53 = {MAX_COUNT}, the largest count a double holds exactly"),
+                format!(
+                    "{what} must be at most 2^53 = {MAX_COUNT}, the largest count a double holds exactly"
+                ),
             );
         }
         match *rule {
@@ -256,7 +256,9 @@ impl<'s> Validator<'s> {
                 if !within(refill_per_sec, MAX_REFILL_PER_SEC) {
                     return bad(
                         &at.rate,
-                        format!("refill is {refill_per_sec} tokens per second; at most {MAX_REFILL_PER_SEC} (one token per microsecond, the resolution of Redis's clock)"),
+                        format!(
+                            "refill is {refill_per_sec} tokens per second; at most {MAX_REFILL_PER_SEC} (one token per microsecond, the resolution of Redis's clock)"
+                        ),
                     );
                 }
                 let span_secs = capacity / refill_per_sec;

@@ -3,9 +3,9 @@
 //! Redis settings and a URL given to `Config::try_with_redis_url` alike.
 
 use super::{Place, Validator};
+use crate::config::ConfigError;
 use crate::config::redis::RedisSettings;
 use crate::config::redis_url::{self, redact_url};
-use crate::config::ConfigError;
 
 /// The longest `batch_window`: a wait every coalesced check pays, so a few
 /// round trips at most.
@@ -39,13 +39,13 @@ impl Validator<'_> {
                 return Err(at(
                     "tls_client_cert",
                     "tls_client_cert needs tls_client_key (the certificate's private key)".into(),
-                ))
+                ));
             }
             (None, Some(_)) => {
                 return Err(at(
                     "tls_client_key",
                     "tls_client_key needs tls_client_cert".into(),
-                ))
+                ));
             }
             _ => {}
         }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Place, Validator};
-use crate::config::redis_url;
-use crate::config::regions::RegionsConfig;
 use crate::config::ConfigError;
 use crate::config::Regions;
+use crate::config::redis_url;
+use crate::config::regions::RegionsConfig;
 
 /// How often quotas may move: often enough to follow demand, seldom
 /// enough that an exchange (a round trip to every region) ends before
@@ -126,8 +126,7 @@ impl Validator<'_> {
     /// `both` written (at `this_env`), or neither (at the table).
     pub(in crate::config) fn this_region(&self, table: Place, both: bool) -> ConfigError {
         if both {
-            let m =
-                "[regions] takes `this` or `this_env`, not both: this instance's region is named once";
+            let m = "[regions] takes `this` or `this_env`, not both: this instance's region is named once";
             return self.err(table.field("this_env"), m);
         }
         self.err(

@@ -6,7 +6,7 @@
 use super::{Place, Validator};
 use crate::config::sections::Keys;
 use crate::config::{Config, ConfigError, Hidden};
-use crate::key::{check_custom_name, KeySecret, SecretOrigin, MIN_SECRET_BYTES};
+use crate::key::{KeySecret, MIN_SECRET_BYTES, SecretOrigin, check_custom_name};
 
 /// The most requests `delay` may hold at once per instance (each is a
 /// parked request and its connection).
@@ -185,12 +185,12 @@ fn secret_from_env(name: &str) -> Result<String, String> {
                 "environment variable {name} (keys.secret_env) is not set; it holds the secret \
                  API keys are hashed with in Redis key names, and every instance and the \
                  fleetlimit CLI need the same value"
-            ))
+            ));
         }
         Err(std::env::VarError::NotUnicode(_)) => {
             return Err(format!(
                 "environment variable {name} (keys.secret_env) is not valid UTF-8"
-            ))
+            ));
         }
     };
     check_secret_len(secret.len()).map_err(|e| format!("environment variable {name}: {e}"))?;

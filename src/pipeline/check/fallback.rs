@@ -9,13 +9,13 @@
 //!
 //! Never a 500. One WARN a second per route says so.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::super::plan::RoutePlan;
 use super::super::{DecidedBy, Pending};
-use super::writeback::WriteBack;
 use super::Answer;
+use super::writeback::WriteBack;
 use crate::algorithm::LimitState;
 use crate::answer as response;
 use crate::config::Config;

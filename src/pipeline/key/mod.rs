@@ -15,13 +15,13 @@ use http::Request;
 
 pub(super) use self::rules::{look_up_plans, rules};
 pub(super) use self::shed::shed;
+use super::Pending;
 use super::pending::KeyInfo;
 use super::plan::RoutePlan;
-use super::Pending;
+use crate::RequestRef;
 use crate::answer::{self as response, Rejection};
 use crate::key::{ClientIpRules, CustomKeys, Extracted, KeyMaterial, KeySecret};
 use crate::route::{Limit, OnMissing};
-use crate::RequestRef;
 
 /// Computes a request's cost (see [`RateLimitLayerBuilder::cost_fn`](crate::layer::RateLimitLayerBuilder::cost_fn)).
 pub(crate) type CostFn = Arc<dyn Fn(&RequestRef<'_>) -> u32 + Send + Sync>;

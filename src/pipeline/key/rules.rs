@@ -2,8 +2,8 @@
 //! up first, when a limit has plans), `413` for a cost it can never hold,
 //! and for a global limit this region's share of them.
 
-use super::super::plan::RoutePlan;
 use super::super::Pending;
+use super::super::plan::RoutePlan;
 use crate::answer::{self as response, Rejection};
 use crate::plan::Plans;
 use crate::region::Runtime;

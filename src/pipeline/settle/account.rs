@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::super::plan::RoutePlan;
 use super::super::Pending;
+use super::super::plan::RoutePlan;
 use crate::metrics::Verdict;
 use crate::record::{Entry, Recorder, Via};
 use crate::route::Policy;

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
 use crate::answer::RefusalReason;
-use crate::answer::{json_str, Rejection};
+use crate::answer::{Rejection, json_str};
 
 /// The problem `type` of a [`ChallengeRequired`] answer.
 pub(crate) const CHALLENGE_REQUIRED: &str = RefusalReason::ChallengeRequired.problem_type();

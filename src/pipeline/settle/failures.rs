@@ -85,12 +85,12 @@ pub(super) fn after(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RateLimitLayer;
     use crate::config::Config;
     use crate::store::{MemoryStore, Outcome, Store, StoreError, StoreFuture};
-    use crate::RateLimitLayer;
+    use axum::Router;
     use axum::body::Body;
     use axum::routing::get;
-    use axum::Router;
     use http::{HeaderMap, StatusCode};
     use tower::ServiceExt;
 

@@ -29,7 +29,7 @@ use super::check::{Answer, Chain, Refused};
 use super::plan::RoutePlan;
 use super::{DecidedBy, Pending};
 use crate::answer::Rejection;
-use crate::answer::{self as response, refusing, retry_after_secs, Item, RateHeaders};
+use crate::answer::{self as response, Item, RateHeaders, refusing, retry_after_secs};
 use crate::record::Via;
 
 /// The decision for `answer` to the request `p` of route `plan`, under

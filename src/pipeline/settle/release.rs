@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::super::check::Stores;
 use super::super::DecidedBy;
+use super::super::check::Stores;
 use crate::algorithm::LimitState;
 use crate::store::Bucket;
 
@@ -29,7 +29,7 @@ impl Release {
         limits: &[LimitState],
         slot: Option<&str>,
         by: DecidedBy,
-    ) -> impl Iterator<Item = Self> {
+    ) -> impl Iterator<Item = Self> + use<> {
         let stores = Arc::clone(stores);
         let slot = slot.map(str::to_owned);
         let taken: Vec<String> = buckets

@@ -36,15 +36,15 @@
 //! Standalone and Sentinel only: on a cluster a script may touch one slot.
 
 use std::borrow::Borrow;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
 use fred::types::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::deadline::{deciding, giving_back, within, Stamp};
+use super::deadline::{Stamp, deciding, giving_back, within};
 use super::script::{Inner, Which};
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};

@@ -6,11 +6,11 @@ use std::time::Duration;
 use fred::clients::Pool;
 use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::ClientLike;
-use fred::types::config::{Config as FredConfig, ReconnectPolicy, Server};
 use fred::types::Builder;
-use tokio::sync::broadcast::{error::RecvError, Receiver as BroadcastReceiver};
+use fred::types::config::{Config as FredConfig, ReconnectPolicy, Server};
+use tokio::sync::broadcast::{Receiver as BroadcastReceiver, error::RecvError};
 
-use crate::config::{redact_url, redis_url, RedisSettings};
+use crate::config::{RedisSettings, redact_url, redis_url};
 use crate::store::StoreError;
 
 /// fred's configuration for `settings`: the URL checked and its TLS set up

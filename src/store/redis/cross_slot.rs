@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fred::clients::Pool;
 
-use super::deadline::{giving_back, Stamp};
+use super::deadline::{Stamp, giving_back};
 use super::reply::earliest;
 use super::script::Inner;
 use crate::algorithm::LimitState;

@@ -276,7 +276,7 @@ pub(crate) async fn within<F: std::future::Future + Unpin>(
     io: &tokio::runtime::Handle,
     stalls: &Stalls,
 ) -> Option<F::Output> {
-    use std::future::{poll_fn, Future as _};
+    use std::future::{Future as _, poll_fn};
     use std::task::Poll;
 
     let mut call = std::pin::Pin::new(call);
@@ -364,7 +364,7 @@ async fn io_ran<F: std::future::Future>(
     hard: &mut std::pin::Pin<&mut tokio::time::Sleep>,
     io: &tokio::runtime::Handle,
 ) -> Result<Instant, Option<F::Output>> {
-    use std::future::{poll_fn, Future as _};
+    use std::future::{Future as _, poll_fn};
     use std::task::Poll;
 
     let mut ran = std::pin::pin!(marker(io));
@@ -445,7 +445,7 @@ async fn seen_or_answer<F: std::future::Future>(
     hard: &mut std::pin::Pin<&mut tokio::time::Sleep>,
     mut seen: tokio::sync::oneshot::Receiver<Instant>,
 ) -> Result<Instant, Option<F::Output>> {
-    use std::future::{poll_fn, Future as _};
+    use std::future::{Future as _, poll_fn};
     use std::task::Poll;
 
     poll_fn(|cx| {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use fred::clients::Pool;
 use fred::types::Value;
 
-use super::deadline::{within, Stamp};
+use super::deadline::{Stamp, within};
 use super::reply::Answer;
 use super::script::{Inner, Which};
 use crate::algorithm::LeanArgs;
@@ -60,7 +60,7 @@ impl Inner {
                 let taken = match decode(answer, lean, step, most) {
                     Ok(l) => l.granted,
                     Err(StoreError::Late) => {
-                        return inner.metrics.precision(Precision::LateDiscarded, 1)
+                        return inner.metrics.precision(Precision::LateDiscarded, 1);
                     }
                     Err(_) => return inner.metrics.precision(Precision::Unknown, 1),
                 };

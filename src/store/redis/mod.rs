@@ -40,14 +40,14 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, LuaInterface};
 
 use self::batch::Batcher;
-use self::cluster::{slot_groups, NodePools};
-use self::connect::{build_pool, fred_config, wait_connected, Startup};
-use self::deadline::{deciding, IoThread, Stamp};
+use self::cluster::{NodePools, slot_groups};
+use self::connect::{Startup, build_pool, fred_config, wait_connected};
+use self::deadline::{IoThread, Stamp, deciding};
 use self::reply::map_err;
 use self::script::Inner;
 use super::{Check, LeaseFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::{LEAN, LEASE, SCRIPT};
-use crate::config::{redact_url, Config, RedisSettings};
+use crate::config::{Config, RedisSettings, redact_url};
 
 /// Rate-limit state in Redis (standalone, Sentinel or Cluster).
 #[derive(Clone)]

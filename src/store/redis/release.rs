@@ -29,11 +29,11 @@ use std::sync::{Arc, Weak};
 use fred::clients::Pool;
 use tokio::time::Instant;
 
-use super::release_queue::{Queued, FIRST_PAUSE, MAX_PAUSE, MAX_QUEUED, RETRY_FOR, TICK};
+use super::release_queue::{FIRST_PAUSE, MAX_PAUSE, MAX_QUEUED, Queued, RETRY_FOR, TICK};
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::deadline::{within, Stamp};
+use super::deadline::{Stamp, within};
 use super::reply::map_err;
 use super::script::Inner;
 use crate::metrics::SlotRelease;

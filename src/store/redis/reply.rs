@@ -253,7 +253,7 @@ impl LeanArgs {
             _ => {
                 return Err(StoreError::Protocol(format!(
                     "lean script: unexpected {reply:?}"
-                )))
+                )));
             }
         };
         let state = self.answer(x);
@@ -510,12 +510,14 @@ mod tests {
         let o = args.parse(&Value::Integer(-1), 5.0, true).unwrap();
         assert!(o.allowed && !o.limits[0].enough);
         assert!(args.parse(&Value::from("1 2 3 4"), 5.0, false).is_err());
-        assert!(Rule::FixedWindow {
-            limit: 1.0,
-            window: Duration::from_secs(1)
-        }
-        .lean_args(1.0)
-        .is_none());
+        assert!(
+            Rule::FixedWindow {
+                limit: 1.0,
+                window: Duration::from_secs(1)
+            }
+            .lean_args(1.0)
+            .is_none()
+        );
     }
 
     #[test]

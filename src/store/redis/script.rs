@@ -5,8 +5,8 @@
 //! fail-fast options. Also how fred's errors and the scripts' replies read
 //! to the layer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -18,12 +18,12 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
 use super::clock::RedisClock;
-use super::cluster::{moved_to, NodePools};
-use super::deadline::{backstop, within, Health, Stalls, Stamp};
+use super::cluster::{NodePools, moved_to};
+use super::deadline::{Health, Stalls, Stamp, backstop, within};
 use super::reply::{
-    decode, decode_charged, is_noscript, lua_number, map_err, not_after, Answer, WindowEnds,
+    Answer, WindowEnds, decode, decode_charged, is_noscript, lua_number, map_err, not_after,
 };
-use crate::algorithm::{LeanArgs, LEAN, LEASE, SCRIPT};
+use crate::algorithm::{LEAN, LEASE, LeanArgs, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Check, StoreError};
 

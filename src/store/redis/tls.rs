@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use fred::types::config::TlsConnector;
 
-use crate::config::pem::{read_certs, read_key};
 use crate::config::RedisSettings;
+use crate::config::pem::{read_certs, read_key};
 
 /// The connector fred uses for every connection of a `rediss` pool. The
 /// server's certificate must chain to a system root or to `tls_ca_file`,

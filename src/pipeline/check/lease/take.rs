@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::super::super::plan::RoutePlan;
 use super::super::super::Pending;
+use super::super::super::plan::RoutePlan;
 use super::super::{Answer, Chain};
 use super::{Grant, LeaseUse};
 use crate::algorithm::{LimitState, Rule};
