@@ -7,7 +7,7 @@
 // The command and its --json: not built without the `cli` feature.
 #![cfg(feature = "cli")]
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

@@ -6,7 +6,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

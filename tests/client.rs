@@ -3,7 +3,7 @@
 // Its Redis tests need the `redis` feature; their helpers are unused without it.
 #![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
-mod support;
+use crate::support;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

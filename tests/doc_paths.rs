@@ -18,7 +18,7 @@
 //!
 //! URLs, absolute paths and names inside other words (`crate::config`,
 //! `https://…/src/…`) are not paths of this repository and are skipped.
-//! Run it with `cargo test --test doc_paths`.
+//! Run it with `cargo test --test suite doc_paths::`.
 
 use std::path::{Path, PathBuf};
 

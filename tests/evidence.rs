@@ -4,7 +4,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use support::*;
 
@@ -27,6 +27,7 @@ on_redis_error = "local"
 async fn refusals_and_degraded_decisions_leave_evidence() {
     let captured = Captured::default();
     let writer = captured.clone();
+    crate::support::init_tracing();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
@@ -96,6 +97,7 @@ async fn refusals_and_degraded_decisions_leave_evidence() {
 async fn each_decision_has_a_debug_span() {
     let captured = Captured::default();
     let writer = captured.clone();
+    crate::support::init_tracing();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)

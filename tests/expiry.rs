@@ -13,7 +13,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use axum::Router;
 use fleetlimit::RateLimitLayer;

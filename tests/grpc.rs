@@ -3,7 +3,7 @@
 //! loopback, on a real Redis and on the in-process store.
 #![cfg(feature = "grpc")]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 // Its Redis tests need the `redis` feature; their helpers are unused without it.
 #![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,6 +120,7 @@ async fn head_uses_the_cost_function_of_its_get_route() {
 fn capture_errors() -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let writer = captured.clone();
+    crate::support::init_tracing();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)

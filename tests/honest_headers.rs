@@ -15,7 +15,7 @@
 //! The two-limit case of issue 24 (`A` 100 per hour spent down elsewhere,
 //! `B` 5 per second with half a token) is its own test, in each style.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

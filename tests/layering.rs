@@ -9,7 +9,7 @@
 //! A parent's `mod child;` and its `pub use` re-exports of its own
 //! descendants are how Rust exposes a module, not a dependency, and do not
 //! count; unit tests (`#[cfg(test)]` onwards, `tests` modules) are left out.
-//! Run it with `cargo test --test layering`.
+//! Run it with `cargo test --test suite layering::`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

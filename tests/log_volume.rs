@@ -5,7 +5,7 @@
 // Its Redis tests need the `redis` feature; their helpers are unused without it.
 #![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use support::*;
 fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let writer = captured.clone();
+    crate::support::init_tracing();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)

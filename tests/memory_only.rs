@@ -2,7 +2,7 @@
 //! configuration that asks for Redis is refused where it says so.
 #![cfg(not(feature = "redis"))]
 
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::routing::get;

@@ -1,7 +1,7 @@
 //! The embedded default: with no Redis configured the same layer limits
 //! from in-process buckets. Local logic, so the clock is tokio's paused one.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

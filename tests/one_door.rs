@@ -4,7 +4,7 @@
 //! `with_store`, with the builder's settings or without) refuse the same
 //! configurations with the same error.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! the one at `DATABASE_URL` when that is set, and redis-server processes of
 //! the tests' own. Each test makes its own table and drops it.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

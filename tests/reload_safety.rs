@@ -5,7 +5,7 @@
 //! (the README's hot-reload recipe) and through the library's API.
 #![cfg(unix)]
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

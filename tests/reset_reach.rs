@@ -6,7 +6,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -308,6 +308,7 @@ async fn a_reset_drops_a_hot_keys_lease() {
 async fn a_malformed_reset_message_is_ignored_and_logged_at_debug() {
     let captured = Captured::default();
     let writer = captured.clone();
+    crate::support::init_tracing();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)

@@ -8,7 +8,7 @@
 #![cfg(feature = "redis")]
 #![cfg_attr(not(feature = "tls"), allow(dead_code, unused_imports))]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

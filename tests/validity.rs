@@ -7,7 +7,7 @@
 //! expiry or not).
 #![cfg(feature = "redis")]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -432,14 +432,70 @@ pub fn cluster_config(
 }
 
 /// Log `fleetlimit` events (warnings and up, or `RUST_LOG`) into the
-/// test's captured output, so a failing test shows why.
+/// test's captured output, so a failing test shows why. Installed once
+/// for the whole test binary, and needed by every test that captures log
+/// lines under a subscriber of its own (`logged`, `set_default`): tracing
+/// caches per log line whether any subscriber wants it, and a line first
+/// hit on another test's thread while the capturing one is being installed
+/// could be cached as wanted by nobody, and lost. This subscriber's filter
+/// answers "sometimes" for every line, so that cache never says "nobody".
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("fleetlimit=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("fleetlimit=warn"));
+        let shown = tracing_subscriber::fmt::layer()
+            .with_test_writer()
+            .with_filter(Sometimes(filter));
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(shown));
+    });
+}
+
+/// A filter that decides each line when it is logged, never once per
+/// callsite (see `init_tracing`).
+struct Sometimes(tracing_subscriber::EnvFilter);
+
+impl<S> tracing_subscriber::layer::Filter<S> for Sometimes
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn enabled(
+        &self,
+        meta: &tracing::Metadata<'_>,
+        cx: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        tracing_subscriber::layer::Filter::<S>::enabled(&self.0, meta, cx)
+    }
+
+    fn callsite_enabled(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        cx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        tracing_subscriber::layer::Filter::<S>::on_new_span(&self.0, attrs, id, cx)
+    }
+
+    fn on_enter(&self, id: &tracing::span::Id, cx: tracing_subscriber::layer::Context<'_, S>) {
+        tracing_subscriber::layer::Filter::<S>::on_enter(&self.0, id, cx)
+    }
+
+    fn on_exit(&self, id: &tracing::span::Id, cx: tracing_subscriber::layer::Context<'_, S>) {
+        tracing_subscriber::layer::Filter::<S>::on_exit(&self.0, id, cx)
+    }
+
+    fn on_close(&self, id: tracing::span::Id, cx: tracing_subscriber::layer::Context<'_, S>) {
+        tracing_subscriber::layer::Filter::<S>::on_close(&self.0, id, cx)
+    }
 }
 
 /// One primary, one replica and three sentinels watching them (service
@@ -645,15 +701,7 @@ impl Captured {
 
 /// Runs `f` with the `fleetlimit` events it logs (INFO and up) captured.
 pub async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
-    // tracing caches per log line whether any subscriber wants it: a line
-    // first hit on another test's thread (no subscriber there) while this
-    // one's is being installed can be cached as wanted by nobody, and lost
-    // here. A process-wide subscriber that wants every line (and keeps
-    // none) keeps that cache from ever saying "nobody".
-    static WANTS_ALL: std::sync::Once = std::sync::Once::new();
-    WANTS_ALL.call_once(|| {
-        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
-    });
+    init_tracing();
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()

@@ -1,0 +1,74 @@
+//! The integration tests, one module per file beside this one, linked
+//! into one binary: one link instead of sixty, and one harness that runs
+//! every file's tests two at a time (the cores), not one file after
+//! another. Run one file's tests with a filter on its module:
+//! `cargo test --all-features --test suite regions::`.
+//!
+//! `tests/metrics.rs` stays a binary of its own: it installs a counting
+//! global allocator, which would count every other test's allocations.
+
+mod support;
+
+mod admin_cli;
+mod admin_output;
+mod admission;
+mod algorithms;
+mod bad_requests;
+mod batch_window;
+mod bounded_memory;
+mod bounds;
+mod busy_host;
+mod chaos_cluster;
+mod chaos_sentinel;
+mod chaos_standalone;
+mod client;
+mod cluster_node_down;
+mod concurrency;
+mod config_errors;
+mod contract;
+mod cost;
+mod custom_keys;
+mod differential;
+mod doc_paths;
+mod evidence;
+mod examples;
+mod expiry;
+mod explain;
+mod fleet;
+mod grpc;
+mod head_requests;
+mod honest_headers;
+mod in_flight;
+mod late_checks;
+mod layering;
+mod leases;
+mod log_volume;
+mod login_defence;
+mod login_example;
+mod memory_only;
+mod memory_store;
+mod multi_limit;
+mod one_door;
+mod outage;
+mod own_pool;
+mod plans;
+mod poisoned_keys;
+#[cfg(feature = "postgres")]
+mod postgres_plans;
+mod quickstart;
+mod redis_auth;
+mod refund_handle;
+mod refund_windows;
+mod refused_cache;
+mod regions;
+mod reload;
+mod reload_safety;
+mod reset_reach;
+mod script_flush;
+mod shadow;
+mod shedding;
+mod slots_after_blip;
+mod tls;
+mod top;
+mod validity;
+mod write_back;
