@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::HeaderValue;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 
 use super::problem::{PROBLEM_JSON, RefusalBodies};
 use super::rate::{RateHeaders, number};
@@ -84,7 +84,14 @@ fn build(bodies: &RefusalBodies, retry: u64, h: &RateHeaders) -> (HeaderMap, Byt
     headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());
     headers.insert(RETRY_AFTER, number(retry));
     h.write(&mut headers);
-    (headers, bodies.get(retry))
+    let body = bodies.get(retry);
+    // The length axum (or hyper) would add for this whole body, kept with
+    // the rest: added to a clone, which has no room to spare, it would
+    // grow the clone (a reallocation) after a value of its own had been
+    // formatted. The refusal hook is shown the map without it (see
+    // `Rejection::shape`).
+    headers.insert(CONTENT_LENGTH, number(body.len() as u64));
+    (headers, body)
 }
 
 #[cfg(test)]

@@ -331,7 +331,7 @@ pub(super) fn number(n: u64) -> HeaderValue {
     const NUMBERS: u64 = 4096;
     static VALUES: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
     if n >= NUMBERS {
-        return HeaderValue::from(n);
+        return formatted(n);
     }
     let values = VALUES.get_or_init(|| {
         let mut text = String::new();
@@ -354,6 +354,14 @@ pub(super) fn number(n: u64) -> HeaderValue {
     values[n as usize].clone()
 }
 
+/// A number's header value in one allocation of its digits' length
+/// (`HeaderValue::from` takes two: a buffer of the type's widest number,
+/// then, its length being less, the shared handle `Bytes` keeps of it).
+fn formatted(n: u64) -> HeaderValue {
+    let mut digits = itoa::Buffer::new();
+    HeaderValue::from_bytes(digits.format(n).as_bytes()).unwrap_or_else(|_| HeaderValue::from(n))
+}
+
 /// `X-RateLimit-Limit`: a limit's capacity, one of the few the
 /// configuration holds, so large ones are remembered too (per thread, a
 /// handful) instead of formatted for every response.
@@ -370,7 +378,7 @@ fn limit_value(n: u64) -> HeaderValue {
         let slot = &mut recent.borrow_mut()[(n % SLOTS as u64) as usize];
         match slot {
             Some((m, v)) if *m == n => v.clone(),
-            _ => slot.insert((n, HeaderValue::from(n))).1.clone(),
+            _ => slot.insert((n, formatted(n))).1.clone(),
         }
     })
 }

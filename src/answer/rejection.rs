@@ -3,7 +3,7 @@
 //! a hook that panics sends the default).
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, StatusCode};
 use std::sync::Arc;
 
@@ -96,7 +96,11 @@ impl Rejection {
     /// The application's hook reshapes this answer. A hook that panics
     /// gets the default answer sent instead (and an ERROR line, one a
     /// second): never a dropped connection or a bare 500.
-    pub(crate) fn shape(self, hook: &RefusalHook) -> Self {
+    pub(crate) fn shape(mut self, hook: &RefusalHook) -> Self {
+        // A kept refusal's length (see `answer/kept.rs`) would be stale for
+        // a body the hook writes: the hook gets the map without it, and the
+        // server writes the length of what it sends.
+        self.headers.remove(CONTENT_LENGTH);
         let (reason, limit, retry, remaining) =
             (self.reason, self.limit.clone(), self.retry, self.remaining);
         let default = (self.status, self.headers.clone(), self.body.clone());

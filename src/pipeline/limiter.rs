@@ -113,6 +113,7 @@ impl Limiter {
     /// The request path's spine: route plan → shedding → key → check →
     /// settle, then the application's refusal hook and the shedding
     /// ticket, each applied here once, whatever decided.
+    #[inline]
     pub(crate) fn handle<B>(&self, req: &Request<B>) -> Decided {
         let matched = req
             .extensions()
@@ -139,7 +140,14 @@ impl Limiter {
         let decided = match plan.filter(|p| !p.limits().is_empty()) {
             None if ticket.is_none() => return Decided::Unlimited,
             None => Decided::Now(Decision::unlimited()),
-            Some(plan) => Pending::with(|p| self.decide(plan, matched, req, p)),
+            Some(plan) => {
+                // Written where it stays, not returned through the
+                // thread-local's accessor: a decision is large, and each
+                // return copied it.
+                let mut decided = Decided::Unlimited;
+                Pending::with(|p| decided = self.decide(plan, matched, req, p));
+                decided
+            }
         };
         if ticket.is_none() && self.on_refusal.is_none() {
             return decided;
