@@ -8,7 +8,7 @@
 //!
 //! 0. **Shed** (with `[shedding]` only): when the backend is saturated
 //!    (requests in flight, queueing delay, the application's
-//!    [`LoadSignal`](shed::LoadSignal), a fleet-wide value in Redis), routes are refused by
+//!    [load signal](layer::RateLimitLayerBuilder::load_signal), a fleet-wide value in Redis), routes are refused by
 //!    [`Priority`] with `503` before any limit is charged.
 //! 1. **Route**: the route's policy is found by axum's `MatchedPath` (the
 //!    template, e.g. `/users/{id}`), else the `[default]` policy, else the
@@ -17,7 +17,7 @@
 //!    header, an [`Account`], the client IP (from `ConnectInfo`; forwarded
 //!    headers only from configured trusted proxies; IPv6 grouped by /64), IP
 //!    and account, one global bucket, or a key the application computes
-//!    ([`KeyExtractor`], e.g. a tenant). A request missing its key is
+//!    ([`key_fn`](layer::RateLimitLayerBuilder::key_fn), e.g. a tenant). A request missing its key is
 //!    counted by IP or refused with 401, as the limit says — never put in a
 //!    shared "empty" bucket.
 //! 3. **Check** ([`store::Store`]): every limit of the request is decided in
@@ -159,7 +159,7 @@ pub use config::{Config, ConfigBuilder, ConfigError, redact_url};
 // are unit tests (the configuration rework).
 #[doc(hidden)]
 pub use config::{format_duration, parse_duration};
-pub use key::{Account, KeyAnswer, KeyExtractor};
+pub use key::{Account, KeyAnswer};
 pub use layer::{error::BuildError, layer::RateLimitLayer};
 pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.

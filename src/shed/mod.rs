@@ -9,7 +9,8 @@
 //! - this instance's requests in flight ÷ `max_in_flight`;
 //! - CoDel on the queueing delay (`codel.rs`): `1.0` while the shortest
 //!   wait over an interval stays above target;
-//! - the application's [`LoadSignal`];
+//! - the application's load signal
+//!   ([`RateLimitLayerBuilder::load_signal`](crate::layer::RateLimitLayerBuilder::load_signal));
 //! - the fleet-wide value an operator sets in Redis (`signal.rs`).
 //!
 //! Each route's [`Priority`] is shed from its own threshold: `sheddable`
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 
 pub use self::accepted::{Accepted, AcceptedLayer, StampAccepted};
 use self::codel::Codel;
-pub use self::signal::LoadSignal;
+pub(crate) use self::signal::LoadSignal;
 use self::signal::{FleetSignal, app_pressure};
 use crate::log_throttle::Throttle;
 
