@@ -140,16 +140,6 @@ pub mod configuration {
     pub use crate::route::{OnExceed, RecordConfig};
 }
 
-/// What a layer has counted: its circuit breakers, decision records and
-/// regional quota exchange
-/// ([`RateLimitLayer::breaker`](crate::RateLimitLayer::breaker) and the
-/// methods beside it).
-pub mod stats {
-    pub use crate::breaker::{BreakerState, BreakerStats};
-    pub use crate::record::RecordStats;
-    pub use crate::region::RegionStats;
-}
-
 // Each public item has one path: what an application meets first here,
 // the rest in the module of its topic.
 pub use answer::{Refusal, RefusalReason};

@@ -13,6 +13,7 @@ use axum::Router;
 use fleetlimit::reload::ReloadError;
 use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
 use fleetlimit::{BuildError, Config, RateLimitLayer};
+use support::stats::Parts;
 use support::*;
 
 const LIMITS: &str = r#"

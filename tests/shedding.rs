@@ -20,6 +20,7 @@ use fleetlimit::configuration::RouteConfig;
 use fleetlimit::shed::{Accepted, Priority, SheddingConfig};
 use fleetlimit::{Config, RateLimitLayer};
 use http::Request;
+use support::stats::Parts;
 use support::{RedisServer, body_text, header, send};
 
 /// A backend stand-in that serves `capacity` requests at once at `base`
