@@ -132,23 +132,15 @@ mod sync;
 /// and the parts of a [`Config`] that code builds.
 #[doc = include_str!("../docs/configuration.md")]
 pub mod configuration {
-    pub use crate::config::{
-        BreakerConfig, FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RegionsConfig,
-        RouteConfig,
-    };
-    pub use crate::key::{ForwardedHeader, KeySource};
-    pub use crate::route::{OnExceed, RecordConfig};
+    pub use crate::config::{FailurePolicy, LimitConfig, Rate, RouteConfig};
+    pub use crate::key::KeySource;
+    pub use crate::route::OnExceed;
 }
 
 // Each public item has one path: what an application meets first here,
 // the rest in the module of its topic.
 pub use answer::{Refusal, RefusalReason};
 pub use config::{Config, ConfigBuilder, ConfigError, redact_url};
-// Transitional, not API: the command's duration flags use these; they
-// become crate-private once src/config's own doctests (which name them)
-// are unit tests (the configuration rework).
-#[doc(hidden)]
-pub use config::{format_duration, parse_duration};
 pub use key::{Account, KeyAnswer};
 pub use layer::{error::BuildError, layer::RateLimitLayer};
 pub use pipeline::Refund;
@@ -156,19 +148,3 @@ pub use pipeline::Refund;
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use request::RequestRef;
 pub use store::error::StoreError;
-
-// Transitional, not API (hidden): the root paths src/config's code and
-// doctests still name for the parts it builds from, whose homes are
-// `configuration`, `headers` and `shed`. Dropped once the configuration
-// rework names those.
-#[doc(hidden)]
-pub use {
-    answer::headers::HeaderStyle,
-    config::{
-        BreakerConfig, FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RegionsConfig,
-        RouteConfig,
-    },
-    key::{ForwardedHeader, KeySource},
-    route::OnExceed,
-    shed::{Priority, SheddingConfig},
-};

@@ -30,7 +30,7 @@
 //! |------|------|
 //! | `source.rs` | [`KeySource`], [`Account`]: what a limit counts by, and what a request carries |
 //! | `custom.rs` | `KeyExtractor`, [`KeyAnswer`]: keys the application computes, by name |
-//! | `client_ip.rs` | [`ClientIpRules`], [`ForwardedHeader`]: the client IP behind trusted proxies |
+//! | `client_ip.rs` | [`ClientIpRules`], `ForwardedHeader`: the client IP behind trusted proxies |
 //! | `store_key.rs` | key material → a typed `StoreKey` (its log id, its plan key), the `KeySecret`, and the one parser of keys read back from Redis |
 
 mod client_ip;
@@ -40,7 +40,7 @@ mod source;
 mod store_key;
 
 pub(crate) use client_ip::ClientIpRules;
-pub use client_ip::ForwardedHeader;
+pub(crate) use client_ip::ForwardedHeader;
 pub use custom::KeyAnswer;
 pub(crate) use custom::KeyExtractor;
 pub use source::{Account, KeySource};
