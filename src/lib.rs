@@ -9,11 +9,11 @@
 //! 0. **Shed** (with `[shedding]` only): when the backend is saturated
 //!    (requests in flight, queueing delay, the application's
 //!    [load signal](layer::RateLimitLayerBuilder::load_signal), a fleet-wide value in Redis), routes are refused by
-//!    [`Priority`] with `503` before any limit is charged.
+//!    [`Priority`](shed::Priority) with `503` before any limit is charged.
 //! 1. **Route**: the route's policy is found by axum's `MatchedPath` (the
 //!    template, e.g. `/users/{id}`), else the `[default]` policy, else the
 //!    request is not limited.
-//! 2. **Key** ([`KeySource`]): each limit extracts its key — an API key
+//! 2. **Key** ([`KeySource`](configuration::KeySource)): each limit extracts its key — an API key
 //!    header, an [`Account`], the client IP (from `ConnectInfo`; forwarded
 //!    headers only from configured trusted proxies; IPv6 grouped by /64), IP
 //!    and account, one global bucket, or a key the application computes
