@@ -230,7 +230,11 @@ fn main() {
                 decided_by_redis = Some(Box::new(move || {
                     let b = probe.stats();
                     let failures = b.breaker_failures().expect("a breaker in front of Redis");
-                    assert_eq!((failures, b.breaker_short_circuited().unwrap()), (0, 0), "{b:?}");
+                    assert_eq!(
+                        (failures, b.breaker_short_circuited().unwrap()),
+                        (0, 0),
+                        "{b:?}"
+                    );
                 }));
                 app = app.layer(layer);
                 (10_000, StatusCode::OK)

@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use fleetlimit::configuration::{
-    FailurePolicy, KeySource, LimitConfig, Rate, RouteConfig,
-};
+use fleetlimit::configuration::{FailurePolicy, KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::{Config, RateLimitLayer};
 
 #[tokio::main]

@@ -490,8 +490,7 @@ limits = ["api"]
         statuses(&a, "/", "k", 1).await;
     }
     let s = snapshot(&snapshotter);
-    let stats: Vec<support::stats::Region> =
-        layers.iter().map(|l| l.region().unwrap()).collect();
+    let stats: Vec<support::stats::Region> = layers.iter().map(|l| l.region().unwrap()).collect();
     let api = |region: &'static str| [("limit", "api"), ("region", region)];
     let moved = value(&s, "fleetlimit_region_quota_moved_total", &api("b"));
     assert!(moved > 0.0, "region b gave quota away: {stats:?}");

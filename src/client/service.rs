@@ -1,8 +1,8 @@
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::collections::hash_map::RandomState;
+use std::future::Future;
 use std::hash::BuildHasher;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

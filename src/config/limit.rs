@@ -275,7 +275,9 @@ impl LimitConfig {
     /// in TOML; trimmed with `MAXLEN ~`: Redis may keep up to one stream
     /// node more).
     pub fn record_max_len(mut self, n: u64) -> Self {
-        self.record.get_or_insert_with(RecordConfig::default).max_len = n;
+        self.record
+            .get_or_insert_with(RecordConfig::default)
+            .max_len = n;
         self
     }
 
@@ -283,7 +285,9 @@ impl LimitConfig {
     /// trimming those older than `age`; the stream expires `age` after its
     /// last write (`[limits.<name>.record] max_age` in TOML).
     pub fn record_max_age(mut self, age: Duration) -> Self {
-        self.record.get_or_insert_with(RecordConfig::default).max_age = age;
+        self.record
+            .get_or_insert_with(RecordConfig::default)
+            .max_age = age;
         self
     }
 

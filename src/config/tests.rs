@@ -265,12 +265,10 @@ on_redis_error = "closed"
         .coalesce(false)
         .fleet_size(3)
         .heartbeat(ms(2000), ms(9000))
-        .trusted_proxies(
-            [
-                "10.0.0.0/8".parse().unwrap(),
-                "192.168.1.1/32".parse().unwrap(),
-            ],
-        )
+        .trusted_proxies([
+            "10.0.0.0/8".parse().unwrap(),
+            "192.168.1.1/32".parse().unwrap(),
+        ])
         .forwarded_rfc7239()
         .ipv6_prefix(56)
         .memory_max_keys(1000)

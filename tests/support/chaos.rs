@@ -348,8 +348,7 @@ pub fn assert_scenario(
     for (i, l) in fleet.layers.iter().enumerate() {
         let b = l.breaker().unwrap();
         assert_eq!(
-            b.state,
-            "closed",
+            b.state, "closed",
             "{tag}: instance {i}'s breaker is still {:?}",
             b.state
         );

@@ -345,7 +345,9 @@ impl Store for RedisStore {
             // Not one token bucket: all or nothing, as a check.
             let answer = self.check(check);
             let cost = check.cost;
-            return Box::pin(async move { lease::whole(answer.await?, cost).map(Lease::into_parts) });
+            return Box::pin(
+                async move { lease::whole(answer.await?, cost).map(Lease::into_parts) },
+            );
         };
         let (pool, inner) = (self.pool.clone(), Arc::clone(&self.inner));
         let check = check.clone();
