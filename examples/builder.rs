@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use fleetlimit::configuration::{
-    FailurePolicy, KeySource, LimitConfig, OnMissing, Rate, RouteConfig,
-};
+use fleetlimit::configuration::{FailurePolicy, KeySource, LimitConfig, Rate, RouteConfig};
 use fleetlimit::{Config, RateLimitLayer};
 
 #[tokio::main]
@@ -29,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .limit(
             "per-key",
             LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1))
-                .on_missing(OnMissing::Ip),
+                .missing_by_ip(),
         )
         // And at most 100 a day per key, counted in calendar windows.
         .limit(
@@ -39,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 100,
                 Duration::from_secs(86_400),
             )
-            .on_missing(OnMissing::Ip),
+            .missing_by_ip(),
         )
         // Exports: 3 per client IP in any sliding minute.
         .limit(

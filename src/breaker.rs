@@ -33,17 +33,8 @@ use crate::config::BreakerConfig;
 use crate::store::StoreError;
 
 /// Where the breaker stands.
-///
-/// ```
-/// use fleetlimit::stats::BreakerState;
-/// use fleetlimit::RateLimitLayer;
-///
-/// fn redis_is_shunned(layer: &RateLimitLayer) -> bool {
-///     layer.breaker().is_some_and(|b| b.state != BreakerState::Closed)
-/// }
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
     /// Calls go to the store.
     Closed,
     /// Calls are refused at once (the failure policy decides).
@@ -52,30 +43,19 @@ pub enum BreakerState {
     HalfOpen,
 }
 
-/// Counters for metrics and tests.
-///
-/// ```
-/// use fleetlimit::stats::BreakerStats;
-/// use fleetlimit::RateLimitLayer;
-///
-/// fn export(layer: &RateLimitLayer) {
-///     if let Some(BreakerStats { state, opened, short_circuited, .. }) = layer.breaker() {
-///         println!("breaker {state:?}: opened {opened} times, {short_circuited} checks not sent");
-///     }
-/// }
-/// ```
+/// Counters for metrics and tests (public as [`Stats`](crate::layer::Stats)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BreakerStats {
+pub(crate) struct BreakerStats {
     /// The state now.
-    pub state: BreakerState,
+    pub(crate) state: BreakerState,
     /// Times the breaker opened.
-    pub opened: u64,
+    pub(crate) opened: u64,
     /// Times it closed again after being open.
-    pub closed: u64,
+    pub(crate) closed: u64,
     /// Checks answered without calling the store because it was open.
-    pub short_circuited: u64,
+    pub(crate) short_circuited: u64,
     /// Store calls that failed (errors and deadline misses).
-    pub failures: u64,
+    pub(crate) failures: u64,
 }
 
 const CLOSED: u8 = 0;

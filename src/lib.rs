@@ -8,16 +8,16 @@
 //!
 //! 0. **Shed** (with `[shedding]` only): when the backend is saturated
 //!    (requests in flight, queueing delay, the application's
-//!    [`LoadSignal`](shed::LoadSignal), a fleet-wide value in Redis), routes are refused by
-//!    [`Priority`] with `503` before any limit is charged.
+//!    [load signal](layer::RateLimitLayerBuilder::load_signal), a fleet-wide value in Redis), routes are refused by
+//!    [`Priority`](shed::Priority) with `503` before any limit is charged.
 //! 1. **Route**: the route's policy is found by axum's `MatchedPath` (the
 //!    template, e.g. `/users/{id}`), else the `[default]` policy, else the
 //!    request is not limited.
-//! 2. **Key** ([`KeySource`]): each limit extracts its key — an API key
+//! 2. **Key** ([`KeySource`](configuration::KeySource)): each limit extracts its key — an API key
 //!    header, an [`Account`], the client IP (from `ConnectInfo`; forwarded
 //!    headers only from configured trusted proxies; IPv6 grouped by /64), IP
 //!    and account, one global bucket, or a key the application computes
-//!    ([`KeyExtractor`], e.g. a tenant). A request missing its key is
+//!    ([`key_fn`](layer::RateLimitLayerBuilder::key_fn), e.g. a tenant). A request missing its key is
 //!    counted by IP or refused with 401, as the limit says — never put in a
 //!    shared "empty" bucket.
 //! 3. **Check** ([`store::Store`]): every limit of the request is decided in
@@ -132,53 +132,19 @@ mod sync;
 /// and the parts of a [`Config`] that code builds.
 #[doc = include_str!("../docs/configuration.md")]
 pub mod configuration {
-    pub use crate::config::{
-        BreakerConfig, FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RegionsConfig,
-        RouteConfig,
-    };
-    pub use crate::key::{ForwardedHeader, KeySource};
-    pub use crate::route::{OnExceed, RecordConfig};
-}
-
-/// What a layer has counted: its circuit breakers, decision records and
-/// regional quota exchange
-/// ([`RateLimitLayer::breaker`](crate::RateLimitLayer::breaker) and the
-/// methods beside it).
-pub mod stats {
-    pub use crate::breaker::{BreakerState, BreakerStats};
-    pub use crate::record::RecordStats;
-    pub use crate::region::RegionStats;
+    pub use crate::config::{FailurePolicy, LimitConfig, Rate, RouteConfig};
+    pub use crate::key::KeySource;
+    pub use crate::route::OnExceed;
 }
 
 // Each public item has one path: what an application meets first here,
 // the rest in the module of its topic.
 pub use answer::{Refusal, RefusalReason};
 pub use config::{Config, ConfigBuilder, ConfigError, redact_url};
-// Transitional, not API: the command's duration flags use these; they
-// become crate-private once src/config's own doctests (which name them)
-// are unit tests (the configuration rework).
-#[doc(hidden)]
-pub use config::{format_duration, parse_duration};
-pub use key::{Account, KeyAnswer, KeyExtractor};
+pub use key::{Account, KeyAnswer};
 pub use layer::{error::BuildError, layer::RateLimitLayer};
 pub use pipeline::Refund;
 // Login defence: what a challenged request carries, and the answer for it.
 pub use pipeline::{Challenge, ChallengeRequired};
 pub use request::RequestRef;
 pub use store::error::StoreError;
-
-// Transitional, not API (hidden): the root paths src/config's code and
-// doctests still name for the parts it builds from, whose homes are
-// `configuration`, `headers` and `shed`. Dropped once the configuration
-// rework names those.
-#[doc(hidden)]
-pub use {
-    answer::headers::HeaderStyle,
-    config::{
-        BreakerConfig, FailurePolicy, LimitConfig, OnMissing, ParseUnitError, Rate, RegionsConfig,
-        RouteConfig,
-    },
-    key::{ForwardedHeader, KeySource},
-    route::OnExceed,
-    shed::{Priority, SheddingConfig},
-};

@@ -52,19 +52,16 @@ const SHARE: u16 = (QUEUE / 16) as u16;
 #[cfg(feature = "redis")]
 const BATCH: usize = 256;
 
-/// What a layer's recorder has done since it started
-/// ([`RateLimitLayer::records`](crate::RateLimitLayer::records)).
+/// What a layer's recorder has done since it started (public as
+/// [`Stats`](crate::layer::Stats)'s `records_*`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecordStats {
+pub(crate) struct RecordStats {
     /// Records Redis acknowledged.
-    pub written: u64,
-    /// Records dropped because the queue was full (Redis slower than the
-    /// traffic).
-    pub dropped: u64,
-    /// Records in a batch Redis refused or did not answer within the
-    /// deadline (a timed-out batch may still have been written).
-    pub failed: u64,
+    pub(crate) written: u64,
+    /// Records dropped because the queue was full.
+    pub(crate) dropped: u64,
+    /// Records in a batch Redis refused or did not answer in time.
+    pub(crate) failed: u64,
 }
 
 /// The Redis stream of `limit`'s decisions.

@@ -4,7 +4,7 @@
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 
 /// The parts of a request a [cost function](crate::layer::RateLimitLayerBuilder::cost_fn)
-/// or a [key extractor](crate::KeyExtractor) can look at (`RequestRef::from(&request)`
+/// or a [key function](crate::layer::RateLimitLayerBuilder::key_fn) can look at (`RequestRef::from(&request)`
 /// makes one, e.g. to test them).
 ///
 /// ```

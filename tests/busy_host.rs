@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::post;
 use fleetlimit::{Config, RateLimitLayer};
+use support::stats::Parts;
 use support::*;
 
 /// A `closed` route whose limit no client reaches (an account gets at most

@@ -458,7 +458,7 @@ fn a_breaker_window_not_above_the_deadline() {
 
 #[test]
 fn the_builder_bounds_durations_like_the_toml() {
-    use fleetlimit::configuration::{BreakerConfig, KeySource};
+    use fleetlimit::configuration::KeySource;
     use fleetlimit::configuration::{LimitConfig, RouteConfig};
     let limit = || LimitConfig::token_bucket(KeySource::Global, 5, "1/s".parse().unwrap());
     // Duration::MAX used to build, then panic on the request path when the
@@ -466,10 +466,7 @@ fn the_builder_bounds_durations_like_the_toml() {
     let e = Config::builder()
         .limit("l", limit())
         .route("/", RouteConfig::new(["l"]))
-        .breaker(BreakerConfig {
-            cool_off: std::time::Duration::MAX,
-            ..BreakerConfig::default()
-        })
+        .breaker_cool_off(std::time::Duration::MAX)
         .build()
         .unwrap_err()
         .to_string();

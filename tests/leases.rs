@@ -284,8 +284,19 @@ async fn leases_held_through_garbage_state_and_a_restart_stay_bounded() {
 /// that is not a bucket's state counts as a full bucket and is replaced.
 #[tokio::test]
 async fn a_partial_lease_takes_what_is_free_on_both_stores() {
-    use fleetlimit::store::{Bucket, Check, MemoryStore, Rule, Store};
+    use fleetlimit::store::{Bucket, Check, LimitState, MemoryStore, Rule, Store};
     use std::time::Duration;
+
+    /// `Store::lease`'s answer (units taken, the bucket after), by name.
+    #[derive(Debug)]
+    struct Lease {
+        granted: f64,
+        state: LimitState,
+    }
+    async fn lease(store: &dyn Store, check: &Check, step: f64) -> Lease {
+        let (granted, state) = store.lease(check, step).await.unwrap();
+        Lease { granted, state }
+    }
 
     let server = RedisServer::start();
     let redis = server
@@ -312,17 +323,17 @@ async fn a_partial_lease_takes_what_is_free_on_both_stores() {
         ("memory", &memory as &dyn Store),
     ] {
         // A batch of 4 requests of cost 2 on a full bucket: all of it.
-        let l = store.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        let l = lease(store, &check(&key, 8.0), 2.0).await;
         assert_eq!(l.granted, 8.0, "{name}");
         assert!((l.state.remaining - 2.0).abs() < 1e-6, "{name} {l:?}");
         // 2 left: one request's worth, short of the batch; a whole batch
         // fits again once 8 more refilled (800 s at 0.01/s).
-        let l = store.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        let l = lease(store, &check(&key, 8.0), 2.0).await;
         assert_eq!(l.granted, 2.0, "{name}");
         assert!(l.state.enough && l.state.remaining < 1e-3, "{name} {l:?}");
         assert!((l.state.wait - 800.0).abs() < 1.0, "{name} {l:?}");
         // Empty: nothing, and nothing taken.
-        let l = store.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        let l = lease(store, &check(&key, 8.0), 2.0).await;
         assert_eq!(l.granted, 0.0, "{name}");
         assert!(!l.state.enough, "{name}");
         assert!((l.state.wait - 800.0).abs() < 1.0, "{name} {l:?}");
@@ -333,14 +344,14 @@ async fn a_partial_lease_takes_what_is_free_on_both_stores() {
     for garbage in [&["HSET", &key, "f", "v"][..], &["SET", &key, "1e400"][..]] {
         server.cli(&["DEL", &key]).unwrap();
         server.cli(garbage).unwrap();
-        let l = redis.lease(&check(&key, 8.0), 2.0).await.unwrap();
+        let l = lease(&redis, &check(&key, 8.0), 2.0).await;
         assert_eq!(l.granted, 8.0, "{garbage:?}");
         assert!(tokens(&server, &key, 10.0, 0.01) < 2.01);
     }
     server.assert_every_key_expires(&prefix("store"));
     // A cost above the capacity: nothing, whatever is free.
     server.cli(&["DEL", &key]).unwrap();
-    let l = redis.lease(&check(&key, 24.0), 12.0).await.unwrap();
+    let l = lease(&redis, &check(&key, 24.0), 12.0).await;
     assert_eq!(l.granted, 0.0);
     assert_eq!(server.cli(&["EXISTS", &key]).unwrap().trim(), "0");
 }

@@ -19,6 +19,7 @@ use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
 use fleetlimit::{Config, RateLimitLayer, StoreError};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::example::Example;
+use support::stats::Parts;
 use support::{RedisServer, request, send};
 
 /// Counts the allocations of the current thread (a test's current-thread
@@ -489,8 +490,7 @@ limits = ["api"]
         statuses(&a, "/", "k", 1).await;
     }
     let s = snapshot(&snapshotter);
-    let stats: Vec<fleetlimit::stats::RegionStats> =
-        layers.iter().map(|l| l.region_stats().unwrap()).collect();
+    let stats: Vec<support::stats::Region> = layers.iter().map(|l| l.region().unwrap()).collect();
     let api = |region: &'static str| [("limit", "api"), ("region", region)];
     let moved = value(&s, "fleetlimit_region_quota_moved_total", &api("b"));
     assert!(moved > 0.0, "region b gave quota away: {stats:?}");

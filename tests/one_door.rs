@@ -13,6 +13,7 @@ use axum::Router;
 use fleetlimit::reload::ReloadError;
 use fleetlimit::store::{Check, MemoryStore, Store, StoreFuture};
 use fleetlimit::{BuildError, Config, RateLimitLayer};
+use support::stats::Parts;
 use support::*;
 
 const LIMITS: &str = r#"
@@ -166,7 +167,7 @@ async fn every_constructor_refuses_the_same_configuration_alike() {
 #[cfg(feature = "redis")]
 #[test]
 fn regions_from_a_file_and_from_code_are_one_configuration() {
-    use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
+    use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
     let file = Config::from_toml_str(
         r#"
 [redis]
@@ -201,12 +202,10 @@ limits = ["per-key", "per-ip"]
     .unwrap();
     let code = Config::builder()
         .redis_url("redis://127.0.0.1:6379")
-        .regions(
-            RegionsConfig::new("us")
-                .region("eu", "redis://:secret@10.0.0.1:6379")
-                .region("us", "redis://10.1.0.1:6379")
-                .interval(Duration::from_millis(500)),
-        )
+        .this_region("us")
+        .region("eu", "redis://:secret@10.0.0.1:6379")
+        .region("us", "redis://10.1.0.1:6379")
+        .region_interval(Duration::from_millis(500))
         // The file's limits come sorted by name.
         .limit(
             "per-ip",

@@ -16,8 +16,10 @@ use fleetlimit::plan::PlanResolver;
 use std::future::Future;
 use std::pin::Pin;
 
-use fleetlimit::plan::PlanError;
 use support::*;
+
+/// What a resolver's lookup fails with: any error, boxed.
+type PlanError = Box<dyn std::error::Error + Send + Sync>;
 
 const LIMITS: &str = r#"
 [limits.api]
@@ -142,7 +144,7 @@ async fn upgrade_raises_the_ceiling_and_downgrade_does_not_forgive() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_failing_resolver_gives_the_base_numbers_and_is_logged() {
     async fn database_down(_key: String) -> Result<Option<String>, PlanError> {
-        Err(PlanError::msg("connection refused"))
+        Err("connection refused".into())
     }
     let server = RedisServer::start();
     let prefix = prefix("plans-down");

@@ -16,6 +16,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use fleetlimit::store::{Bucket, Check, RedisStore, Rule, Store, StoreFuture};
 use fleetlimit::{RateLimitLayer, StoreError};
+use support::stats::Parts;
 use support::*;
 use tokio::task::JoinSet;
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use support::relay::Relay;
+use support::stats::{Parts, Region};
 use support::*;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -137,11 +138,7 @@ on_redis_error = "closed"
         let min = counts.iter().copied().min().map_or(0.0, per);
         let max = counts.iter().copied().max().map_or(0.0, per);
         let mean = per(counts.iter().sum::<u64>()) / counts.len().max(1) as f64;
-        let stats: Vec<fleetlimit::stats::RegionStats> = self
-            .layers
-            .iter()
-            .filter_map(|l| l.region_stats())
-            .collect();
+        let stats: Vec<Region> = self.layers.iter().filter_map(|l| l.region()).collect();
         let calls: u64 = stats.iter().map(|s| s.calls).sum();
         let cycles: u64 = stats.iter().map(|s| s.cycles).sum();
         let moved: u64 = stats.iter().map(|s| s.moved).sum();

@@ -15,6 +15,7 @@ use axum::Router;
 use axum::routing::get;
 use fleetlimit::reload::{ReloadError, ReloadHandle};
 use fleetlimit::{Config, RateLimitLayer};
+use support::stats::Parts;
 use support::*;
 
 /// `lowered` (route `/a`) and `kept` (route `/b`), both per API key and

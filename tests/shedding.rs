@@ -20,6 +20,7 @@ use fleetlimit::configuration::RouteConfig;
 use fleetlimit::shed::{Accepted, Priority, SheddingConfig};
 use fleetlimit::{Config, RateLimitLayer};
 use http::Request;
+use support::stats::Parts;
 use support::{RedisServer, body_text, header, send};
 
 /// A backend stand-in that serves `capacity` requests at once at `base`
@@ -759,7 +760,7 @@ async fn fleetlimit_shed_sets_the_signal_with_an_expiry_and_clears_it() {
 #[tokio::test]
 async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
     use std::sync::atomic::AtomicBool;
-    use tower::{Layer, ServiceExt};
+    use tower::ServiceExt;
 
     let backend = Backend::new(1000, Duration::from_millis(1));
     let slow = Arc::new(AtomicBool::new(true));
@@ -776,7 +777,7 @@ async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
         }
     });
     let router = shedding_app(&backend, QUEUE).await.layer(queue);
-    let app = fleetlimit::shed::AcceptedLayer.layer(router);
+    let app = fleetlimit::shed::StampAccepted::new(router);
     let call = |path: &'static str| {
         let app = app.clone();
         async move { app.oneshot(get_req(path)).await.unwrap() }
@@ -807,7 +808,7 @@ async fn accepted_layer_outside_the_router_measures_the_wait_in_front() {
 /// shedder must not turn that into 503s over 3 intervals of traffic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_never_sheds_a_normal_route() {
-    use tower::{Layer, ServiceExt};
+    use tower::ServiceExt;
 
     let server = RedisServer::start();
     let prefix = support::prefix("shed-slow-redis");
@@ -829,7 +830,7 @@ async fn a_frozen_redis_never_sheds_a_normal_route() {
     let router = Router::new()
         .route("/normal", get(|| async { "ok" }))
         .layer(layer.clone());
-    let app = fleetlimit::shed::AcceptedLayer.layer(router);
+    let app = fleetlimit::shed::StampAccepted::new(router);
     assert_eq!(
         app.clone()
             .oneshot(get_req("/normal"))

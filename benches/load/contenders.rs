@@ -321,12 +321,18 @@ pub async fn build_app(c: Contender, numbers: Numbers, redis_url: &str) -> (Rout
                 .await
                 .expect("fleetlimit's Redis layer");
             let probe_layer = layer.clone();
-            let probe: Probe = Box::new(move || match probe_layer.breaker() {
-                Some(b) => format!(
-                    "breaker opened {}×, {} checks short-circuited, {} failed",
-                    b.opened, b.short_circuited, b.failures
-                ),
-                None => String::new(),
+            let probe: Probe = Box::new(move || {
+                let s = probe_layer.stats();
+                match (
+                    s.breaker_opened(),
+                    s.breaker_short_circuited(),
+                    s.breaker_failures(),
+                ) {
+                    (Some(opened), Some(short_circuited), Some(failures)) => format!(
+                        "breaker opened {opened}×, {short_circuited} checks short-circuited, {failures} failed"
+                    ),
+                    _ => String::new(),
+                }
             });
             (router().layer(layer), Some(probe))
         }

@@ -483,7 +483,7 @@ mod tests {
         assert_eq!(fmt_duration(Duration::from_secs(7200)), "2h");
         for d in [1, 999, 1000, 1500, 60_000, 5_400_000] {
             let d = Duration::from_millis(d);
-            assert_eq!(crate::parse_duration(&duration_text(d)).unwrap(), d);
+            assert_eq!(crate::config::parse_duration(&duration_text(d)).unwrap(), d);
         }
     }
 

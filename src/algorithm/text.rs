@@ -17,7 +17,7 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 
 /// A duration in the largest unit of the configuration's (`d`, `h`, `min`,
 /// `s`, `ms`) it is a whole number of, else in ms with a fraction: the
-/// text [`parse_duration`](crate::parse_duration) reads back.
+/// text `config::parse_duration` reads back.
 pub(crate) fn duration_text(d: Duration) -> String {
     let ns = d.as_nanos();
     if ns == 0 {

@@ -35,11 +35,11 @@ pub enum RefusalReason {
     /// `401`: the handler answered [`ChallengeRequired`](crate::ChallengeRequired)
     /// (`urn:fleetlimit:challenge-required`).
     ChallengeRequired,
-    /// `400`: a limit's [custom key extractor](crate::KeyExtractor) answered
+    /// `400`: a limit's [custom key function](crate::layer::RateLimitLayerBuilder::key_fn) answered
     /// [`KeyAnswer::Invalid`](crate::KeyAnswer::Invalid)
     /// (`urn:fleetlimit:invalid-key`).
     InvalidKey,
-    /// `503`: a limit's [custom key extractor](crate::KeyExtractor)
+    /// `503`: a limit's [custom key function](crate::layer::RateLimitLayerBuilder::key_fn)
     /// panicked (`urn:fleetlimit:key-unavailable`). A limit whose
     /// extractor is not registered never gets here: every way of making a
     /// layer refuses it ([`BuildError::Config`](crate::BuildError::Config)).

@@ -112,10 +112,8 @@
 
 mod advice;
 mod budget;
-mod future;
 mod layer;
 mod service;
 
-pub use self::future::ResponseFuture;
 pub use self::layer::HonorLimitsLayer;
 pub use self::service::HonorLimits;

@@ -1,6 +1,8 @@
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
+use std::future::Future;
 use std::hash::BuildHasher;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -12,7 +14,6 @@ use tower_service::Service;
 
 use super::advice::Advice;
 use super::budget::{Budget, RetryBudget};
-use super::future::ResponseFuture;
 use crate::sync::lock;
 
 /// Origins whose pacing is remembered at once; a client talking to more
@@ -158,7 +159,8 @@ where
 {
     type Response = Response<ResB>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResB, S::Error>;
+    // Boxed: it waits and retries, an allocation is nothing beside that.
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResB>, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -169,7 +171,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
-        ResponseFuture::new(async move {
+        Box::pin(async move {
             let settings = shared.settings;
             let origin = origin(&req);
             // Only a request that may be repeated keeps a copy to repeat.

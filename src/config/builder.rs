@@ -9,7 +9,6 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
-use super::BreakerConfig;
 use super::Hidden;
 use super::de;
 use super::limit::LimitConfig;
@@ -25,7 +24,8 @@ use crate::shed::SheddingConfig;
 ///
 /// ```
 /// use std::time::Duration;
-/// use fleetlimit::{Config, FailurePolicy, KeySource, LimitConfig, Rate, RouteConfig};
+/// use fleetlimit::Config;
+/// use fleetlimit::configuration::{FailurePolicy, KeySource, LimitConfig, Rate, RouteConfig};
 ///
 /// let cfg = Config::builder()
 ///     .deadline(Duration::from_millis(5))
@@ -187,14 +187,30 @@ impl ConfigBuilder {
         self
     }
 
-    /// Proxies whose forwarded headers are believed.
-    pub fn trusted_proxies(
-        mut self,
-        nets: impl IntoIterator<Item = IpNet>,
-        header: ForwardedHeader,
-    ) -> Self {
+    /// Proxies whose forwarded headers are believed (`[client_ip]
+    /// trusted_proxies` in TOML): `X-Forwarded-For`, unless
+    /// [`forwarded_rfc7239`](Self::forwarded_rfc7239).
+    ///
+    /// ```
+    /// use fleetlimit::Config;
+    ///
+    /// let cfg = Config::builder()
+    ///     .trusted_proxies(["10.0.0.0/8".parse()?])
+    ///     .forwarded_rfc7239()
+    ///     .build()?;
+    /// # let _ = cfg;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trusted_proxies(mut self, nets: impl IntoIterator<Item = IpNet>) -> Self {
         self.client_ip.trusted = nets.into_iter().collect();
-        self.client_ip.header = header;
+        self
+    }
+
+    /// Trusted proxies write the client chain into RFC 7239's `Forwarded:
+    /// for=client, for=proxy1`, not `X-Forwarded-For: client, proxy1`
+    /// (`[client_ip] header = "forwarded"` in TOML).
+    pub fn forwarded_rfc7239(mut self) -> Self {
+        self.client_ip.header = ForwardedHeader::Forwarded;
         self
     }
 
@@ -243,12 +259,44 @@ impl ConfigBuilder {
         self
     }
 
-    /// The circuit breaker's settings.
-    pub fn breaker(mut self, b: BreakerConfig) -> Self {
-        self.breaker = Breaker {
-            settings: b,
-            window_given: true,
-        };
+    /// Failed checks, with no success in between, that open the circuit
+    /// breaker (default 3; `[breaker] failures` in TOML): definite errors
+    /// in a row open it at once; timeouts also need the
+    /// [window](Self::breaker_window).
+    pub fn breaker_failures(mut self, n: u32) -> Self {
+        self.breaker.settings.failures = n;
+        self
+    }
+
+    /// How long checks must keep failing, with no success, before the
+    /// breaker opens (`[breaker] window` in TOML; well above the deadline:
+    /// one late moment is not an outage). Unset, it follows the deadline.
+    pub fn breaker_window(mut self, window: Duration) -> Self {
+        self.breaker.settings.window = window;
+        self.breaker.window_given = true;
+        self
+    }
+
+    /// How long the breaker stays open before probing (default 500 ms;
+    /// `[breaker] cool_off` in TOML).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fleetlimit::Config;
+    ///
+    /// let cfg = Config::builder().breaker_cool_off(Duration::from_secs(1)).build()?;
+    /// # let _ = cfg;
+    /// # Ok::<(), fleetlimit::ConfigError>(())
+    /// ```
+    pub fn breaker_cool_off(mut self, cool_off: Duration) -> Self {
+        self.breaker.settings.cool_off = cool_off;
+        self
+    }
+
+    /// Probe calls allowed at once while the breaker is half-open (default
+    /// 1; `[breaker] probes` in TOML).
+    pub fn breaker_probes(mut self, n: u32) -> Self {
+        self.breaker.settings.probes = n;
         self
     }
 
@@ -279,7 +327,7 @@ impl ConfigBuilder {
         self
     }
 
-    /// Most requests held by [`OnExceed::Delay`](crate::OnExceed::Delay) at
+    /// Most requests held by [`OnExceed::Delay`](crate::configuration::OnExceed::Delay) at
     /// once on this instance (default 100; `[escalation] max_delayed` in
     /// TOML): beyond it, a request that would be delayed is challenged instead.
     pub fn max_delayed(mut self, n: usize) -> Self {
@@ -288,9 +336,9 @@ impl ConfigBuilder {
     }
 
     /// Which rate-limit fields responses carry (default
-    /// [`HeaderStyle::Legacy`](crate::HeaderStyle::Legacy): `X-RateLimit-*`
+    /// [`HeaderStyle::Legacy`](crate::headers::HeaderStyle::Legacy): `X-RateLimit-*`
     /// only; `[headers] style` in TOML).
-    pub fn header_style(mut self, style: crate::HeaderStyle) -> Self {
+    pub fn header_style(mut self, style: crate::headers::HeaderStyle) -> Self {
         self.headers.style = Some(style);
         self
     }
@@ -305,7 +353,7 @@ impl ConfigBuilder {
     }
 
     /// Shed load when the backend is saturated: refuse requests by their
-    /// route's [`Priority`](crate::Priority) with `503`, before any limit is
+    /// route's [`Priority`](crate::shed::Priority) with `503`, before any limit is
     /// charged (`[shedding]` in TOML; see [`SheddingConfig`]).
     pub fn shedding(mut self, shedding: SheddingConfig) -> Self {
         self.shedding = Some(shedding);
@@ -313,9 +361,72 @@ impl ConfigBuilder {
     }
 
     /// Regions, for [global](LimitConfig::global) limits (`[regions]` in
-    /// TOML; see [`RegionsConfig`]): needs Redis (each region's own).
-    pub fn regions(mut self, regions: RegionsConfig) -> Self {
-        self.regions = Some(regions);
+    /// TOML; needs Redis, each region's own): this instance is in region
+    /// `this` (`this = "eu"`), which must be one of the
+    /// [`region`](Self::region)s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fleetlimit::Config;
+    /// use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
+    ///
+    /// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
+    ///     .global_split([("eu", 0.6), ("us", 0.4)]);
+    /// let cfg = Config::builder()
+    ///     .redis_url("redis://10.0.0.1:6379")
+    ///     .this_region("eu")
+    ///     .region("eu", "redis://10.0.0.1:6379")
+    ///     .region("us", "redis://10.1.0.1:6379")
+    ///     .region_interval(Duration::from_secs(5))
+    ///     .limit("per-key", per_key)
+    ///     .default_route(RouteConfig::new(["per-key"]))
+    ///     .build();
+    /// # #[cfg(feature = "redis")]
+    /// assert!(cfg.is_ok(), "{cfg:?}");
+    /// ```
+    pub fn this_region(mut self, this: impl Into<String>) -> Self {
+        self.regions_mut().this(this.into());
         self
+    }
+
+    /// This instance's region is the value of environment variable `var`,
+    /// read by [`build`](Self::build) (`this_env = "FLEETLIMIT_REGION"` in
+    /// TOML): one file for every region, each deployment setting the
+    /// variable. Unset or empty, the build fails.
+    ///
+    /// ```
+    /// use fleetlimit::Config;
+    ///
+    /// let err = Config::builder()
+    ///     .redis_url("redis://10.0.0.1:6379")
+    ///     .this_region_env("FLEETLIMIT_REGION_UNSET_IN_THIS_EXAMPLE")
+    ///     .region("eu", "redis://10.0.0.1:6379")
+    ///     .region("us", "redis://10.1.0.1:6379")
+    ///     .build();
+    /// # #[cfg(feature = "redis")]
+    /// assert!(err.unwrap_err().message().contains("is not set"));
+    /// ```
+    pub fn this_region_env(mut self, var: impl Into<String>) -> Self {
+        self.regions_mut().this_env(var.into());
+        self
+    }
+
+    /// Adds region `name` (1 to 64 letters, digits, `-`, `_` or `.`), and
+    /// the Redis URL this region's exchange reaches it by (a line of
+    /// `[regions.exchange]` in TOML). Every region, this one included.
+    pub fn region(mut self, name: impl Into<String>, exchange_url: impl Into<String>) -> Self {
+        self.regions_mut().add(name.into(), exchange_url.into());
+        self
+    }
+
+    /// How often quotas move between regions (default 2 s; 100 ms to 60 s;
+    /// `[regions] interval` in TOML).
+    pub fn region_interval(mut self, interval: Duration) -> Self {
+        self.regions_mut().set_interval(interval);
+        self
+    }
+
+    fn regions_mut(&mut self) -> &mut RegionsConfig {
+        self.regions.get_or_insert_with(RegionsConfig::empty)
     }
 }

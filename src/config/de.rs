@@ -121,10 +121,10 @@ pub(crate) fn proxies<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNe
 /// `[client_ip] forwarded_header`, in any case.
 pub(crate) fn forwarded_header<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<crate::ForwardedHeader, D::Error> {
+) -> Result<crate::key::ForwardedHeader, D::Error> {
     text_with(d, |h| match h.to_ascii_lowercase().as_str() {
-        "x-forwarded-for" => Ok(crate::ForwardedHeader::XForwardedFor),
-        "forwarded" => Ok(crate::ForwardedHeader::Forwarded),
+        "x-forwarded-for" => Ok(crate::key::ForwardedHeader::XForwardedFor),
+        "forwarded" => Ok(crate::key::ForwardedHeader::Forwarded),
         _ => Err(format!(
             "forwarded_header must be \"x-forwarded-for\" or \"forwarded\", not {h:?}"
         )),

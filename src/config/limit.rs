@@ -22,11 +22,12 @@ use crate::route::{OnExceed, OnMissing};
 ///
 /// ```
 /// use std::time::Duration;
-/// use fleetlimit::{Account, KeySource, LimitConfig, OnMissing, Rate};
+/// use fleetlimit::Account;
+/// use fleetlimit::configuration::{KeySource, LimitConfig, Rate};
 ///
 /// // 100 requests a minute per API key; a request without one counts by IP.
 /// let api = LimitConfig::fixed_window(KeySource::header("x-api-key"), 100, Duration::from_secs(60))
-///     .on_missing(OnMissing::Ip)
+///     .missing_by_ip()
 ///     .plan("pro", LimitConfig::fixed_window(KeySource::header("x-api-key"), 1_000, Duration::from_secs(60)));
 /// // A burst of 5 sign-in attempts per account and address, one more every 12 s.
 /// let sign_in = LimitConfig::token_bucket(KeySource::IpAndAccount(None), 5, Rate::per_minute(5));
@@ -156,7 +157,8 @@ impl LimitConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use fleetlimit::{Config, KeySource, LimitConfig, RouteConfig};
+    /// use fleetlimit::Config;
+    /// use fleetlimit::configuration::{KeySource, LimitConfig, RouteConfig};
     ///
     /// // At most 5 requests of one client address in flight at once.
     /// let in_flight = LimitConfig::concurrency(KeySource::ClientIp, 5, Duration::from_secs(30));
@@ -201,9 +203,12 @@ impl LimitConfig {
         }
     }
 
-    /// What to do when a request lacks the key.
-    pub fn on_missing(mut self, on_missing: OnMissing) -> Self {
-        self.on_missing = on_missing;
+    /// A request without the key is counted by its client IP instead, in
+    /// a bucket apart from every key value (`on_missing = "ip"` in TOML).
+    /// Otherwise (`on_missing = "reject"`, the default) it is refused with
+    /// `401 Unauthorized`.
+    pub fn missing_by_ip(mut self) -> Self {
+        self.on_missing = OnMissing::Ip;
         self
     }
 
@@ -244,22 +249,58 @@ impl LimitConfig {
     }
 
     /// Record each decision about this limit in a Redis stream, for
-    /// `fleetlimit explain` (`record = true` or `[limits.<name>.record]` in
-    /// TOML). Off by default; with the in-process store nothing is recorded.
-    pub fn record(mut self, record: RecordConfig) -> Self {
-        self.record = Some(record);
+    /// `fleetlimit explain` (`record = true` in TOML): the last 10 000
+    /// decisions of the last hour, whichever is fewer, unless
+    /// [`record_max_len`](Self::record_max_len) or
+    /// [`record_max_age`](Self::record_max_age) say otherwise. Off by
+    /// default; with the in-process store nothing is recorded.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fleetlimit::configuration::{KeySource, LimitConfig, Rate};
+    ///
+    /// // The last 50 000 decisions of the last 2 hours, whichever is fewer.
+    /// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10))
+    ///     .record_max_len(50_000)
+    ///     .record_max_age(Duration::from_secs(7200));
+    /// # let _ = api;
+    /// ```
+    pub fn record(mut self) -> Self {
+        self.record.get_or_insert_with(RecordConfig::default);
+        self
+    }
+
+    /// Records this limit's decisions (as [`record`](Self::record)),
+    /// keeping at most about `n` of them (`[limits.<name>.record] max_len`
+    /// in TOML; trimmed with `MAXLEN ~`: Redis may keep up to one stream
+    /// node more).
+    pub fn record_max_len(mut self, n: u64) -> Self {
+        self.record
+            .get_or_insert_with(RecordConfig::default)
+            .max_len = n;
+        self
+    }
+
+    /// Records this limit's decisions (as [`record`](Self::record)),
+    /// trimming those older than `age`; the stream expires `age` after its
+    /// last write (`[limits.<name>.record] max_age` in TOML).
+    pub fn record_max_age(mut self, age: Duration) -> Self {
+        self.record
+            .get_or_insert_with(RecordConfig::default)
+            .max_age = age;
         self
     }
 
     /// A global limit (`scope = "global"` in TOML): with
-    /// [`ConfigBuilder::regions`](super::ConfigBuilder::regions), decided
+    /// [`ConfigBuilder::this_region`](super::ConfigBuilder::this_region), decided
     /// in each region by its own Redis against that region's share of the
     /// limit, the shares starting equal (each region 1/n of the capacity
     /// and of the refill) and moving toward the regions that use them.
     /// Token buckets only, without leases or plans.
     ///
     /// ```
-    /// use fleetlimit::{Config, KeySource, LimitConfig, Rate, RegionsConfig};
+    /// use fleetlimit::Config;
+    /// use fleetlimit::configuration::{KeySource, LimitConfig, Rate};
     ///
     /// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
     ///     .global();
@@ -279,16 +320,16 @@ impl LimitConfig {
     /// most 1; a region not named starts with none of it.
     ///
     /// ```
-    /// use fleetlimit::{Config, KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
+    /// use fleetlimit::Config;
+    /// use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RouteConfig};
     ///
     /// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
     ///     .global_split([("eu", 0.7), ("us", 0.3)]);
-    /// let regions = RegionsConfig::new("eu")
-    ///     .region("eu", "redis://10.0.0.1:6379")
-    ///     .region("us", "redis://10.1.0.1:6379");
     /// let cfg = Config::builder()
     ///     .redis_url("redis://10.0.0.1:6379")
-    ///     .regions(regions)
+    ///     .this_region("eu")
+    ///     .region("eu", "redis://10.0.0.1:6379")
+    ///     .region("us", "redis://10.1.0.1:6379")
     ///     .limit("per-key", per_key)
     ///     .default_route(RouteConfig::new(["per-key"]))
     ///     .build();

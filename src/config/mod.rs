@@ -1,6 +1,6 @@
 //! Configuration: one model, which a TOML file deserialises into and code
 //! builds ([`ConfigBuilder`] and its parts: [`LimitConfig`],
-//! [`RouteConfig`], [`BreakerConfig`], [`RegionsConfig`], the smaller
+//! [`RouteConfig`], `BreakerConfig`, `RegionsConfig`, the smaller
 //! tables in `sections.rs`); [`ConfigBuilder::build`] checks it
 //! (`validate/`) and compiles it once into the runtime's [`Config`]. An
 //! error found after the file was read is placed in it by the setting's
@@ -39,12 +39,12 @@ pub use limit::LimitConfig;
 pub(crate) use redis::RedisSettings;
 pub use redis_url::redact_url;
 pub(crate) use regions::Regions;
-pub use regions::RegionsConfig;
 pub use route::RouteConfig;
-pub use sections::BreakerConfig;
-pub use units::{ParseUnitError, Rate, format_duration, parse_duration};
+pub(crate) use sections::BreakerConfig;
+pub use units::Rate;
+pub(crate) use units::{format_duration, parse_duration};
 // Defined with the routes they govern; named here too, where they always were.
-pub use crate::route::{FailurePolicy, OnMissing};
+pub use crate::route::FailurePolicy;
 
 use crate::algorithm::fmt_duration;
 use crate::key::{ClientIpRules, SecretOrigin};
@@ -194,7 +194,7 @@ pub struct Config {
     pub(crate) max_delayed: usize,
     /// Load shedding (`[shedding]`; `None`: off).
     pub(crate) shedding: Option<crate::shed::SheddingConfig>,
-    pub(crate) header_style: crate::HeaderStyle,
+    pub(crate) header_style: crate::headers::HeaderStyle,
     /// The `WWW-Authenticate` challenge of a missing key's 401.
     pub(crate) www_authenticate: http::HeaderValue,
     /// The file it was read from, for errors found when a layer is built.
@@ -269,7 +269,7 @@ impl Config {
     pub(crate) fn uses_custom_key(&self, name: &str) -> bool {
         self.limits
             .iter()
-            .any(|l| matches!(&l.key, crate::KeySource::Custom(n) if n == name))
+            .any(|l| matches!(&l.key, crate::key::KeySource::Custom(n) if n == name))
     }
 
     /// The Redis key of the fleet's heartbeat (instances counting each
@@ -341,7 +341,7 @@ impl Config {
 
     /// Which rate-limit fields responses carry.
     #[must_use]
-    pub fn header_style(&self) -> crate::HeaderStyle {
+    pub fn header_style(&self) -> crate::headers::HeaderStyle {
         self.header_style
     }
 

@@ -1,5 +1,5 @@
 //! `[regions]`: [`RegionsConfig`], which the file deserialises into and
-//! code builds; its checks are `validate/regions.rs`'s, what it becomes
+//! the builder fills; its checks are `validate/regions.rs`'s, what it becomes
 //! [`Regions`] (and a global limit's `crate::route::Global`), which
 //! `crate::region` decides with.
 
@@ -20,35 +20,14 @@ fn default_interval() -> Duration {
 }
 
 /// Regions, for limits decided across regions that each keep their own
-/// Redis (`[regions]` in TOML; [`ConfigBuilder::regions`](super::ConfigBuilder::regions)):
+/// Redis (`[regions]` in TOML; in code the `ConfigBuilder` setters
+/// [`this_region`](super::ConfigBuilder::this_region),
+/// [`region`](super::ConfigBuilder::region) and the ones beside them):
 /// this instance's region, every region (at least two) with the Redis URL
 /// this region's exchange reaches it by, and how often quotas move.
-/// A limit made [`global`](super::LimitConfig::global) is then decided in
-/// each region against that region's share of it.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::{Config, KeySource, LimitConfig, Rate, RegionsConfig, RouteConfig};
-///
-/// let regions = RegionsConfig::new("eu")
-///     .region("eu", "redis://10.0.0.1:6379")
-///     .region("us", "redis://10.1.0.1:6379")
-///     .interval(Duration::from_secs(5));
-/// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
-///     .global_split([("eu", 0.6), ("us", 0.4)]);
-/// let cfg = Config::builder()
-///     .redis_url("redis://10.0.0.1:6379")
-///     .regions(regions)
-///     .limit("per-key", per_key)
-///     .default_route(RouteConfig::new(["per-key"]))
-///     .build();
-/// # #[cfg(feature = "redis")]
-/// assert!(cfg.is_ok(), "{cfg:?}");
-/// ```
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[must_use]
-pub struct RegionsConfig {
+pub(crate) struct RegionsConfig {
     /// This instance's region, named (`this`) or in an environment
     /// variable read by `build` (`this_env`): one of them.
     pub(super) this: Option<String>,
@@ -79,52 +58,34 @@ impl fmt::Debug for RegionsConfig {
 }
 
 impl RegionsConfig {
-    /// This instance is in region `this` (`this = "eu"` in TOML), which
-    /// must be one of the [`region`](Self::region)s.
-    pub fn new(this: impl Into<String>) -> Self {
-        Self::with(Some(this.into()), None)
-    }
-
-    /// This instance's region is the value of environment variable `var`,
-    /// read by [`build`](super::ConfigBuilder::build) (`this_env =
-    /// "FLEETLIMIT_REGION"` in TOML): one file for every region, each
-    /// deployment setting the variable. Unset or empty, the build fails.
-    ///
-    /// ```
-    /// use fleetlimit::{Config, RegionsConfig};
-    ///
-    /// let regions = RegionsConfig::from_env("FLEETLIMIT_REGION_UNSET_IN_THIS_EXAMPLE")
-    ///     .region("eu", "redis://10.0.0.1:6379")
-    ///     .region("us", "redis://10.1.0.1:6379");
-    /// let err = Config::builder().redis_url("redis://10.0.0.1:6379").regions(regions).build();
-    /// # #[cfg(feature = "redis")]
-    /// assert!(err.unwrap_err().message().contains("is not set"));
-    /// ```
-    pub fn from_env(var: impl Into<String>) -> Self {
-        Self::with(None, Some(var.into()))
-    }
-
-    fn with(this: Option<String>, this_env: Option<String>) -> Self {
+    /// No region yet: what the builder's first regions setter starts from.
+    pub(super) fn empty() -> Self {
         Self {
-            this,
-            this_env,
+            this: None,
+            this_env: None,
             regions: Vec::new(),
             interval: DEFAULT_INTERVAL,
         }
     }
 
-    /// Adds region `name` (1 to 64 letters, digits, `-`, `_` or `.`), and
-    /// the Redis URL this region's exchange reaches it by (a line of
-    /// `[regions.exchange]` in TOML). Every region, this one included.
-    pub fn region(mut self, name: impl Into<String>, exchange_url: impl Into<String>) -> Self {
-        self.regions.push((name.into(), exchange_url.into()));
-        self
+    /// This instance is in region `this`.
+    pub(super) fn this(&mut self, this: String) {
+        (self.this, self.this_env) = (Some(this), None);
     }
 
-    /// How often quotas move between regions (default 2 s; 100 ms to 60 s).
-    pub fn interval(mut self, interval: Duration) -> Self {
+    /// This instance's region is the value of environment variable `var`.
+    pub(super) fn this_env(&mut self, var: String) {
+        (self.this, self.this_env) = (None, Some(var));
+    }
+
+    /// Adds a region and its exchange URL.
+    pub(super) fn add(&mut self, name: String, exchange_url: String) {
+        self.regions.push((name, exchange_url));
+    }
+
+    /// How often quotas move between regions.
+    pub(super) fn set_interval(&mut self, interval: Duration) {
         self.interval = interval;
-        self
     }
 }
 

@@ -15,7 +15,7 @@ use crate::shed::Priority;
 ///
 /// ```
 /// use http::Method;
-/// use fleetlimit::{FailurePolicy, RouteConfig};
+/// use fleetlimit::configuration::{FailurePolicy, RouteConfig};
 ///
 /// // POST /upload counts 10 units against both limits, all or nothing, and
 /// // answers 503 when Redis cannot decide.

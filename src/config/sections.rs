@@ -120,7 +120,7 @@ pub(super) struct Escalation {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Headers {
-    pub(super) style: Option<crate::HeaderStyle>,
+    pub(super) style: Option<crate::headers::HeaderStyle>,
 }
 
 /// `[breaker]`: a [`BreakerConfig`], and whether its window was given
@@ -172,30 +172,20 @@ impl<'de> Deserialize<'de> for Breaker {
 }
 
 /// Breaker settings: when the circuit breaker in front of Redis opens, and
-/// for how long.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::{BreakerConfig, Config};
-///
-/// let cfg = Config::builder()
-///     .breaker(BreakerConfig { cool_off: Duration::from_secs(1), ..BreakerConfig::default() })
-///     .build()?;
-/// # let _ = cfg;
-/// # Ok::<(), fleetlimit::ConfigError>(())
-/// ```
+/// for how long (`[breaker]` in TOML; the `ConfigBuilder::breaker_*`
+/// setters in code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BreakerConfig {
+pub(crate) struct BreakerConfig {
     /// Failed checks, with no success in between, that open it: definite
     /// errors in a row open it at once; timeouts also need `window`.
-    pub failures: u32,
+    pub(crate) failures: u32,
     /// How long checks must keep failing, with no success, before it opens
     /// (well above the deadline: one late moment is not an outage).
-    pub window: Duration,
+    pub(crate) window: Duration,
     /// How long it stays open before probing.
-    pub cool_off: Duration,
+    pub(crate) cool_off: Duration,
     /// Probe calls allowed at once while half-open.
-    pub probes: u32,
+    pub(crate) probes: u32,
 }
 
 impl Default for BreakerConfig {

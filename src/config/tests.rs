@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::key::KeySource;
+use crate::route::OnMissing;
 
 const GOOD: &str = r#"
 [redis]
@@ -111,7 +112,7 @@ fn builder_applies_the_loaders_numeric_rules() {
 fn a_key_secret_set_in_code_must_be_long_enough_and_is_never_printed() {
     let limit = || {
         crate::config::LimitConfig::token_bucket(
-            crate::KeySource::header("x-api-key"),
+            crate::key::KeySource::header("x-api-key"),
             5,
             "1/s".parse().unwrap(),
         )
@@ -264,21 +265,17 @@ on_redis_error = "closed"
         .coalesce(false)
         .fleet_size(3)
         .heartbeat(ms(2000), ms(9000))
-        .trusted_proxies(
-            [
-                "10.0.0.0/8".parse().unwrap(),
-                "192.168.1.1/32".parse().unwrap(),
-            ],
-            crate::ForwardedHeader::Forwarded,
-        )
+        .trusted_proxies([
+            "10.0.0.0/8".parse().unwrap(),
+            "192.168.1.1/32".parse().unwrap(),
+        ])
+        .forwarded_rfc7239()
         .ipv6_prefix(56)
         .memory_max_keys(1000)
-        .breaker(crate::BreakerConfig {
-            failures: 5,
-            window: ms(200),
-            cool_off: ms(1000),
-            probes: 2,
-        })
+        .breaker_failures(5)
+        .breaker_window(ms(200))
+        .breaker_cool_off(ms(1000))
+        .breaker_probes(2)
         .key_secret_env(SECRET_VAR)
         .limit(
             "api",
@@ -292,7 +289,7 @@ on_redis_error = "closed"
         .limit(
             "per-key",
             LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10))
-                .on_missing(OnMissing::Ip)
+                .missing_by_ip()
                 .lease(10, 20),
         )
         .assign_plan("k1", "pro")
@@ -507,7 +504,10 @@ fn regions_and_global_limits_become_their_runtime_types() {
     assert!(d.contains(", scope global"), "{d}");
     assert!(!d.contains("eu-secret"), "{d}");
     assert!(!format!("{c:?}").contains("eu-secret"), "{c:?}");
-    let regions = RegionsConfig::new("eu").region("eu", "redis://:eu-secret@h:1");
+    let regions = Config::builder()
+        .this_region("eu")
+        .region("eu", "redis://:eu-secret@h:1")
+        .regions;
     assert!(!format!("{regions:?}").contains("eu-secret"), "{regions:?}");
     // No [regions]: one region, as ever.
     assert_eq!(Config::from_toml_str(GOOD).unwrap().regions, None);
@@ -523,11 +523,9 @@ fn this_region_may_come_from_the_environment() {
     assert_eq!(c.regions.as_ref().map(|r| r.this), Some(2));
     let built = Config::builder()
         .redis_url("redis://127.0.0.1:6379")
-        .regions(
-            RegionsConfig::from_env(VAR)
-                .region("eu", "redis://10.0.0.1:6379")
-                .region("ap", "redis://10.2.0.1:6379"),
-        )
+        .this_region_env(VAR)
+        .region("eu", "redis://10.0.0.1:6379")
+        .region("ap", "redis://10.2.0.1:6379")
         .build()
         .unwrap();
     assert_eq!(built.regions.map(|r| r.this), Some(1));
@@ -537,7 +535,8 @@ fn this_region_may_come_from_the_environment() {
 #[test]
 fn the_builder_refuses_what_a_file_cannot_write() {
     let regions = || {
-        RegionsConfig::new("eu")
+        Config::builder()
+            .this_region("eu")
             .region("eu", "redis://10.0.0.1:6379")
             .region("us", "redis://10.1.0.1:6379")
     };
@@ -550,19 +549,19 @@ fn the_builder_refuses_what_a_file_cannot_write() {
             .to_owned()
     };
     // A TOML table cannot hold a key twice; the builder is told so.
-    let m = msg(Config::builder().regions(regions().region("eu", "redis://h:1")));
+    let m = msg(regions().region("eu", "redis://h:1"));
     assert_eq!(m, "region \"eu\" is given twice");
     let twice = limit().global_split([("eu", 0.2), ("eu", 0.3)]);
-    let m = msg(Config::builder().regions(regions()).limit("l", twice));
+    let m = msg(regions().limit("l", twice));
     assert_eq!(m, "limit \"l\": split names region \"eu\" twice");
     // What a file can write is refused alike.
-    let m = msg(Config::builder().regions(regions().interval(Duration::from_secs(61))));
+    let m = msg(regions().region_interval(Duration::from_secs(61)));
     assert!(
         m.starts_with("[regions] interval is 61s; it must be between 100ms and 1min"),
         "{m}"
     );
     let nan = limit().global_split([("eu", f64::NAN)]);
-    let m = msg(Config::builder().regions(regions()).limit("l", nan));
+    let m = msg(regions().limit("l", nan));
     assert!(
         m.starts_with("limit \"l\": split: the weight of region \"eu\" is NaN"),
         "{m}"
@@ -573,22 +572,22 @@ fn the_builder_refuses_what_a_file_cannot_write() {
         "{m}"
     );
     let leased = limit().lease(2, 10).global();
-    let m = msg(Config::builder().regions(regions()).limit("l", leased));
+    let m = msg(regions().limit("l", leased));
     assert!(
         m.starts_with("limit \"l\": hot-key leases (lease_batch) are not supported"),
         "{m}"
     );
     let planned = limit().plan("pro", limit()).global();
-    let m = msg(Config::builder().regions(regions()).limit("l", planned));
+    let m = msg(regions().limit("l", planned));
     assert!(m.starts_with("limit \"l\": plans are not supported on a global limit (scope = \"global\") yet: remove [plans.pro.l]"), "{m}");
-    let m = Config::builder().regions(regions()).build().unwrap_err();
+    let m = regions().build().unwrap_err();
     assert!(
         m.message().starts_with("[regions] needs the Redis store"),
         "{m}"
     );
     // And an empty split gives nothing to anyone.
     let none = limit().global_split(Vec::<(String, f64)>::new());
-    let m = msg(Config::builder().regions(regions()).limit("l", none));
+    let m = msg(regions().limit("l", none));
     assert!(
         m.starts_with("limit \"l\": split gives no region any share"),
         "{m}"

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::ConfigError;
 use crate::algorithm::fmt_duration;
 
 /// A refill rate: `amount` tokens every `per`.
@@ -14,14 +15,17 @@ use crate::algorithm::fmt_duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use fleetlimit::Rate;
+/// use fleetlimit::configuration::Rate;
 ///
 /// let rate: Rate = "100/15min".parse()?;
 /// assert_eq!(rate, Rate::new(100, Duration::from_secs(900)));
 /// assert_eq!(Rate::per_minute(60).tokens_per_second(), 1.0);
 /// assert_eq!(Rate::per_hour(3600).tokens_per_second(), 1.0);
 /// assert_eq!(Rate::per_day(86_400).tokens_per_second(), 1.0);
-/// # Ok::<(), fleetlimit::ParseUnitError>(())
+/// // Not a rate: a `ConfigError` that says why.
+/// let err = "ten per second".parse::<Rate>().unwrap_err();
+/// assert!(err.to_string().contains("no '/'"));
+/// # Ok::<(), fleetlimit::ConfigError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rate {
@@ -83,17 +87,16 @@ impl fmt::Display for Rate {
     }
 }
 
-/// Why a rate or duration string did not parse (the error of
-/// [`Rate`]'s `FromStr`).
-///
-/// ```
-/// use fleetlimit::{ParseUnitError, Rate};
-///
-/// let err: ParseUnitError = "ten per second".parse::<Rate>().unwrap_err();
-/// assert!(err.to_string().contains("no '/'"));
-/// ```
+/// Why a rate or duration string did not parse (public as the
+/// [`ConfigError`] of [`Rate`]'s `FromStr`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseUnitError(String);
+pub(crate) struct ParseUnitError(String);
+
+impl From<ParseUnitError> for ConfigError {
+    fn from(e: ParseUnitError) -> Self {
+        ConfigError::new(e.0)
+    }
+}
 
 impl fmt::Display for ParseUnitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -104,9 +107,16 @@ impl fmt::Display for ParseUnitError {
 impl std::error::Error for ParseUnitError {}
 
 impl FromStr for Rate {
-    type Err = ParseUnitError;
+    type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s).map_err(ConfigError::from)
+    }
+}
+
+impl Rate {
+    /// [`FromStr`], with the crate's own error.
+    pub(crate) fn parse(s: &str) -> Result<Self, ParseUnitError> {
         let bad = |why: &str| {
             ParseUnitError(format!(
                 "invalid rate {s:?}: {why} (write it like \"10/s\", \"600/min\" or \"100/15min\")"
@@ -151,18 +161,7 @@ fn unit(u: &str) -> Option<Duration> {
 
 /// Parses a duration the way the configuration writes one: a number and a
 /// unit, `ms`, `s`, `min` (or `m`), `h` or `d`.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::parse_duration;
-///
-/// assert_eq!(parse_duration("5ms")?, Duration::from_millis(5));
-/// assert_eq!(parse_duration("1.5s")?, Duration::from_millis(1500));
-/// assert_eq!(parse_duration("15min")?, Duration::from_secs(900));
-/// assert!(parse_duration("5").is_err());
-/// # Ok::<(), fleetlimit::ParseUnitError>(())
-/// ```
-pub fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -190,17 +189,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
 
 /// A duration as the configuration writes it, the inverse of
 /// [`parse_duration`]: in the largest unit it is a whole number of.
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::format_duration;
-///
-/// assert_eq!(format_duration(Duration::from_millis(1)), "1ms");
-/// assert_eq!(format_duration(Duration::from_secs(900)), "15min");
-/// assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
-/// ```
 #[must_use]
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     crate::algorithm::duration_text(d)
 }
 
@@ -210,6 +200,17 @@ pub(super) const MAX_DURATION_SECS: u64 = 1_000_000_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_and_written_as_the_configuration_does() {
+        assert_eq!(parse_duration("5ms"), Ok(Duration::from_millis(5)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("15min"), Ok(Duration::from_secs(900)));
+        assert!(parse_duration("5").is_err());
+        assert_eq!(format_duration(Duration::from_millis(1)), "1ms");
+        assert_eq!(format_duration(Duration::from_secs(900)), "15min");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
 
     #[test]
     fn rates_people_write() {

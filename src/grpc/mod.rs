@@ -146,14 +146,11 @@
 //! # Ok(()) }
 //! ```
 
-mod body;
 mod future;
 mod layer;
 mod refusal;
 mod service;
 
-pub use self::body::GrpcRefusalBody;
-pub use self::future::ResponseFuture;
 pub use self::layer::GrpcRefusalLayer;
 pub use self::refusal::{ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS};
 pub use self::service::GrpcRefusal;

@@ -10,7 +10,6 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::GrpcRefusalBody;
 use crate::RefusalReason;
 
 /// The largest problem body read (fleetlimit's are a few hundred bytes).
@@ -64,11 +63,11 @@ pub(super) fn classify(status: StatusCode, headers: &HeaderMap) -> Option<Refusa
 /// pushback, and the refusal's own headers (`retry-after`,
 /// `x-ratelimit-*`) as metadata. `problem`: the body, when it was read
 /// whole.
-pub(super) fn answer<B>(
+pub(super) fn answer<B: Default>(
     parts: http::response::Parts,
     refusal: Refusal,
     problem: Option<&[u8]>,
-) -> Response<GrpcRefusalBody<B>> {
+) -> Response<B> {
     let problem = problem.and_then(|b| serde_json::from_slice::<Value>(b).ok());
     let field = |name: &str| {
         problem
@@ -139,7 +138,7 @@ pub(super) fn answer<B>(
     let mut extensions = parts.extensions;
     extensions.extend(new.extensions);
     new.extensions = extensions;
-    Response::from_parts(new, GrpcRefusalBody::empty())
+    Response::from_parts(new, B::default())
 }
 
 #[cfg(test)]
@@ -157,7 +156,7 @@ mod tests {
         b.body(()).unwrap().into_parts().0
     }
 
-    fn decoded(res: &Response<GrpcRefusalBody<String>>) -> Status {
+    fn decoded(res: &Response<String>) -> Status {
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()[CONTENT_TYPE], "application/grpc");
         assert!(res.headers().get(CONTENT_LENGTH).is_none());

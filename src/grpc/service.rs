@@ -1,23 +1,35 @@
+use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http::header::CONTENT_TYPE;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::{GrpcRefusalBody, ResponseFuture};
+use super::future::respond;
 
 /// Middleware that answers fleetlimit's refusals of gRPC requests as gRPC
 /// statuses: what [`GrpcRefusalLayer`](super::GrpcRefusalLayer) wraps a
 /// service in. Other requests, and admitted ones, pass through untouched.
 ///
+/// The response body is the inner service's (a refusal's is emptied, as
+/// gRPC's trailers-only answer has none: the body type's `Default`, which
+/// tonic's and axum's bodies have); the response future is boxed.
+///
 /// ```
 /// use fleetlimit::grpc::GrpcRefusal;
+/// use tower::Service;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let service = tower::service_fn(|_req: http::Request<String>| async {
-///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))
 /// });
-/// let wrapped = GrpcRefusal::new(service);
+/// let mut wrapped = GrpcRefusal::new(service);
 /// let _inner = wrapped.get_ref();
+/// let future = wrapped.call(http::Request::new(String::new()));
+/// assert_eq!(future.await?.status(), 200);
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct GrpcRefusal<S> {
@@ -44,11 +56,13 @@ impl<S> GrpcRefusal<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for GrpcRefusal<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: http_body::Body,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResBody: http_body::Body + Default + Send + 'static,
 {
-    type Response = Response<GrpcRefusalBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -59,7 +73,7 @@ where
             .headers()
             .get(CONTENT_TYPE)
             .is_some_and(|v| is_grpc(v.as_bytes()));
-        ResponseFuture::new(self.inner.call(req), grpc)
+        Box::pin(respond(self.inner.call(req), grpc))
     }
 }
 

@@ -7,20 +7,11 @@ use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
 use http::HeaderMap;
 use ipnet::IpNet;
 
-/// Which header a trusted proxy writes the client chain into.
-///
-/// ```
-/// use fleetlimit::configuration::ForwardedHeader;
-/// use fleetlimit::Config;
-///
-/// let cfg = Config::builder()
-///     .trusted_proxies(["10.0.0.0/8".parse()?], ForwardedHeader::Forwarded)
-///     .build()?;
-/// # let _ = cfg;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// Which header a trusted proxy writes the client chain into (`[client_ip]
+/// header` in TOML; [`ConfigBuilder::forwarded_rfc7239`](crate::ConfigBuilder::forwarded_rfc7239)
+/// in code).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ForwardedHeader {
+pub(crate) enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2`
     #[default]
     XForwardedFor,

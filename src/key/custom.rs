@@ -1,5 +1,5 @@
 //! Keys the application computes: a limit keyed `custom:<name>` asks the
-//! [`KeyExtractor`] registered under that name
+//! function registered under that name
 //! ([`RateLimitLayerBuilder::key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)),
 //! which answers a [`KeyAnswer`].
 
@@ -12,7 +12,8 @@ use super::extracted::Extracted;
 use super::store_key::{KeyMaterial, Kind};
 use crate::RequestRef;
 
-/// What a [`KeyExtractor`] found in a request.
+/// What a [key function](crate::layer::RateLimitLayerBuilder::key_fn) found
+/// in a request.
 ///
 /// Build it from the key itself (`&str`, `String`, `&[u8]`, `Vec<u8>`,
 /// `Cow<str>`) with `.into()`, or from an `Option` of one, `None` being
@@ -126,42 +127,12 @@ impl<'r, T: Into<KeyAnswer<'r>>> From<Option<T>> for KeyAnswer<'r> {
     }
 }
 
-/// Finds the key of a limit keyed `custom:<name>` in a request (registered
-/// with [`RateLimitLayerBuilder::key_extractor`](crate::layer::RateLimitLayerBuilder::key_extractor);
-/// a closure is one too, see
-/// [`key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)).
-///
-/// It runs on the request path, synchronously, in the layer's `call`,
-/// before anything is counted: keep it quick, and never block (no I/O, no
-/// lock held for long). It sees the method, URI, headers and extensions —
-/// what an authentication layer in front of the limiter put there (claims
-/// of a verified token, a tenant), or the path (the route template is the
-/// [`MatchedPath`](axum::extract::MatchedPath) extension). If it panics,
-/// the request is answered `503` with problem type
-/// `urn:fleetlimit:key-unavailable`
-/// ([`RefusalReason::KeyUnavailable`](crate::RefusalReason::KeyUnavailable)),
-/// never admitted uncounted, and an ERROR line is logged (one a second per
-/// limit).
-///
-/// ```
-/// use fleetlimit::{KeyAnswer, KeyExtractor, RequestRef};
-///
-/// /// The tenant is the first label of the host: `acme.api.example.com`.
-/// struct Subdomain;
-///
-/// impl KeyExtractor for Subdomain {
-///     fn extract<'r>(&self, req: &RequestRef<'r>) -> KeyAnswer<'r> {
-///         let Some(host) = req.headers().get("host") else {
-///             return KeyAnswer::Missing;
-///         };
-///         match host.to_str().ok().and_then(|h| h.split_once('.')) {
-///             Some((tenant, _)) if !tenant.is_empty() => tenant.into(),
-///             _ => KeyAnswer::Invalid,
-///         }
-///     }
-/// }
-/// ```
-pub trait KeyExtractor: Send + Sync + 'static {
+/// Finds the key of a limit keyed `custom:<name>` in a request: a closure
+/// registered with
+/// [`key_fn`](crate::layer::RateLimitLayerBuilder::key_fn) (whose
+/// documentation says how it must behave). A trait so the layer holds one
+/// `Arc<dyn KeyExtractor>` per name.
+pub(crate) trait KeyExtractor: Send + Sync + 'static {
     /// The request's key for the limits keyed by this extractor's name.
     fn extract<'r>(&self, req: &RequestRef<'r>) -> KeyAnswer<'r>;
 }

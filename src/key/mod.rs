@@ -2,7 +2,8 @@
 //!
 //! A limit counts requests per *key*: an API key header, an account, the
 //! client's IP address, IP and account together, one global bucket, or a
-//! key the application computes (`custom:<name>`, see [`KeyExtractor`]).
+//! key the application computes (`custom:<name>`, see
+//! [`key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)).
 //!
 //! The client IP is the TCP peer (`ConnectInfo<SocketAddr>`, axum's
 //! `MockConnectInfo<SocketAddr>`, or a plain `SocketAddr` extension for hyper
@@ -28,8 +29,8 @@
 //! | file | what |
 //! |------|------|
 //! | `source.rs` | [`KeySource`], [`Account`]: what a limit counts by, and what a request carries |
-//! | `custom.rs` | [`KeyExtractor`], [`KeyAnswer`]: keys the application computes, by name |
-//! | `client_ip.rs` | [`ClientIpRules`], [`ForwardedHeader`]: the client IP behind trusted proxies |
+//! | `custom.rs` | `KeyExtractor`, [`KeyAnswer`]: keys the application computes, by name |
+//! | `client_ip.rs` | [`ClientIpRules`], `ForwardedHeader`: the client IP behind trusted proxies |
 //! | `store_key.rs` | key material → a typed `StoreKey` (its log id, its plan key), the `KeySecret`, and the one parser of keys read back from Redis |
 
 mod client_ip;
@@ -39,8 +40,9 @@ mod source;
 mod store_key;
 
 pub(crate) use client_ip::ClientIpRules;
-pub use client_ip::ForwardedHeader;
-pub use custom::{KeyAnswer, KeyExtractor};
+pub(crate) use client_ip::ForwardedHeader;
+pub use custom::KeyAnswer;
+pub(crate) use custom::KeyExtractor;
 pub use source::{Account, KeySource};
 
 pub(crate) use custom::CustomKeys;

@@ -69,8 +69,8 @@ pub enum KeySource {
     /// Client IP and account together (e.g. sign-in attempts).
     IpAndAccount(Option<HeaderName>),
     /// A key the application computes from the request: the
-    /// [`KeyExtractor`](crate::KeyExtractor) registered under this name
-    /// with [`RateLimitLayerBuilder::key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)
+    /// function registered under this name with
+    /// [`RateLimitLayerBuilder::key_fn`](crate::layer::RateLimitLayerBuilder::key_fn)
     /// (a tenant from a verified token's claims, a path parameter...).
     /// The name is 1 to 64 letters, digits, `-`, `_` or `.`; a layer built
     /// without an extractor of that name is an error

@@ -60,6 +60,17 @@ impl<B> ResponseBody<B> {
     }
 }
 
+/// An empty body (what `grpc::GrpcRefusal` answers
+/// a refused gRPC request with: everything is in its headers).
+impl<B> Default for ResponseBody<B> {
+    fn default() -> Self {
+        Self {
+            kind: Kind::Full { data: None },
+            hold: Hold::default(),
+        }
+    }
+}
+
 impl<B> std::fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {

@@ -9,12 +9,11 @@ use crate::config::Config;
 use crate::pipeline::{Extras, Limiter};
 use crate::plan::PlanResolver;
 use crate::reload::{Live, OwnRedis};
-use crate::shed::LoadSignal;
 #[cfg(feature = "redis")]
 use crate::store::RedisStore;
 use crate::store::{MemoryStore, Store, StoreError};
 use crate::{BuildError, RateLimitLayer};
-use crate::{KeyAnswer, KeyExtractor, RequestRef};
+use crate::{KeyAnswer, RequestRef};
 
 impl RateLimitLayer {
     /// The layer on the store the configuration names: Redis when it has a
@@ -142,9 +141,9 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Compute the key of limits keyed `custom:<name>` with `f` (see
-    /// [`KeyExtractor`], which any such closure is): from the request's
-    /// method, URI, headers and extensions, the key, [`KeyAnswer::Missing`]
+    /// Compute the key of limits keyed `custom:<name>` with `f` (a closure
+    /// or a function; an extractor type of your own is called from a
+    /// closure): from the request's method, URI, headers and extensions, the key, [`KeyAnswer::Missing`]
     /// (the limit's `on_missing`: `401`, or counted by client IP) or
     /// [`KeyAnswer::Invalid`] (`400`).
     ///
@@ -197,23 +196,23 @@ impl RateLimitLayerBuilder {
     /// assert_eq!(app.clone().oneshot(anonymous).await?.status(), 401);
     /// # Ok(()) }
     /// ```
-    pub fn key_fn<F>(self, name: impl Into<String>, f: F) -> Self
+    pub fn key_fn<F>(mut self, name: impl Into<String>, f: F) -> Self
     where
         F: for<'r> Fn(&RequestRef<'r>) -> KeyAnswer<'r> + Send + Sync + 'static,
     {
-        self.key_extractor(name, f)
-    }
-
-    /// [`key_fn`](Self::key_fn) with an extractor of your own type.
-    pub fn key_extractor(mut self, name: impl Into<String>, extractor: impl KeyExtractor) -> Self {
         let name: String = name.into();
-        self.extras.key_fns.insert(name.into(), Arc::new(extractor));
+        self.extras.key_fns.insert(name.into(), Arc::new(f));
         self
     }
 
-    /// The application's load signal for `[shedding]` (see [`LoadSignal`]:
-    /// `1.0` is saturated; read on every request, so it must be cheap).
-    /// Without `[shedding]` in the configuration it is never read.
+    /// The application's load signal for `[shedding]`: the load of the
+    /// resource the layer protects, as the application sees it (for
+    /// example the search cluster's queue depth ÷ what it can hold), `1.0`
+    /// saturated, `0.0` idle, above `1.0` overloaded. It is read on every
+    /// request, so it must be cheap: an atomic the application updates
+    /// elsewhere, not a network call. A value that is not a number counts
+    /// as `0.0`. Without `[shedding]` in the configuration it is never
+    /// read.
     ///
     /// ```
     /// # use std::sync::atomic::{AtomicU32, Ordering};
@@ -232,7 +231,7 @@ impl RateLimitLayerBuilder {
     /// # let _ = layer;
     /// # Ok(()) }
     /// ```
-    pub fn load_signal(mut self, signal: impl LoadSignal) -> Self {
+    pub fn load_signal(mut self, signal: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
         self.extras.load_signal = Some(Arc::new(signal));
         self
     }

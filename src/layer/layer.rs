@@ -2,9 +2,7 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::RateLimit;
-use crate::breaker::BreakerStats;
-use crate::record::RecordStats;
+use super::{RateLimit, Stats};
 use crate::reload::{Live, ReloadHandle};
 use crate::store::Store;
 
@@ -84,19 +82,31 @@ impl RateLimitLayer {
         self.live.core().store()
     }
 
-    /// The circuit breaker's state and counters (`None` on the in-process
-    /// store, which cannot fail). On a Redis Cluster, every node's breaker
-    /// added up, with the worst state (see [`node_breakers`](Self::node_breakers)).
+    /// What the layer has counted: its circuit breaker (on a Redis
+    /// Cluster every node's added up, with the worst state), its decision
+    /// recorder and its part of the regional quota exchange (see
+    /// [`Stats`]).
     #[must_use]
-    pub fn breaker(&self) -> Option<BreakerStats> {
-        self.live.core().breaker_stats()
+    pub fn stats(&self) -> Stats {
+        let core = self.live.core();
+        Stats::new(
+            core.breaker_stats(),
+            core.record_stats(),
+            core.regions.as_ref().map(|rt| rt.stats()),
+        )
     }
 
     /// On a Redis Cluster, each primary's own breaker by `host:port` (made
-    /// when a check first goes to it); empty otherwise.
+    /// when a check first goes to it; only the `breaker_*` part of each
+    /// [`Stats`] is there); empty otherwise.
     #[must_use]
-    pub fn node_breakers(&self) -> Vec<(String, BreakerStats)> {
-        self.live.core().node_breaker_stats()
+    pub fn node_breakers(&self) -> Vec<(String, Stats)> {
+        self.live
+            .core()
+            .node_breaker_stats()
+            .into_iter()
+            .map(|(node, b)| (node, Stats::new(Some(b), None, None)))
+            .collect()
     }
 
     /// Requests in flight through this layer (counted with `[shedding]`
@@ -107,28 +117,10 @@ impl RateLimitLayer {
         self.live.core().shedder().map(|s| s.in_flight())
     }
 
-    /// What the decision recorder has written, dropped (queue full) and
-    /// failed to write since the layer was built; `None` when nothing is
-    /// recorded (no limit has `record`, or the store is not the
-    /// configuration's Redis).
-    #[must_use]
-    pub fn records(&self) -> Option<RecordStats> {
-        self.live.core().record_stats()
-    }
-
     /// N, the fleet size the `local` fallback divides limits by now.
     #[must_use]
     pub fn fleet_size(&self) -> u32 {
         self.live.core().fleet_size()
-    }
-
-    /// What this instance's part of the quota exchange did (`[regions]`,
-    /// `docs/regions.md`); `None` without `[regions]` or without a global
-    /// limit.
-    #[must_use]
-    pub fn region_stats(&self) -> Option<crate::stats::RegionStats> {
-        let rt = self.live.core().regions.as_ref()?;
-        Some(rt.stats())
     }
 }
 

@@ -14,8 +14,10 @@ mod future;
 #[allow(clippy::module_inception)]
 pub(crate) mod layer;
 mod service;
+mod stats;
 
 pub use self::body::ResponseBody;
 pub use self::builder::RateLimitLayerBuilder;
 pub use self::future::ResponseFuture;
 pub use self::service::RateLimit;
+pub use self::stats::Stats;

@@ -24,7 +24,7 @@ mod resolver;
 
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresPlans;
-pub use self::resolver::{PlanError, PlanResolver};
+pub use self::resolver::PlanResolver;
 
 use crate::bounded::{Bounded, Evict};
 use crate::log_throttle::Throttle;
@@ -221,6 +221,7 @@ impl Plans {
 
 #[cfg(test)]
 mod tests {
+    use super::resolver::PlanError;
     use super::*;
     use std::future::Future;
     use std::pin::Pin;
@@ -352,7 +353,7 @@ mod tests {
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         async fn flaky(key: String) -> Result<Option<String>, PlanError> {
             match CALLS.fetch_add(1, Ordering::SeqCst) {
-                0 => Err(PlanError::msg("connection refused")),
+                0 => Err("connection refused".into()),
                 _ => Ok(Some(format!("{key}-pro"))),
             }
         }

@@ -145,7 +145,7 @@ impl PlanResolver for PostgresPlans {
             // An error, not "no plan": the plan cache logs it (once a
             // second) and asks again soon; the caller gets the base numbers.
             let failed = |what: &str| {
-                PlanError::msg(format!(
+                PlanError::from(format!(
                     "plan lookup in PostgreSQL failed ({what}) on table {}",
                     self.table
                 ))

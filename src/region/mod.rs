@@ -46,25 +46,16 @@ mod targets;
 pub(crate) use self::exchange::start;
 pub(crate) use self::share::{Runtime, stored_share};
 
-/// What this instance's exchange did since its layer was built
-/// ([`RateLimitLayer::region_stats`](crate::RateLimitLayer::region_stats)).
+/// What this instance's exchange did since its layer was built (public
+/// as [`Stats`](crate::layer::Stats)'s `region_*`, which says what each
+/// counts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RegionStats {
-    /// Quota this region gave away, summed over keys, in millionths of a
-    /// limit (a key's whole limit moved once counts 1,000,000).
-    pub moved: u64,
-    /// Hand-offs: one key given away in one cycle.
-    pub rebalanced: u64,
-    /// Quota this region gave but the receivers have not yet counted, at
-    /// each global limit's last cycle, summed (in millionths of a limit):
-    /// missing for a while, never counted twice.
-    pub in_flight: u64,
-    /// Calls the exchange made to any region's Redis (reads of this
-    /// region's shares included).
-    pub calls: u64,
-    /// Cycles this instance ran (one region runs one an interval).
-    pub cycles: u64,
+pub(crate) struct RegionStats {
+    pub(crate) moved: u64,
+    pub(crate) rebalanced: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) calls: u64,
+    pub(crate) cycles: u64,
 }
 
 /// What the exchange did, since the layer was built.

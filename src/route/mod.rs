@@ -49,18 +49,11 @@ pub enum FailurePolicy {
 }
 
 /// What a limit does when a request does not carry its key (`on_missing`
-/// in TOML).
-///
-/// ```
-/// use fleetlimit::configuration::{KeySource, LimitConfig, OnMissing, Rate};
-///
-/// let per_key = LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1))
-///     .on_missing(OnMissing::Ip);
-/// # let _ = per_key;
-/// ```
+/// in TOML; [`LimitConfig::missing_by_ip`](crate::configuration::LimitConfig::missing_by_ip)
+/// in code).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OnMissing {
+pub(crate) enum OnMissing {
     /// Refuse the request with `401 Unauthorized` (the default).
     #[default]
     Reject,
@@ -126,23 +119,14 @@ pub enum OnExceed {
     Challenge,
 }
 
-/// How much of a limit's decision record Redis keeps
-/// ([`LimitConfig::record`](crate::configuration::LimitConfig::record); `record = true` or
-/// `[limits.<name>.record]` in TOML).
-///
-/// ```
-/// use std::time::Duration;
-/// use fleetlimit::configuration::{KeySource, LimitConfig, Rate, RecordConfig};
-///
-/// // The last 50 000 decisions of the last 2 hours, whichever is fewer.
-/// let api = LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10))
-///     .record(RecordConfig::default().max_len(50_000).max_age(Duration::from_secs(7200)));
-/// # let _ = api;
-/// ```
+/// How much of a limit's decision record Redis keeps (`record = true` or
+/// `[limits.<name>.record]` in TOML;
+/// [`LimitConfig::record`](crate::configuration::LimitConfig::record) and
+/// the `record_*` setters beside it in code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[must_use]
-pub struct RecordConfig {
+pub(crate) struct RecordConfig {
     pub(crate) max_len: u64,
     #[serde(deserialize_with = "crate::config::de::duration")]
     pub(crate) max_age: Duration,
@@ -155,22 +139,6 @@ impl Default for RecordConfig {
             max_len: 10_000,
             max_age: Duration::from_secs(3600),
         }
-    }
-}
-
-impl RecordConfig {
-    /// At most about `n` decisions (trimmed with `MAXLEN ~`: Redis may
-    /// keep up to one stream node more).
-    pub fn max_len(mut self, n: u64) -> Self {
-        self.max_len = n;
-        self
-    }
-
-    /// Decisions older than `age` are trimmed, and the stream expires
-    /// `age` after its last write.
-    pub fn max_age(mut self, age: Duration) -> Self {
-        self.max_age = age;
-        self
     }
 }
 

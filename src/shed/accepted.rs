@@ -1,16 +1,15 @@
-//! [`AcceptedLayer`]: stamps each request with when it was accepted, for
+//! [`StampAccepted`]: stamps each request with when it was accepted, for
 //! the queueing delay shedding measures.
 
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::Request;
-use tower_layer::Layer;
 use tower_service::Service;
 
 /// When the request was accepted, for the queueing delay the shedder
 /// measures (`[shedding]`, CoDel: the wait from here to the rate-limit
-/// layer): set it as early as possible — with [`AcceptedLayer`] outermost,
+/// layer): set it as early as possible — with [`StampAccepted`] outermost,
 /// around the whole router, or in the accept loop. Without it the shedder
 /// has no queueing-delay signal (the other signals still work). The first
 /// one set is kept.
@@ -25,15 +24,16 @@ use tower_service::Service;
 #[derive(Clone, Copy, Debug)]
 pub struct Accepted(pub Instant);
 
-/// Stamps every request with [`Accepted`] (unless it has one), as the
-/// outermost layer: around the whole `Router`, not added with
-/// `Router::layer` (which runs after routing).
+/// Stamps every request with [`Accepted`] (now, unless it has one) before
+/// calling the inner service: wrap the outermost service in it, the whole
+/// `Router`, not with `Router::layer` (which runs after routing). In a
+/// `tower::ServiceBuilder`, `layer_fn(StampAccepted::new)`.
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use fleetlimit::shed::AcceptedLayer;
+/// use fleetlimit::shed::{Accepted, StampAccepted};
 /// use fleetlimit::{Config, RateLimitLayer};
-/// use tower::Layer;
+/// use tower::{service_fn, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,39 +42,25 @@ pub struct Accepted(pub Instant);
 ///     .route("/", get(|| async { "ok" }))
 ///     .layer(RateLimitLayer::new(cfg).await?);
 /// // Serve this one (e.g. with `axum::serve(listener, app.into_make_service())`).
-/// let app = AcceptedLayer.layer(router);
+/// let app = StampAccepted::new(router);
 /// # let _ = app;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AcceptedLayer;
-
-impl<S> Layer<S> for AcceptedLayer {
-    type Service = StampAccepted<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        StampAccepted { inner }
-    }
-}
-
-/// The service [`AcceptedLayer`] wraps a service in: it stamps each request
-/// with [`Accepted`] (now) before calling the inner service.
 ///
-/// ```
-/// use fleetlimit::shed::{Accepted, AcceptedLayer};
-/// use tower::{service_fn, Layer, ServiceExt};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// let svc = AcceptedLayer.layer(service_fn(|req: http::Request<()>| async move {
+/// let svc = StampAccepted::new(service_fn(|req: http::Request<()>| async move {
 ///     Ok::<_, std::convert::Infallible>(req.extensions().get::<Accepted>().is_some())
 /// }));
 /// assert!(svc.oneshot(http::Request::new(())).await.unwrap());
-/// # }
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct StampAccepted<S> {
     inner: S,
+}
+
+impl<S> StampAccepted<S> {
+    /// `inner`, its requests stamped.
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
 }
 
 impl<S, B> Service<Request<B>> for StampAccepted<S>

@@ -9,7 +9,8 @@
 //! - this instance's requests in flight ÷ `max_in_flight`;
 //! - CoDel on the queueing delay (`codel.rs`): `1.0` while the shortest
 //!   wait over an interval stays above target;
-//! - the application's [`LoadSignal`];
+//! - the application's load signal
+//!   ([`RateLimitLayerBuilder::load_signal`](crate::layer::RateLimitLayerBuilder::load_signal));
 //! - the fleet-wide value an operator sets in Redis (`signal.rs`).
 //!
 //! Each route's [`Priority`] is shed from its own threshold: `sheddable`
@@ -28,9 +29,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-pub use self::accepted::{Accepted, AcceptedLayer, StampAccepted};
+pub use self::accepted::{Accepted, StampAccepted};
 use self::codel::Codel;
-pub use self::signal::LoadSignal;
+pub(crate) use self::signal::LoadSignal;
 use self::signal::{FleetSignal, app_pressure};
 use crate::log_throttle::Throttle;
 
@@ -87,7 +88,7 @@ pub struct SheddingConfig {
     /// (pressure 1.0); `None`: not a signal.
     pub(crate) max_in_flight: Option<u32>,
     /// CoDel's target queueing delay (default 5 ms): the wait in front of
-    /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
+    /// the layer, since [`Accepted`] (wrap the router in [`StampAccepted`];
     /// without it there is no queueing-delay signal).
     #[serde(deserialize_with = "crate::config::de::duration")]
     pub(crate) queue_delay_target: Duration,
@@ -131,7 +132,7 @@ impl SheddingConfig {
     }
 
     /// CoDel's target queueing delay (default 5 ms): the wait in front of
-    /// the layer, since [`Accepted`] (install [`AcceptedLayer`] outermost;
+    /// the layer, since [`Accepted`] (wrap the router in [`StampAccepted`];
     /// without it there is no queueing-delay signal).
     pub fn queue_delay_target(mut self, target: Duration) -> Self {
         self.queue_delay_target = target;

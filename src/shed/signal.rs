@@ -1,5 +1,5 @@
 //! Load signals from outside this instance: the application's own
-//! ([`LoadSignal`]), read on every request, and the fleet-wide value an
+//! (`LoadSignal`), read on every request, and the fleet-wide value an
 //! operator sets in Redis, read by a background task every
 //! `fleet_signal_refresh`.
 
@@ -17,28 +17,10 @@ use tokio::time::Instant;
 
 use crate::log_throttle::Throttle;
 
-/// The load of the resource the layer protects, as the application sees
-/// it (for example the search cluster's queue depth ÷ what it can hold):
-/// `1.0` is saturated, `0.0` idle, above `1.0` overloaded. Registered with
-/// [`RateLimitLayerBuilder::load_signal`](crate::layer::RateLimitLayerBuilder::load_signal).
-///
-/// It is read on every request, so it must be cheap: an atomic the
-/// application updates elsewhere, not a network call. A value that is not
-/// a number counts as `0.0`.
-///
-/// ```
-/// use std::sync::atomic::{AtomicU32, Ordering};
-/// use std::sync::Arc;
-/// use fleetlimit::shed::LoadSignal;
-///
-/// // Searches in flight against a cluster that serves 64 at once.
-/// let searching = Arc::new(AtomicU32::new(0));
-/// let seen = Arc::clone(&searching);
-/// let signal = move || f64::from(seen.load(Ordering::Relaxed)) / 64.0;
-/// searching.store(48, Ordering::Relaxed);
-/// assert_eq!(signal.load(), 0.75);
-/// ```
-pub trait LoadSignal: Send + Sync + 'static {
+/// The application's load signal
+/// ([`RateLimitLayerBuilder::load_signal`](crate::layer::RateLimitLayerBuilder::load_signal)
+/// documents it): a trait so the shedder holds one `Arc<dyn LoadSignal>`.
+pub(crate) trait LoadSignal: Send + Sync + 'static {
     /// The load now: `1.0` is saturated.
     fn load(&self) -> f64;
 }

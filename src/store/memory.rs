@@ -325,7 +325,9 @@ impl Store for MemoryStore {
     }
 
     fn lease(&self, check: &Check, step: f64) -> LeaseFuture {
-        Box::pin(std::future::ready(Ok(self.lease_now(check, step))))
+        Box::pin(std::future::ready(Ok(self
+            .lease_now(check, step)
+            .into_parts())))
     }
 
     fn decide_now(&self, check: &Check, outcome: &mut Outcome) -> bool {

@@ -33,30 +33,29 @@ pub use crate::algorithm::{LimitState, Rule};
 /// ```
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Outcome, StoreError>> + Send + 'static>>;
 
-/// What [`Store::lease`] returns: boxed, as [`StoreFuture`].
-pub type LeaseFuture = Pin<Box<dyn Future<Output = Result<Lease, StoreError>> + Send + 'static>>;
+/// What `Store::lease` returns: the units taken and the bucket after
+/// them (a [`Lease`]'s parts, as the trait's hidden method cannot name a
+/// crate-private type), boxed as [`StoreFuture`].
+pub(crate) type LeaseFuture =
+    Pin<Box<dyn Future<Output = Result<(f64, LimitState), StoreError>> + Send + 'static>>;
 
-/// A hot key's lease (see [`Store::lease`]): the units taken, and the
+/// A hot key's lease (see `Store::lease`): the units taken, and the
 /// bucket after it.
-///
-/// ```
-/// use fleetlimit::store::{Lease, LimitState};
-///
-/// // 3 requests of cost 2 were free of the 10 asked for: 6 units taken.
-/// let short = Lease {
-///     granted: 6.0,
-///     state: LimitState { enough: true, remaining: 0.5, wait: 0.95, reset: 9.95, capacity: 10.0 },
-/// };
-/// assert!(short.granted < 20.0);
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Lease {
+pub(crate) struct Lease {
     /// Units taken: a whole number of the lease's steps, at most the
     /// check's cost, `0` when not even one step was free.
-    pub granted: f64,
+    pub(crate) granted: f64,
     /// The bucket after the lease (`enough`: something was taken); its
     /// `wait` is the seconds until the check's whole cost fits again.
-    pub state: LimitState,
+    pub(crate) state: LimitState,
+}
+
+impl Lease {
+    /// What `Store::lease` answers.
+    pub(crate) fn into_parts(self) -> (f64, LimitState) {
+        (self.granted, self.state)
+    }
 }
 
 /// Where rate-limit state lives. Bring your own with
@@ -113,9 +112,11 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// A hot key's partial lease (`lease_batch`): takes from the check's
     /// only bucket, a token bucket, as many whole `step`s (one request's
     /// cost each) as are free, at most the check's cost, possibly none,
-    /// and says when the whole cost will fit again. The default: all or
-    /// nothing, by [`check`](Store::check) (its refusal's `wait` is that
-    /// time).
+    /// and says when the whole cost will fit again: the units taken and
+    /// the bucket after them. Not API (the crate's stores answer it in one
+    /// step): keep the default, all or nothing by
+    /// [`check`](Store::check) (its refusal's `wait` is that time).
+    #[doc(hidden)]
     fn lease(&self, check: &Check, step: f64) -> LeaseFuture {
         let _ = step;
         let cost = check.cost;
@@ -127,7 +128,7 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
                     StoreError::Protocol("a lease's answer has no bucket".to_owned())
                 })?;
             let granted = if o.allowed { cost } else { 0.0 };
-            Ok(Lease { granted, state })
+            Ok((granted, state))
         })
     }
 

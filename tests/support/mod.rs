@@ -6,6 +6,7 @@
 pub mod chaos;
 pub mod example;
 pub mod relay;
+pub mod stats;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

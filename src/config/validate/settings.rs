@@ -130,7 +130,7 @@ impl Config {
         registered: impl Fn(&str) -> bool,
     ) -> Result<(), ConfigError> {
         for l in &self.limits {
-            let crate::KeySource::Custom(name) = &l.key else {
+            let crate::key::KeySource::Custom(name) = &l.key else {
                 continue;
             };
             if registered(name) {

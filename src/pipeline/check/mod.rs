@@ -164,7 +164,8 @@ impl Stores {
             Some(b) => Some(b.enter(&self.primary.nodes(check))?),
             None => None,
         };
-        let answer = self.primary.lease(check, step).await;
+        let answer = (self.primary.lease(check, step).await)
+            .map(|(granted, state)| Lease { granted, state });
         if let Some(g) = guard {
             g.record(answer.as_ref().err().filter(|e| e.is_availability()));
         }

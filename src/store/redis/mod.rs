@@ -45,7 +45,7 @@ use self::connect::{Startup, build_pool, fred_config, wait_connected};
 use self::deadline::{IoThread, Stamp, deciding};
 use self::reply::map_err;
 use self::script::Inner;
-use super::{Check, LeaseFuture, Store, StoreError, StoreFuture};
+use super::{Check, Lease, LeaseFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::{LEAN, LEASE, SCRIPT};
 use crate::config::{Config, RedisSettings, redact_url};
 
@@ -345,7 +345,9 @@ impl Store for RedisStore {
             // Not one token bucket: all or nothing, as a check.
             let answer = self.check(check);
             let cost = check.cost;
-            return Box::pin(async move { lease::whole(answer.await?, cost) });
+            return Box::pin(
+                async move { lease::whole(answer.await?, cost).map(Lease::into_parts) },
+            );
         };
         let (pool, inner) = (self.pool.clone(), Arc::clone(&self.inner));
         let check = check.clone();
@@ -357,7 +359,7 @@ impl Store for RedisStore {
                 timer,
                 answer.as_ref().map(|_| ()).map_err(StoreError::reason),
             );
-            answer
+            answer.map(Lease::into_parts)
         })
     }
 
