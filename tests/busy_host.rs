@@ -5,7 +5,7 @@
 // Redis in every test: not built without the `redis` feature.
 #![cfg(feature = "redis")]
 
-use crate::support;
+mod support;
 
 use std::process::{Child, Command};
 use std::sync::Arc;

@@ -4,8 +4,10 @@
 //! another. Run one file's tests with a filter on its module:
 //! `cargo test --all-features --test suite regions::`.
 //!
-//! `tests/metrics.rs` stays a binary of its own: it installs a counting
-//! global allocator, which would count every other test's allocations.
+//! Two files stay binaries of their own: `tests/metrics.rs` installs a
+//! counting global allocator, which would count every other test's
+//! allocations, and `tests/busy_host.rs` loads both cores on purpose and
+//! asserts what a healthy Redis answers under that load alone.
 
 mod support;
 
@@ -17,7 +19,6 @@ mod bad_requests;
 mod batch_window;
 mod bounded_memory;
 mod bounds;
-mod busy_host;
 mod chaos_cluster;
 mod chaos_sentinel;
 mod chaos_standalone;
