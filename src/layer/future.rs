@@ -146,7 +146,9 @@ where
                 StateProj::Rejected { response } => {
                     // Left as it is (emptied): setting `Done` would run the
                     // state's drop glue for nothing, on every refusal.
-                    let res = response.take().expect("ResponseFuture polled after completion");
+                    let res = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
                     return Poll::Ready(Ok(res.map(ResponseBody::full)));
                 }
                 StateProj::Serving {
