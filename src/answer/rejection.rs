@@ -88,7 +88,10 @@ impl Rejection {
     pub(crate) fn into_response(self) -> http::Response<Bytes> {
         let mut res = http::Response::new(self.body);
         *res.status_mut() = self.status;
-        *res.headers_mut() = self.headers;
+        // `Response::new`'s map is empty and owns no allocation ("will not
+        // allocate", `HeaderMap::new`): forgotten, not run through drop
+        // glue on every refusal.
+        std::mem::forget(std::mem::replace(res.headers_mut(), self.headers));
         *res.extensions_mut() = self.extensions;
         res
     }

@@ -144,8 +144,11 @@ where
                     }
                 }
                 StateProj::Rejected { response } => {
-                    let res = response.take().expect("polled after completion");
-                    this.state.set(State::Done);
+                    // Left as it is (emptied): setting `Done` would run the
+                    // state's drop glue for nothing, on every refusal.
+                    let res = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
                     return Poll::Ready(Ok(res.map(ResponseBody::full)));
                 }
                 StateProj::Serving {
