@@ -42,6 +42,8 @@ pub(crate) use regions::Regions;
 pub use route::RouteConfig;
 pub(crate) use sections::BreakerConfig;
 pub use units::Rate;
+// The command's arguments and output read and write durations as the file does.
+#[cfg(any(test, feature = "cli"))]
 pub(crate) use units::{format_duration, parse_duration};
 // Defined with the routes they govern; named here too, where they always were.
 pub use crate::route::FailurePolicy;

@@ -190,6 +190,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, ParseUnitError> {
 /// A duration as the configuration writes it, the inverse of
 /// [`parse_duration`]: in the largest unit it is a whole number of.
 #[must_use]
+#[cfg(any(test, feature = "cli"))]
 pub(crate) fn format_duration(d: Duration) -> String {
     crate::algorithm::duration_text(d)
 }
