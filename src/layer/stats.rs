@@ -163,3 +163,61 @@ impl fmt::Debug for Stats {
         d.finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::breaker::{Breaker, Permit};
+    use crate::config::BreakerConfig;
+    use crate::store::StoreError;
+
+    /// A breaker opened by `failures` refused calls, then asked once more
+    /// (short-circuited).
+    fn opened_breaker() -> Breaker {
+        let b = Breaker::new(BreakerConfig {
+            failures: 2,
+            window: Duration::from_millis(100),
+            cool_off: Duration::from_secs(1),
+            probes: 1,
+        });
+        for _ in 0..2 {
+            b.record(b.permit(), Some(&StoreError::Unavailable(String::new())));
+        }
+        assert_eq!(b.permit(), Permit::Refuse);
+        b
+    }
+
+    // What the removed `BreakerState` example did: "Redis is shunned" is
+    // a breaker state other than closed, now read through `Stats`.
+    #[tokio::test(start_paused = true)]
+    async fn a_shunned_store_is_a_breaker_state_other_than_closed() {
+        let closed = Breaker::new(BreakerConfig::default());
+        let shunned = |b: Option<&Breaker>| {
+            Stats::new(b.map(Breaker::stats), None, None)
+                .breaker_state()
+                .is_some_and(|s| s != "closed")
+        };
+        assert!(!shunned(Some(&closed)));
+        assert!(shunned(Some(&opened_breaker())));
+        // No breaker (the in-process store): never shunned.
+        assert!(!shunned(None));
+        assert_eq!(Stats::default().breaker_state(), None);
+    }
+
+    // What the removed `BreakerStats` example exported: state, times
+    // opened, checks not sent.
+    #[tokio::test(start_paused = true)]
+    async fn the_breaker_counters_read_through_stats() {
+        let b = opened_breaker();
+        let s = Stats::new(Some(b.stats()), None, None);
+        assert_eq!(s.breaker_state(), Some("open"));
+        assert_eq!(s.breaker_opened(), Some(1));
+        assert_eq!(s.breaker_short_circuited(), Some(1));
+        assert_eq!(s.breaker_failures(), Some(2));
+        assert_eq!(s.breaker_closed(), Some(0));
+        assert_eq!(s.records_written(), None);
+        assert_eq!(s.region_moved(), None);
+    }
+}
