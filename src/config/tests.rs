@@ -593,3 +593,120 @@ fn the_builder_refuses_what_a_file_cannot_write() {
         "{m}"
     );
 }
+
+// The removed `RegionsConfig` example: two regions and a limit split
+// 60/40 between them build, with the weights and interval given.
+#[cfg(feature = "redis")]
+#[test]
+fn a_global_split_between_two_regions_builds_with_its_weights() {
+    let per_key =
+        LimitConfig::token_bucket(KeySource::header("x-api-key"), 100, Rate::per_second(10))
+            .global_split([("eu", 0.6), ("us", 0.4)]);
+    let c = Config::builder()
+        .redis_url("redis://10.0.0.1:6379")
+        .this_region("eu")
+        .region("eu", "redis://10.0.0.1:6379")
+        .region("us", "redis://10.1.0.1:6379")
+        .region_interval(Duration::from_secs(5))
+        .limit("per-key", per_key)
+        .default_route(RouteConfig::new(["per-key"]))
+        .build()
+        .unwrap();
+    let r = c.regions.as_ref().unwrap();
+    assert_eq!((r.this, r.interval), (0, Duration::from_secs(5)));
+    assert_eq!(&*r.names, [Arc::from("eu"), Arc::from("us")]);
+    let d = c.describe();
+    assert!(d.contains("per-key (eu 60%, us 40%)"), "{d}");
+}
+
+// The removed `RegionsConfig::from_env` example: an unset variable fails
+// the build, and the error names it.
+#[cfg(feature = "redis")]
+#[test]
+fn an_unset_region_variable_fails_the_build_by_name() {
+    const VAR: &str = "FLEETLIMIT_REGION_UNSET_IN_THIS_TEST";
+    let err = Config::builder()
+        .redis_url("redis://10.0.0.1:6379")
+        .this_region_env(VAR)
+        .region("eu", "redis://10.0.0.1:6379")
+        .region("us", "redis://10.1.0.1:6379")
+        .build()
+        .unwrap_err();
+    let m = err.message();
+    assert!(m.contains("is not set") && m.contains(VAR), "{m}");
+}
+
+// The removed `BreakerConfig { cool_off, ..default() }` example: the
+// setter changes the cool-off only.
+#[test]
+fn breaker_cool_off_leaves_the_other_breaker_settings_at_their_defaults() {
+    let default = Config::builder().build().unwrap().breaker;
+    let c = Config::builder()
+        .breaker_cool_off(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert_ne!(default.cool_off, Duration::from_secs(1));
+    assert_eq!(
+        c.breaker,
+        BreakerConfig {
+            cool_off: Duration::from_secs(1),
+            ..default
+        }
+    );
+}
+
+// The removed `ForwardedHeader::Forwarded` example: trusted proxies'
+// client chain is read from `Forwarded` only when asked.
+#[test]
+fn forwarded_rfc7239_switches_the_trusted_proxies_header() {
+    use crate::key::ForwardedHeader;
+    let proxies = || Config::builder().trusted_proxies(["10.0.0.0/8".parse().unwrap()]);
+    let c = proxies().forwarded_rfc7239().build().unwrap();
+    assert_eq!(c.client_ip.header, ForwardedHeader::Forwarded);
+    assert_eq!(
+        c.client_ip.trusted,
+        ["10.0.0.0/8".parse::<ipnet::IpNet>().unwrap()]
+    );
+    let c = proxies().build().unwrap();
+    assert_eq!(c.client_ip.header, ForwardedHeader::XForwardedFor);
+}
+
+// The removed `RecordConfig` example: 50 000 decisions, 2 hours.
+#[test]
+fn record_max_len_and_max_age_reach_the_built_limit() {
+    use crate::route::RecordConfig;
+    let bucket =
+        || LimitConfig::token_bucket(KeySource::header("x-api-key"), 50, Rate::per_second(10));
+    let record =
+        |l: LimitConfig| Config::builder().limit("api", l).build().unwrap().limits[0].record;
+    assert_eq!(
+        record(
+            bucket()
+                .record_max_len(50_000)
+                .record_max_age(Duration::from_secs(7200))
+        ),
+        Some(RecordConfig {
+            max_len: 50_000,
+            max_age: Duration::from_secs(7200)
+        })
+    );
+    assert_eq!(record(bucket().record()), Some(RecordConfig::default()));
+    assert_eq!(record(bucket()), None);
+}
+
+// The removed `OnMissing::Ip` example: `missing_by_ip` is `on_missing = "ip"`.
+#[test]
+fn missing_by_ip_counts_keyless_requests_by_ip() {
+    let bucket =
+        || LimitConfig::token_bucket(KeySource::header("x-api-key"), 10, Rate::per_second(1));
+    let on_missing = |l: LimitConfig| {
+        Config::builder()
+            .limit("per-key", l)
+            .build()
+            .unwrap()
+            .limits[0]
+            .on_missing
+    };
+    assert_eq!(on_missing(bucket().missing_by_ip()), OnMissing::Ip);
+    assert_eq!(on_missing(bucket()), OnMissing::Reject);
+}
