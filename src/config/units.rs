@@ -248,4 +248,42 @@ mod tests {
         assert!(parse_duration("5 parsecs").is_err());
         assert_eq!(fmt_duration(Duration::from_millis(5)), "5ms");
     }
+
+    // The removed `ParseUnitError` example, and its text kept by the
+    // `ConfigError` that `Rate`'s `FromStr` answers.
+    #[test]
+    fn a_rate_without_a_slash_says_so() {
+        let e = Rate::parse("ten per second").unwrap_err();
+        assert!(e.to_string().contains("no '/'"), "{e}");
+        let c = "ten per second".parse::<Rate>().unwrap_err();
+        assert_eq!(c.message(), e.to_string());
+    }
+
+    // The removed `parse_duration` example, as a round trip: what
+    // `format_duration` writes reads back as the same duration.
+    #[test]
+    fn written_durations_read_back_the_same() {
+        for d in [
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+            Duration::from_millis(1500),
+            Duration::from_secs(1),
+            Duration::from_secs(90),
+            Duration::from_secs(900),
+            Duration::from_secs(7200),
+            Duration::from_secs(86_400),
+        ] {
+            let text = format_duration(d);
+            assert_eq!(parse_duration(&text), Ok(d), "{text}");
+        }
+    }
+
+    // The removed `format_duration` example, the other way: a duration
+    // written in its largest whole unit is written back as it was.
+    #[test]
+    fn durations_in_whole_units_are_written_back_as_read() {
+        for text in ["1ms", "5ms", "1500ms", "15min"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+    }
 }
