@@ -89,7 +89,61 @@ fn is_grpc(content_type: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_grpc;
+    use http_body::Body as _;
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+
+    /// `GrpcRefusal` around a service that answers `status` with body "ok".
+    fn wrapped(
+        status: u16,
+    ) -> GrpcRefusal<
+        impl Service<
+            Request<String>,
+            Response = Response<String>,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone,
+    > {
+        GrpcRefusal::new(service_fn(move |_req: Request<String>| async move {
+            let mut res = Response::new(String::from("ok"));
+            *res.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            Ok::<_, std::convert::Infallible>(res)
+        }))
+    }
+
+    fn grpc_request() -> Request<String> {
+        let mut req = Request::new(String::new());
+        req.headers_mut()
+            .insert(CONTENT_TYPE, "application/grpc".parse().unwrap());
+        req
+    }
+
+    // The removed `GrpcRefusalBody` example: an admitted answer's body is
+    // the inner service's, its size known.
+    #[tokio::test]
+    async fn an_admitted_answer_keeps_the_inner_body() {
+        for req in [Request::new(String::new()), grpc_request()] {
+            let res = wrapped(200).oneshot(req).await.unwrap();
+            assert_eq!(res.body().size_hint().exact(), Some(2));
+            assert_eq!(res.body(), "ok");
+        }
+    }
+
+    // The removed `ResponseFuture` example: the future answers the inner
+    // service's status; a non-gRPC 429 is not rewritten either.
+    #[tokio::test]
+    async fn the_future_answers_the_inner_status_to_other_requests() {
+        let res = wrapped(200).oneshot(grpc_request()).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("grpc-status").is_none());
+        let res = wrapped(429)
+            .oneshot(Request::new(String::new()))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 429);
+        assert_eq!(res.body(), "ok");
+    }
 
     #[test]
     fn grpc_content_types() {
