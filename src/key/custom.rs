@@ -230,4 +230,36 @@ mod tests {
         assert_eq!(answer(Some("boom"), "tenant"), "Failed");
         assert_eq!(answer(Some("acme"), "other"), "Failed");
     }
+
+    // The removed `KeyExtractor` example: the tenant is the host's first
+    // label; no host is missing, a host without one is invalid.
+    #[test]
+    fn a_subdomain_extractor_finds_the_tenant() {
+        struct Subdomain;
+        impl KeyExtractor for Subdomain {
+            fn extract<'r>(&self, req: &RequestRef<'r>) -> KeyAnswer<'r> {
+                let Some(host) = req.headers().get("host") else {
+                    return KeyAnswer::Missing;
+                };
+                match host.to_str().ok().and_then(|h| h.split_once('.')) {
+                    Some((tenant, _)) if !tenant.is_empty() => tenant.into(),
+                    _ => KeyAnswer::Invalid,
+                }
+            }
+        }
+        let answer = |host: Option<&str>| {
+            let mut req = http::Request::new(());
+            if let Some(h) = host {
+                req.headers_mut().insert("host", h.parse().unwrap());
+            }
+            Subdomain.extract(&RequestRef::from(&req)).into_owned()
+        };
+        assert_eq!(
+            answer(Some("acme.api.example.com")),
+            KeyAnswer::from("acme")
+        );
+        assert_eq!(answer(None), KeyAnswer::Missing);
+        assert_eq!(answer(Some("localhost")), KeyAnswer::Invalid);
+        assert_eq!(answer(Some(".example.com")), KeyAnswer::Invalid);
+    }
 }

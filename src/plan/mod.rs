@@ -393,4 +393,22 @@ mod tests {
         assert_eq!(plans.plan_of("bad").await, None, "cached");
         assert_eq!(r.0.load(Ordering::SeqCst), 2);
     }
+
+    // The removed `PlanError` example: `?` turns a row's parse error into
+    // a `PlanError` that keeps its message.
+    #[test]
+    fn a_parse_error_becomes_a_plan_error_by_question_mark() {
+        fn parse(row: &str) -> Result<Option<String>, PlanError> {
+            let tier: u8 = row.parse()?;
+            Ok((tier > 0).then(|| "pro".to_owned()))
+        }
+        assert_eq!(parse("1").unwrap().as_deref(), Some("pro"));
+        assert_eq!(parse("0").unwrap(), None);
+        assert!(
+            parse("x")
+                .unwrap_err()
+                .to_string()
+                .contains("invalid digit")
+        );
+    }
 }

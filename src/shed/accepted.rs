@@ -82,3 +82,32 @@ where
         self.inner.call(req)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+
+    async fn stamped(req: Request<()>) -> Option<Instant> {
+        let svc = StampAccepted::new(service_fn(|req: Request<()>| async move {
+            Ok::<_, std::convert::Infallible>(req.extensions().get::<Accepted>().map(|a| a.0))
+        }));
+        svc.oneshot(req).await.unwrap()
+    }
+
+    // The removed `StampAccepted` example: a request reaches the inner
+    // service stamped; and, as documented, a stamp already there is kept.
+    #[tokio::test]
+    async fn requests_are_stamped_once_the_first_stamp_kept() {
+        let before = Instant::now();
+        let at = stamped(Request::new(())).await.expect("stamped");
+        assert!(at >= before);
+        let earlier = before.checked_sub(Duration::from_secs(1)).unwrap_or(before);
+        let mut req = Request::new(());
+        req.extensions_mut().insert(Accepted(earlier));
+        assert_eq!(stamped(req).await, Some(earlier));
+    }
+}

@@ -219,4 +219,19 @@ mod tests {
         tokio::time::advance(Duration::from_millis(10)).await;
         assert_eq!(s.pressure(), 0.0);
     }
+
+    // The removed `LoadSignal` example: a closure over a counter is a
+    // load signal, read when asked.
+    #[test]
+    fn a_closure_over_a_counter_is_a_load_signal() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU32;
+        let searching = Arc::new(AtomicU32::new(0));
+        let seen = Arc::clone(&searching);
+        let signal: Arc<dyn LoadSignal> =
+            Arc::new(move || f64::from(seen.load(Ordering::Relaxed)) / 64.0);
+        assert_eq!(signal.load(), 0.0);
+        searching.store(48, Ordering::Relaxed);
+        assert_eq!(signal.load(), 0.75);
+    }
 }

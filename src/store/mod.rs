@@ -235,3 +235,28 @@ pub struct Bucket {
     /// Shadow mode: counted when it has room, never refuses.
     pub shadow: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The removed `Lease` example: 3 requests of cost 2 were free of the
+    // 10 asked for, so 6 units were taken; `Store::lease` answers them
+    // with the bucket after, as they were.
+    #[test]
+    fn a_short_lease_answers_the_units_taken_and_the_bucket_after() {
+        let state = LimitState {
+            enough: true,
+            remaining: 0.5,
+            wait: 0.95,
+            reset: 9.95,
+            capacity: 10.0,
+        };
+        let short = Lease {
+            granted: 6.0,
+            state,
+        };
+        assert!(short.granted < 20.0);
+        assert_eq!(short.into_parts(), (6.0, state));
+    }
+}
