@@ -413,11 +413,20 @@ async fn a_blocked_lookup_is_cut_off_by_the_timeout() {
         assert!(start.elapsed() < LOOKUP_TIMEOUT, "{:?}", start.elapsed());
     }
 
-    // Released: the next lookup (after the TTL) reads the row, on a
-    // connection that is not stuck behind the cut-off query.
+    // Released: a lookup after the TTL reads the row, on a connection
+    // that is not stuck behind the cut-off query (a stuck one never
+    // answers). On a loaded machine one lookup may still miss the
+    // timeout (a new connection to make): up to five TTLs, a lookup each.
     locker.batch_execute("ROLLBACK").await.unwrap();
-    tokio::time::sleep(TTL).await;
-    assert_eq!(limit_seen(&app, "pro-key").await, 50);
+    let mut seen = 5;
+    for _ in 0..5 {
+        tokio::time::sleep(TTL).await;
+        seen = limit_seen(&app, "pro-key").await;
+        if seen == 50 {
+            break;
+        }
+    }
+    assert_eq!(seen, 50);
 }
 
 #[tokio::test]
