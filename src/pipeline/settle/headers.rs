@@ -13,6 +13,7 @@ use crate::answer::{self as response, Item, RateHeaders};
 /// The headers of a decision: every limit of the route with its state
 /// (`limits`, in order), `X-RateLimit-*` reporting limit `refused_by`
 /// of a refusal, or on an admission the one that refuses first.
+#[inline(always)]
 pub(super) fn headers(
     plan: &RoutePlan,
     p: &Pending,
