@@ -74,6 +74,7 @@ impl PolicyMetrics {
 /// each limit's outcome, and whether it was a refusal remembered from
 /// Redis (a refused-cache hit). Lazy: without the feature, `outcomes`
 /// is never read.
+#[inline]
 pub(crate) fn decided<'n>(
     m: &PolicyMetrics,
     names: impl Iterator<Item = &'n Arc<str>>,

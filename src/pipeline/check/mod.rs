@@ -257,7 +257,7 @@ impl Chain {
 
     /// What answers at once: a refusal remembered, or a store that never
     /// waits. `None`: ask [`later`](Self::later).
-    #[inline]
+    #[inline(always)]
     pub(super) fn now(&self, plan: &RoutePlan, p: &mut Pending) -> Option<Answer> {
         if let Some(a) = self.remembered(p) {
             return Some(a);

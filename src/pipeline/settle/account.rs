@@ -13,7 +13,8 @@ use crate::route::Policy;
 /// each limit that records (see `record.rs`) to the recorder: `state(i)`,
 /// limit `i`'s remaining and whether it had room for the request (`None`:
 /// not known).
-#[inline]
+// Always: its closures then fold into the caller's known states.
+#[inline(always)]
 pub(super) fn record(
     recorder: Option<&Recorder>,
     plan: &RoutePlan,
