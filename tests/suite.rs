@@ -73,3 +73,33 @@ mod tls;
 mod top;
 mod validity;
 mod write_back;
+
+/// With `autotests = false`, a file of `tests/` that no `mod` line names
+/// would never run: every one is a module here or a `[[test]]` of its own.
+#[test]
+fn every_file_of_tests_runs() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
+    let suite = std::fs::read_to_string(format!("{dir}/suite.rs")).unwrap();
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(module) = name.strip_suffix(".rs") else {
+            continue;
+        };
+        if module == "suite" {
+            continue;
+        }
+        files += 1;
+        let own_binary = manifest.contains(&format!("path = \"tests/{name}\""));
+        assert!(
+            suite.contains(&format!("\nmod {module};")) || own_binary,
+            "tests/{name} is neither a module of tests/suite.rs nor a [[test]] in Cargo.toml"
+        );
+    }
+    assert!(files > 60, "only {files} files found in {dir}");
+}
