@@ -101,21 +101,7 @@ impl Admin {
         Admin::check_target(config, value, limit).map_err(StoreError::Protocol)?;
         let mut out = Vec::new();
         // Token buckets are stored as a time (GCRA): read them on Redis's clock.
-        let time: Vec<String> = pool
-            .custom(
-                CustomCommand::new_static("TIME", None, false),
-                Vec::<Value>::new(),
-            )
-            .await
-            .map_err(map_err)?;
-        let now_us = match time.as_slice() {
-            [s, us] => s.parse::<f64>().unwrap_or(0.0) * 1e6 + us.parse::<f64>().unwrap_or(0.0),
-            _ => {
-                return Err(StoreError::Protocol(
-                    "TIME did not answer two numbers".into(),
-                ));
-            }
-        };
+        let now_us = super::time::redis_now_us(pool).await?;
         for (l, key) in keys_of(config, value, limit) {
             // One key's type or value never fails the others' report.
             let b = read_bucket(pool, &l.rule, &key, now_us)

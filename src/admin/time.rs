@@ -1,5 +1,12 @@
 //! Timestamps as `explain` and `top` read and write them: RFC 3339 in UTC,
-//! to the millisecond.
+//! to the millisecond; and Redis's own clock, which every command reads
+//! buckets on.
+
+use fred::interfaces::ClientLike;
+use fred::types::{CustomCommand, Value};
+
+use crate::store::StoreError;
+use crate::store::redis::reply::map_err;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
 /// `days_from_civil`).
@@ -93,6 +100,23 @@ pub(super) fn parse_time(t: &str) -> Result<u64, String> {
     };
     let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset_s;
     u64::try_from(secs * 1000 + ms).map_err(|_| "a time before 1970".to_owned())
+}
+
+/// Redis `TIME` in µs.
+pub(super) async fn redis_now_us(pool: &fred::clients::Pool) -> Result<f64, StoreError> {
+    let time: Vec<String> = pool
+        .custom(
+            CustomCommand::new_static("TIME", None, false),
+            Vec::<Value>::new(),
+        )
+        .await
+        .map_err(map_err)?;
+    match time.as_slice() {
+        [s, us] => Ok(s.parse::<f64>().unwrap_or(0.0) * 1e6 + us.parse::<f64>().unwrap_or(0.0)),
+        _ => Err(StoreError::Protocol(
+            "TIME did not answer two numbers".into(),
+        )),
+    }
 }
 
 #[cfg(test)]

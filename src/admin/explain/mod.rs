@@ -80,7 +80,7 @@ impl Admin {
         let key_id = StoreKey::parse(&config.key_prefix, &key)
             .map(|k| k.log_id().of(&key).to_string())
             .unwrap_or_default();
-        let now_us = redis_now_us(pool).await?;
+        let now_us = super::time::redis_now_us(pool).await?;
         let now_ms = (now_us / 1000.0) as u64;
         let (from_ms, to_ms) = match range {
             TimeRange::Since(d) => (now_ms.saturating_sub(d.as_millis() as u64), now_ms),
@@ -255,23 +255,6 @@ fn region_share(
         full_in_ms,
     };
     (share, text)
-}
-
-/// Redis `TIME` in µs.
-pub(super) async fn redis_now_us(pool: &fred::clients::Pool) -> Result<f64, StoreError> {
-    let time: Vec<String> = pool
-        .custom(
-            CustomCommand::new_static("TIME", None, false),
-            Vec::<Value>::new(),
-        )
-        .await
-        .map_err(map_err)?;
-    match time.as_slice() {
-        [s, us] => Ok(s.parse::<f64>().unwrap_or(0.0) * 1e6 + us.parse::<f64>().unwrap_or(0.0)),
-        _ => Err(StoreError::Protocol(
-            "TIME did not answer two numbers".into(),
-        )),
-    }
 }
 
 /// The caller's entries of `stream` between the two times, page by page.

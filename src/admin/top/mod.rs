@@ -18,7 +18,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use futures_core::Stream;
 
 use super::Admin;
-use super::explain::redis_now_us;
+use super::time::redis_now_us;
 use crate::algorithm::Stored;
 use crate::config::Config;
 use crate::key::StoreKey;
