@@ -11,6 +11,12 @@
 -- time one token takes to refill. Taking `cost` tokens moves TAT forward by
 -- cost × per (a refund moves it back, never past now: full).
 --
+-- The TAT is stored as an 8-byte little-endian double (struct.pack '<d'):
+-- nothing to print or parse, and a smaller value in Redis. Earlier code
+-- wrote it as decimal text, which is still read (a value of any length but
+-- 8 is read as text, and no TAT in text is 8 bytes long: it has 16 digits
+-- or more), so a rolling upgrade keeps every bucket (docs/operations.md).
+--
 -- Expiry: a key expires 1 ms after the end of the second (Redis time)
 -- AFTER the one in which its bucket is full again, so a missing (expired)
 -- key is a full bucket, and it is set in the same SET as the TAT, so no
@@ -25,19 +31,26 @@
 -- set at or after the TAT by every write, is no earlier than the TAT, and
 -- at most FAR µs (about 35 years, so the lean script's answer stays an
 -- exact integer) ahead; a TAT in the past is a full bucket. Anything else
--- (another type, text, nan, inf, -inf, 1e400, a far TAT with a shorter or
+-- (another type, words, nan, inf, -inf, 1e400, a far TAT with a shorter or
 -- no expiry) is not fleetlimit's: the bucket is full, and the key is
 -- written with its expiry when the request is admitted, or deleted when it
 -- is not. So one key's bad state changes the answer for that key only.
 local FAR = 2 ^ 50
 local call, rpcall, ceil, format = redis.call, redis.pcall, math.ceil, string.format
+local pack_d, unpack_d = struct.pack, struct.unpack
 
 -- The TAT the bucket at `key` starts from at `now` (`burst` in µs), given
 -- `raw`, the key's value as read (false or nil: no key, or a key of
--- another type), and the stored TAT (nil: none fleetlimit wrote; the
+-- another type; a number: the TAT this call wrote), and the stored TAT (nil: none fleetlimit wrote; the
 -- caller overwrites or deletes the key).
 local function tat_read(key, raw, burst, now)
-  local stored = tonumber(raw)
+  local stored
+  if type(raw) == 'string' then
+    if #raw == 8 then stored = unpack_d('<d', raw) else stored = tonumber(raw) end
+  else
+    -- A TAT this call wrote (the lean script's repeated keys), or none.
+    stored = raw or nil
+  end
   if stored and stored - stored == 0 and (stored <= now + burst
       or (stored - now <= FAR and call('PTTL', key) * 1000 >= stored - now)) then
     if stored > now then return stored, stored end
@@ -54,19 +67,11 @@ local function tat_write(key, tat, inc, now, kept)
   local new = tat + inc
   if new < now then new = now end
   local second = ceil(new / 1000000)
-  -- The TAT's text: its whole µs by %d and its quarter by hand, exact (a
-  -- TAT is a whole number of quarter µs below 2^53) and read back as the
-  -- same number, for less than Redis 7.0's %.17g of a Lua number.
-  local frac = new % 1
-  local text = format('%d', new - frac)
-  if frac == 0.5 then text = text .. '.5'
-  elseif frac == 0.25 then text = text .. '.25'
-  elseif frac == 0.75 then text = text .. '.75'
-  elseif frac ~= 0 then text = new end
+  local value = pack_d('<d', new)
   if kept and second == ceil(kept / 1000000) then
-    call('SET', key, text, 'KEEPTTL')
+    call('SET', key, value, 'KEEPTTL')
   else
-    call('SET', key, text, 'PXAT', format('%d', second * 1000 + 1001))
+    call('SET', key, value, 'PXAT', format('%d', second * 1000 + 1001))
   end
   return new
 end

@@ -9,9 +9,9 @@
 -- arithmetic, before (what a check costs and what a full burst spans, in
 -- µs) and after (the headers, from TAT − now):
 -- src/algorithm/token_bucket.rs. The answers are integers, and the TAT is
--- written as its whole µs by %d and its quarter by hand (tat_write):
--- exact, for less than Redis 7.0's %.17g of a Lua number. A write keeps
--- the key's TTL while its TAT stays in the same second.
+-- written as 8 bytes (tat_write): exact, with nothing to print. A write
+-- keeps the key's TTL while its TAT stays in the same second. A call of one
+-- check runs lua/token_bucket_one.lua instead, which decides alike.
 --
 -- MGET answers nil for a key of another type as for a missing one: both
 -- are a full bucket; an admitted check overwrites the key (SET, with its

@@ -168,7 +168,7 @@ async fn two_checks_of_one_key_in_one_call_see_each_other() {
         assert_eq!(b.limits[0].remaining.floor(), 0.0, "{b:?}");
         // Two charges stored (for {one}, the earlier one and the first of
         // the pair), a day each from when the bucket was full.
-        let stored: f64 = server.cli(&["GET", key]).unwrap().trim().parse().unwrap();
+        let stored = server.tat(key).unwrap();
         let time = server.cli(&["TIME"]).unwrap();
         let mut t = time.lines().map(|l| l.trim().parse::<f64>().unwrap());
         let now_us = t.next().unwrap() * 1e6 + t.next().unwrap();

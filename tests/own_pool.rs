@@ -58,16 +58,20 @@ async fn a_layer_on_the_applications_own_pool_admits_then_refuses() {
     let server = RedisServer::start();
     let prefix = prefix("own-pool");
     let app = app(&server, &prefix).await;
-    // Both scripts were loaded by `from_pool`.
+    // The scripts were loaded by `from_pool`.
     let loaded = server
         .cli(&[
             "SCRIPT",
             "EXISTS",
             &RedisStore::lean_script_sha(),
+            &RedisStore::one_check_script_sha(),
             &RedisStore::script_sha(),
         ])
         .unwrap();
-    assert_eq!(loaded.split_whitespace().collect::<Vec<_>>(), ["1", "1"]);
+    assert_eq!(
+        loaded.split_whitespace().collect::<Vec<_>>(),
+        ["1", "1", "1"]
+    );
 
     let from =
         |path: &str, key: &str| request("GET", path, "127.0.0.1:1000", &[("x-api-key", key)]);

@@ -179,7 +179,7 @@ async fn a_poisoned_key_fails_no_other_check_and_opens_no_breaker() {
 
     // Valid state (a TAT in the near future) with an expiry.
     assert_eq!(server.cli(&["TYPE", &key]).unwrap().trim(), "string");
-    let tat: f64 = server.cli(&["GET", &key]).unwrap().trim().parse().unwrap();
+    let tat = server.tat(&key).unwrap();
     let now = redis_now_us(&server) as f64;
     assert!(tat > now && tat <= now + 3600e6, "TAT {tat}, now {now}");
     let ttl = pttl(&server, &key);
@@ -331,7 +331,8 @@ async fn garbage_state_is_a_fresh_key_rewritten_with_an_expiry() {
                 "string",
                 "{what}"
             );
-            let stored = server.cli(&["GET", &key]).unwrap().trim().to_owned();
+            let raw = server.get_bytes(&key).unwrap_or_default();
+            let stored = String::from_utf8_lossy(&raw).trim().to_owned();
             let ttl = pttl(&server, &key);
             let now = redis_now_us(&server) as f64;
             match limit {
@@ -348,9 +349,8 @@ async fn garbage_state_is_a_fresh_key_rewritten_with_an_expiry() {
                 _ => {
                     // One token of 5 at 5/h taken from a full bucket: the
                     // TAT is 12 minutes ahead.
-                    let tat: f64 = stored
-                        .parse()
-                        .unwrap_or_else(|_| panic!("{what}: {stored}"));
+                    let tat = fleetlimit::store::RedisStore::read_tat(&raw)
+                        .unwrap_or_else(|| panic!("{what}: {raw:?}"));
                     assert!(
                         tat > now + 700e6 && tat <= now + 720e6,
                         "{what}: TAT {tat}, now {now}"
@@ -434,7 +434,7 @@ async fn a_refused_request_is_charged_nowhere() {
     let [once] = once.as_slice() else {
         panic!("{once:?}")
     };
-    let tat = server.cli(&["GET", &tokens]).unwrap();
+    let tat = server.get_bytes(&tokens).unwrap();
 
     let hit = || {
         send(
@@ -445,7 +445,7 @@ async fn a_refused_request_is_charged_nowhere() {
     let res = hit().await;
     assert_eq!(res.status(), 429);
     assert_eq!(
-        server.cli(&["GET", &tokens]).unwrap(),
+        server.get_bytes(&tokens).unwrap(),
         tat,
         "charged on a refusal"
     );

@@ -56,7 +56,9 @@ async fn script_flush_mid_traffic_loses_nothing() {
     )
     .await;
     assert_eq!(fresh.status(), 200);
-    let sha = fleetlimit::store::RedisStore::lean_script_sha();
+    // (Requests one at a time: each call carries one check, and runs the
+    // one-check script.)
+    let sha = fleetlimit::store::RedisStore::one_check_script_sha();
     assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).unwrap().trim(), "1");
     server.assert_every_key_expires(&prefix);
 }

@@ -65,6 +65,7 @@ mod regions;
 mod reload;
 mod reload_safety;
 mod reset_reach;
+mod rolling_upgrade;
 mod script_flush;
 mod shadow;
 mod shedding;

@@ -30,6 +30,10 @@ fn config(server: &RedisServer, prefix: &str, limit: &str) -> fleetlimit::Config
     redis_config(server, prefix, "500ms", &body)
 }
 
+/// A case's raw value that stands for the 8-byte double of the number
+/// after it (what the scripts write for a token bucket).
+const DOUBLE: &str = "double:";
+
 /// A case: the raw value, its expiry (ms; `None`: none), and a note.
 type Case = (String, Option<u64>, &'static str);
 
@@ -45,12 +49,24 @@ async fn agree(server: &RedisServer, cfg: fleetlimit::Config, capacity: f64, cas
     for (i, (raw, px, note)) in cases.iter().enumerate() {
         let caller = format!("c{i}");
         let key = format!("{prefix}:l:{{a:{caller}}}");
-        let mut set = vec!["SET", &key, raw.as_str()];
         let ms = px.map(|p| p.to_string());
-        if let Some(ms) = &ms {
-            set.extend(["PX", ms]);
+        if let Some(x) = raw.strip_prefix(DOUBLE) {
+            // The 8 bytes the scripts write (NUL bytes cannot be a
+            // redis-cli argument): packed by Redis's own Lua.
+            let pack = "redis.call('SET', KEYS[1], struct.pack('<d', tonumber(ARGV[1]))) \
+                if ARGV[2] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end";
+            let mut eval = vec!["EVAL", pack, "1", &key, x];
+            if let Some(ms) = &ms {
+                eval.push(ms);
+            }
+            server.cli(&eval).unwrap();
+        } else {
+            let mut set = vec!["SET", &key, raw.as_str()];
+            if let Some(ms) = &ms {
+                set.extend(["PX", ms]);
+            }
+            server.cli(&set).unwrap();
         }
-        server.cli(&set).unwrap();
         let b = admin.inspect(&caller, Some("l")).await.unwrap().remove(0);
         let res = send(
             &app,
@@ -132,6 +148,32 @@ async fn token_bucket_states_are_told_apart_alike() {
         ("0x".into(), Some(600_000), "a bare 0x"),
         ("1e".into(), Some(600_000), "a bare exponent"),
         (format!("{tat} {tat}"), Some(600_000), "two numbers"),
+        // As the scripts write it now: the 8 bytes of a double.
+        (format!("{DOUBLE}{tat}"), Some(600_000), "a TAT, 8 bytes"),
+        (
+            format!("{DOUBLE}{tat}.25"),
+            Some(600_000),
+            "a fraction, 8 bytes",
+        ),
+        (
+            format!("{DOUBLE}{}", now - 1_000_000),
+            Some(600_000),
+            "in the past, 8 bytes: full",
+        ),
+        (
+            format!("{DOUBLE}{far}"),
+            Some(700_000),
+            "far, vouched for, 8 bytes",
+        ),
+        (format!("{DOUBLE}{far}"), None, "far, no expiry, 8 bytes"),
+        (format!("{DOUBLE}inf"), Some(600_000), "inf, 8 bytes"),
+        (format!("{DOUBLE}-inf"), Some(600_000), "-inf, 8 bytes"),
+        (format!("{DOUBLE}nan"), Some(600_000), "nan, 8 bytes"),
+        (
+            "12345678".into(),
+            Some(600_000),
+            "8 bytes of text: a double long past, full",
+        ),
     ];
     agree(&server, cfg, 10.0, &cases).await;
     server.kill();

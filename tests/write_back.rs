@@ -69,15 +69,12 @@ async fn spend(app: &Router, account: &str, n: usize) -> (usize, usize) {
 /// TAT − now, in days, rounded up).
 fn used(server: &RedisServer, prefix: &str, account: &str) -> u64 {
     let key = format!("{prefix}:w:{{a:{account}}}");
-    let raw = server.cli(&["GET", &key]).unwrap();
-    let raw = raw.trim();
-    if raw.is_empty() {
+    let Some(tat) = server.tat(&key) else {
         return 0;
-    }
+    };
     let t: Vec<f64> = (server.cli(&["TIME"]).unwrap().lines())
         .map(|l| l.trim().parse().unwrap())
         .collect();
-    let tat: f64 = raw.parse().unwrap();
     ((tat - (t[0] * 1e6 + t[1])) / 86_400e6).ceil() as u64
 }
 

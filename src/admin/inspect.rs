@@ -54,7 +54,9 @@ impl BucketInfo {
         &self.key
     }
 
-    /// The raw value (`None`: no such key, i.e. a full bucket).
+    /// The stored value as text (`None`: no such key, i.e. a full bucket):
+    /// a token bucket's TAT in µs of Redis's clock, which Redis holds as an
+    /// 8-byte double (or as text, written by earlier code).
     #[must_use]
     pub fn value(&self) -> Option<&str> {
         self.value.as_deref()
@@ -192,16 +194,16 @@ async fn read_bucket(pool: &Pool, rule: &Rule, key: &str, now_us: f64) -> Result
         let stored = rule.read_slots((!pairs.is_empty()).then_some(&scores[..]), now_us);
         ((!pairs.is_empty()).then(|| pairs.join(" ")), stored)
     } else {
-        let raw: Option<String> = pool.get(key).await.map_err(map_err)?;
+        let raw: Option<Vec<u8>> = pool.get(key).await.map_err(map_err)?;
         let stored = rule.read_stored(raw.as_deref(), pttl, now_us);
-        (raw, stored)
+        (raw.map(|r| rule.shown(&r)), stored)
     };
     let remaining = stored.remaining(capacity);
     Ok(match stored {
         Stored::Absent => (raw, pttl, "no key: a full bucket".into(), false, remaining),
         Stored::Valid { text, .. } => (raw, pttl, text, false, remaining),
         Stored::Invalid => {
-            let shown = super::printable(raw.as_deref().unwrap_or(""));
+            let shown = super::printable(raw.as_deref().unwrap_or_default());
             let state = format!("{INVALID_STATE}: {shown}");
             (raw, pttl, state, true, remaining)
         }

@@ -258,7 +258,7 @@ impl Admin {
             let pttl: i64 = pool.pttl(key.as_str()).await.map_err(map_err)?;
             if pttl == -1 {
                 if let (Shape::Limit("string"), Some(rule)) = (&shape, limit_rule(config, key)) {
-                    let raw: Option<String> = pool.get(key.as_str()).await.map_err(map_err)?;
+                    let raw: Option<Vec<u8>> = pool.get(key.as_str()).await.map_err(map_err)?;
                     let now_us = super::time::redis_now_us(pool).await?;
                     if rule.read_stored(raw.as_deref(), -1, now_us)
                         == crate::algorithm::Stored::Invalid

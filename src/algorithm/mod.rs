@@ -19,7 +19,7 @@ mod token_bucket;
 use std::time::Duration;
 
 pub(crate) use concurrency::Slots;
-pub(crate) use token_bucket::{LEAN, LEASE, LeanArgs};
+pub(crate) use token_bucket::{LEAN, LEASE, LeanArgs, ONE};
 
 mod level;
 mod stored;
@@ -312,10 +312,13 @@ impl Rule {
     /// tools, which must never show a state the limiter does not act on.
     /// A concurrency limit keeps a sorted set: see
     /// [`read_slots`](Self::read_slots).
-    pub(crate) fn read_stored(&self, raw: Option<&str>, pttl_ms: i64, now_us: f64) -> Stored {
+    pub(crate) fn read_stored(&self, raw: Option<&[u8]>, pttl_ms: i64, now_us: f64) -> Stored {
         let Some(raw) = raw else {
             return Stored::Absent;
         };
+        // The windows' states are text, which Lua reads byte by byte: bytes
+        // that are not UTF-8 are no number either way.
+        let text = || String::from_utf8_lossy(raw);
         match *self {
             Self::TokenBucket {
                 capacity,
@@ -324,18 +327,30 @@ impl Rule {
                 .map_or(Stored::Invalid, |tat| {
                     token_bucket::reading(capacity, refill_per_sec, tat, now_us)
                 }),
-            Self::FixedWindow { limit, window } => fixed_window::stored_count(raw, pttl_ms, window)
-                .map_or(Stored::Invalid, |count| {
-                    fixed_window::reading(limit, count, pttl_ms)
-                }),
+            Self::FixedWindow { limit, window } => {
+                fixed_window::stored_count(&text(), pttl_ms, window)
+                    .map_or(Stored::Invalid, |count| {
+                        fixed_window::reading(limit, count, pttl_ms)
+                    })
+            }
             Self::SlidingWindow { limit, window } => {
-                sliding_window::stored_windows(raw, window, now_us)
+                sliding_window::stored_windows(&text(), window, now_us)
                     .map_or(Stored::Invalid, |state| {
                         sliding_window::reading(limit, window, state, now_us)
                     })
             }
             // A string where a sorted set belongs: deleted at the next check.
             Self::Concurrency { .. } => Stored::Invalid,
+        }
+    }
+
+    /// A stored value for people: a token bucket's TAT in µs of Redis's
+    /// clock (as decimal text, whichever format holds it), anything else as
+    /// its text (bytes that are not UTF-8 replaced).
+    pub(crate) fn shown(&self, raw: &[u8]) -> String {
+        match (self, <[u8; 8]>::try_from(raw)) {
+            (Self::TokenBucket { .. }, Ok(bytes)) => f64::from_le_bytes(bytes).to_string(),
+            _ => String::from_utf8_lossy(raw).into_owned(),
         }
     }
 
@@ -394,7 +409,8 @@ mod tests {
             refill_per_sec: 1.0,
         };
         let left = |r: &Rule, raw: Option<&str>, pttl| {
-            r.read_stored(raw, pttl, now).remaining(r.capacity())
+            r.read_stored(raw.map(str::as_bytes), pttl, now)
+                .remaining(r.capacity())
         };
         assert_eq!(
             tb.read_stored(None, -2, now),
@@ -407,16 +423,37 @@ mod tests {
         assert_eq!(left(&tb, Some(&tat), 5_000), 6.0);
         let past = (now - 1e6).to_string();
         assert_eq!(left(&tb, Some(&past), -1), 10.0);
+        // The same TAT as the scripts write it now: 8 bytes.
+        let bytes = (now + 4e6).to_le_bytes();
+        assert_eq!(
+            tb.read_stored(Some(&bytes), 5_000, now).remaining(10.0),
+            6.0
+        );
+        assert_eq!(tb.shown(&bytes), "1004000000");
+        assert_eq!(tb.shown(tat.as_bytes()), "1004000000");
         for bad in ["x", "inf", "1e400", "99999999999999999999999"] {
-            assert_eq!(tb.read_stored(Some(bad), -1, now), Stored::Invalid, "{bad}");
+            assert_eq!(
+                tb.read_stored(Some(bad.as_bytes()), -1, now),
+                Stored::Invalid,
+                "{bad}"
+            );
         }
+        let nan = f64::NAN.to_le_bytes();
+        assert_eq!(tb.read_stored(Some(&nan), -1, now), Stored::Invalid);
         let fw = Rule::FixedWindow {
             limit: 100.0,
             window: Duration::from_secs(60),
         };
         assert_eq!(left(&fw, Some("12"), 1_000), 88.0);
         assert_eq!(left(&fw, Some("120"), 1_000), 0.0, "never below 0");
-        assert_eq!(fw.read_stored(Some("1e400"), 1_000, now), Stored::Invalid);
+        assert_eq!(fw.read_stored(Some(b"1e400"), 1_000, now), Stored::Invalid);
+        // A window's count is text, 8 bytes long or not.
+        assert_eq!(
+            left(&fw, Some("00000012"), 1_000),
+            100.0,
+            "not a count it writes"
+        );
+        assert_eq!(fw.shown(b"12345678"), "12345678");
         let sw = Rule::SlidingWindow {
             limit: 10.0,
             window: Duration::from_secs(10),
@@ -424,12 +461,12 @@ mod tests {
         // At t = 1000 s, window 100 just opened: the previous one weighs all.
         assert_eq!(left(&sw, Some("100 0 4"), 1_000), 6.0);
         assert_eq!(left(&sw, Some("99 4 0"), 1_000), 6.0);
-        assert_eq!(sw.read_stored(Some("1 2"), 1_000, now), Stored::Invalid);
+        assert_eq!(sw.read_stored(Some(b"1 2"), 1_000, now), Stored::Invalid);
         let c = Rule::Concurrency {
             max_in_flight: 3.0,
             max_hold: Duration::from_secs(30),
         };
-        assert_eq!(c.read_stored(Some("x"), -1, now), Stored::Invalid);
+        assert_eq!(c.read_stored(Some(b"x"), -1, now), Stored::Invalid);
         let scores = vec![(now + 1e6).to_string(), "oops".to_owned()];
         assert_eq!(c.read_slots(Some(&scores), now), Stored::Invalid);
         let scores = vec![(now + 1e6).to_string()];

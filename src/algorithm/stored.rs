@@ -1,5 +1,6 @@
-//! What Redis holds, read as the scripts read it: Lua 5.1's `tonumber`, and
-//! the state each algorithm takes as valid (anything else is absent).
+//! What Redis holds, read as the scripts read it: a token bucket's 8-byte
+//! TAT, Lua 5.1's `tonumber` for text, and the state each algorithm takes
+//! as valid (anything else is absent).
 
 /// A stored key as the limiter takes it ([`Rule::read_stored`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -28,6 +29,17 @@ impl Stored {
 /// What the words say for an invalid state, everywhere the admin tools
 /// show one.
 pub(crate) const INVALID_STATE: &str = "invalid state (taken as absent by the limiter)";
+
+/// A token bucket's stored TAT as the scripts read it (`tat_read` in
+/// `lua/token_bucket.lua`): 8 bytes are a little-endian double (what they
+/// write), any other length decimal text as Lua's `tonumber` reads it (what
+/// earlier code wrote). `None`: no number.
+pub(crate) fn stored_number(raw: &[u8]) -> Option<f64> {
+    match <[u8; 8]>::try_from(raw) {
+        Ok(bytes) => Some(f64::from_le_bytes(bytes)),
+        Err(_) => lua_number(&String::from_utf8_lossy(raw)),
+    }
+}
 
 /// A string as Lua 5.1's `tonumber` reads it, which is how the scripts
 /// read a stored value: C's `strtod` (decimal, hexadecimal `0x…` with an

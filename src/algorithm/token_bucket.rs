@@ -50,6 +50,11 @@ pub(crate) use lua;
 /// reads the arguments [`LeanArgs`] prints and answers integers.
 pub(crate) const LEAN: &str = concat!(core!(), include_str!("../../lua/token_bucket_lean.lua"));
 
+/// The one-check script: a call carrying a single check (a lone request,
+/// a batch of one) decided as the lean script decides it, with its numbers
+/// as one argument of three doubles ([`LeanArgs::packed`]).
+pub(crate) const ONE: &str = concat!(core!(), include_str!("../../lua/token_bucket_one.lua"));
+
 /// The lease script: a hot key's partial lease (`src/pipeline/check/lease/`),
 /// as many whole requests as are free up to a batch, on the same core.
 pub(crate) const LEASE: &str = concat!(core!(), include_str!("../../lua/token_bucket_lease.lua"));
@@ -257,18 +262,18 @@ const FAR_US: f64 = 1_125_899_906_842_624.0; // 2^50
 
 /// The TAT the scripts take the stored value `raw` for (`tat_read` in
 /// `lua/token_bucket.lua`), at `now_us` on Redis's clock with the key's
-/// `pttl_ms`: a finite number (as Lua's `tonumber` reads it) at most a full
+/// `pttl_ms`: a finite number ([`stored_number`](super::stored_number)) at most a full
 /// burst ahead of now, or further ahead (at most 2^50 µs) when the key's
 /// expiry is no earlier than it. `None`: not a state fleetlimit wrote, which
 /// the limiter takes as a full bucket.
 pub(crate) fn stored_tat(
-    raw: &str,
+    raw: &[u8],
     pttl_ms: i64,
     capacity: f64,
     refill_per_sec: f64,
     now_us: f64,
 ) -> Option<f64> {
-    let stored = super::lua_number(raw)?;
+    let stored = super::stored_number(raw)?;
     if !stored.is_finite() {
         return None;
     }
@@ -350,7 +355,12 @@ mod tests {
     fn a_stored_tat_is_read_as_the_scripts_read_it() {
         let now = 1.8e15;
         // 5 tokens at 10/s: a burst spans 500 ms.
-        let tat = |raw: &str, pttl| stored_tat(raw, pttl, 5.0, 10.0, now);
+        let tat = |raw: &str, pttl| stored_tat(raw.as_bytes(), pttl, 5.0, 10.0, now);
+        let bytes = |x: f64| stored_tat(&x.to_le_bytes(), -1, 5.0, 10.0, now);
+        assert_eq!(bytes(now + 2e5), Some(now + 2e5), "as the scripts write it");
+        assert_eq!(bytes(now + 2e5 + 0.25), Some(now + 2e5 + 0.25), "exactly");
+        assert_eq!(bytes(f64::INFINITY), None);
+        assert_eq!(bytes(now + 1e10), None, "beyond the burst, no expiry");
         assert_eq!(tat("1800000000200000", -1), Some(now + 2e5));
         assert_eq!(tat(" 1800000000200000\n", -1), Some(now + 2e5));
         assert_eq!(

@@ -132,6 +132,31 @@ impl RedisServer {
     }
 
     /// `redis-cli` against this server; `None` if it could not answer.
+    /// A key's value as bytes (`redis-cli` writes them raw to a pipe, then
+    /// a newline); `None`: no such key.
+    pub fn get_bytes(&self, key: &str) -> Option<Vec<u8>> {
+        let out = Command::new(cli_bin())
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(&self.cli_auth)
+            .args(["GET", key])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let mut v = out.stdout;
+        if v.last() == Some(&b'\n') {
+            v.pop();
+        }
+        (out.status.success() && !v.is_empty()).then_some(v)
+    }
+
+    /// The TAT (µs of Redis TIME) a token bucket's key holds, read by the
+    /// library's own decoder (the 8-byte double the scripts write, or the
+    /// text earlier versions wrote); `None`: no key, or not a number.
+    #[cfg(feature = "redis")]
+    pub fn tat(&self, key: &str) -> Option<f64> {
+        fleetlimit::store::RedisStore::read_tat(&self.get_bytes(key)?)
+    }
+
     pub fn cli(&self, args: &[&str]) -> Option<String> {
         let out = Command::new(cli_bin())
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
@@ -609,18 +634,17 @@ impl Drop for SentinelSetup {
 /// Tokens in a token bucket stored by the scripts (GCRA: the key holds the
 /// bucket's theoretical arrival time in µs of Redis TIME), now; `capacity`
 /// when the key is missing.
+#[cfg(feature = "redis")]
 pub fn tokens(server: &RedisServer, key: &str, capacity: f64, refill_per_sec: f64) -> f64 {
     let t = server.cli(&["TIME"]).unwrap();
     let mut it = t.lines().map(|l| l.trim().parse::<f64>().unwrap());
     let now = it.next().unwrap() * 1e6 + it.next().unwrap();
     let per = 1e6 / refill_per_sec;
-    match server
-        .cli(&["GET", key])
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
-    {
+    match server.get_bytes(key) {
         Some(v) => {
-            let tat = v.parse::<f64>().unwrap().max(now);
+            let tat = fleetlimit::store::RedisStore::read_tat(&v)
+                .unwrap_or_else(|| panic!("{key} holds no TAT: {v:?}"))
+                .max(now);
             (now + capacity * per - tat) / per
         }
         None => capacity,

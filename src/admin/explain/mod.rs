@@ -106,13 +106,13 @@ impl Admin {
         let rule = share
             .as_ref()
             .map_or(policy, |(_, (ppm, _), _)| policy.quota(*ppm));
-        let (raw, pttl): (Option<String>, i64) = if rule.is_concurrency() {
+        let (raw, pttl): (Option<Vec<u8>>, i64) = if rule.is_concurrency() {
             (None, -2)
         } else {
             let pttl: i64 = pool.pttl(&key).await.map_err(map_err)?;
             // A key of another type: GET fails where the scripts' MGET
             // reads nothing; either way the limiter sees no state.
-            match pool.get::<Option<String>, _>(&key).await {
+            match pool.get::<Option<Vec<u8>>, _>(&key).await {
                 Ok(raw) => (raw, pttl),
                 Err(e) if e.details().starts_with("WRONGTYPE") => (None, pttl),
                 Err(e) => return Err(map_err(e)),
@@ -204,7 +204,7 @@ fn region_share(
     regions: Vec<String>,
     (ppm, source, stored): (u32, &'static str, Option<String>),
     rule: &Rule,
-    raw: &Option<String>,
+    raw: &Option<Vec<u8>>,
     pttl: i64,
     now_us: f64,
 ) -> (RegionShare, String) {
@@ -233,7 +233,7 @@ fn region_share(
         Stored::Absent => format!("a key of another type: {INVALID_STATE}"),
         Stored::Invalid => format!(
             "{INVALID_STATE}: {}",
-            printable(raw.as_deref().unwrap_or(""))
+            printable(&rule.shown(raw.as_deref().unwrap_or_default()))
         ),
     };
     let text = format!(

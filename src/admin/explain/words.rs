@@ -69,7 +69,7 @@ pub(super) fn contract(rule: &Rule) -> String {
 /// The stored value now, in words, by the limiter's own rules (`pttl`:
 /// the key's `PTTL`; -2 no key; a key that exists without a string value
 /// is of another type).
-pub(super) fn state(rule: &Rule, raw: Option<&str>, pttl: i64, now_us: f64) -> String {
+pub(super) fn state(rule: &Rule, raw: Option<&[u8]>, pttl: i64, now_us: f64) -> String {
     if rule.is_concurrency() {
         return "see `fleetlimit inspect` for the slots".into();
     }
@@ -78,7 +78,10 @@ pub(super) fn state(rule: &Rule, raw: Option<&str>, pttl: i64, now_us: f64) -> S
         (Stored::Absent, _) if pttl == -2 => "no key: a full bucket".into(),
         (Stored::Absent, _) => format!("a key of another type: {INVALID_STATE}"),
         (Stored::Invalid, raw) => {
-            format!("{INVALID_STATE}: {}", printable(raw.unwrap_or("")))
+            format!(
+                "{INVALID_STATE}: {}",
+                printable(&rule.shown(raw.unwrap_or_default()))
+            )
         }
     }
 }

@@ -379,7 +379,7 @@ impl Top {
 async fn read_values<'a>(
     pool: &fred::clients::Pool,
     keys: impl Iterator<Item = &'a str>,
-) -> Result<Vec<(Option<String>, i64)>, StoreError> {
+) -> Result<Vec<(Option<Vec<u8>>, i64)>, StoreError> {
     let pipe = pool.next().pipeline();
     let mut n = 0;
     for k in keys {
@@ -394,7 +394,10 @@ async fn read_values<'a>(
     let mut it = answers.into_iter();
     let mut out = Vec::with_capacity(n);
     while let (Some(value), Some(pttl)) = (it.next(), it.next()) {
-        let value = value.ok().and_then(|v| v.into_string());
+        // Bytes: a token bucket's TAT is 8 of them, not text.
+        let value = value
+            .ok()
+            .and_then(|v| v.convert::<Option<Vec<u8>>>().ok().flatten());
         let pttl = pttl.ok().and_then(|v| v.as_i64()).unwrap_or(-2);
         out.push((value, pttl));
     }

@@ -330,7 +330,8 @@ async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
     }
 }
 
-/// One call of the lean script for `jobs`: its answers, Redis's clock
+/// One call of the lean script for `jobs` (of the one-check script for a
+/// job alone): its answers, Redis's clock
 /// taken off (see `script::timed`). A call Redis ran too late (nothing
 /// charged) is sent again when the deadline leaves time (see
 /// `deadline::deciding`); an answer that comes after the call gave up is
@@ -342,39 +343,25 @@ async fn call<J: Borrow<Item>>(
     jobs: &[J],
     give_back: bool,
 ) -> Result<Vec<Value>, StoreError> {
-    // EVALSHA sha n key.. not_after (cost×per burst×per).. [d]
-    let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
-    args.push(Value::Null);
-    args.push(Value::Integer(jobs.len() as i64));
-    args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
-    let at = args.len();
-    args.push(Value::Null);
-    // Checks of one limit share their numbers: printed once, then the
-    // (reference-counted) values are reused.
-    let mut last: Option<(LeanArgs, (Value, Value))> = None;
-    for j in jobs.iter().map(Borrow::borrow) {
-        let (inc, burst) = match &last {
-            Some((a, values)) if *a == j.args => values.clone(),
-            _ => {
-                let values = j.args.values();
-                last = Some((j.args, values.clone()));
-                values
-            }
-        };
-        args.push(inc);
-        args.push(burst);
-    }
-    if repeats_a_key(jobs) {
-        // The script then follows each key's own writes in this call.
-        args.push(Value::from("d"));
-    }
-    scripts
-        .metrics
-        .sent(crate::metrics::Script::Lean, jobs.len());
+    let (which, args, at) = match jobs {
+        // One check: EVALSHA sha 1 key (not_after cost×per burst×per), packed.
+        [one] => {
+            let one = one.borrow();
+            let args = vec![
+                Value::Null,
+                Value::Integer(1),
+                one.key.clone(),
+                one.args.packed(),
+            ];
+            (Which::One, args, 3)
+        }
+        _ => (Which::Lean, lean_args(jobs), 2 + jobs.len()),
+    };
+    scripts.metrics.sent(which.metric(), jobs.len());
     let timer = scripts.metrics.start();
     let attempt = |stamp: Stamp| {
         let clock = Arc::clone(&scripts.clock);
-        let mut sending = scripts.send(pool, clock, Which::Lean, args.clone(), at, stamp);
+        let mut sending = scripts.send(pool, clock, which, args.clone(), at, stamp);
         async move {
             let waited = within(
                 &mut sending,
@@ -410,6 +397,36 @@ async fn call<J: Borrow<Item>>(
         answer.as_ref().map(|_| ()).map_err(StoreError::reason),
     );
     answer
+}
+
+/// The lean script's arguments for `jobs` (after a placeholder for the
+/// SHA): EVALSHA sha n key.. not_after (cost×per burst×per).. [d].
+fn lean_args<J: Borrow<Item>>(jobs: &[J]) -> Vec<Value> {
+    let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
+    args.push(Value::Null);
+    args.push(Value::Integer(jobs.len() as i64));
+    args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
+    args.push(Value::Null);
+    // Checks of one limit share their numbers: printed once, then the
+    // (reference-counted) values are reused.
+    let mut last: Option<(LeanArgs, (Value, Value))> = None;
+    for j in jobs.iter().map(Borrow::borrow) {
+        let (inc, burst) = match &last {
+            Some((a, values)) if *a == j.args => values.clone(),
+            _ => {
+                let values = j.args.values();
+                last = Some((j.args, values.clone()));
+                values
+            }
+        };
+        args.push(inc);
+        args.push(burst);
+    }
+    if repeats_a_key(jobs) {
+        // The script then follows each key's own writes in this call.
+        args.push(Value::from("d"));
+    }
+    args
 }
 
 /// [`call`] boxed: a refund giving back a late answer's charges runs

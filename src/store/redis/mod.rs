@@ -46,7 +46,7 @@ use self::deadline::{IoThread, Stamp, deciding};
 use self::reply::map_err;
 use self::script::Inner;
 use super::{Check, Lease, LeaseFuture, Store, StoreError, StoreFuture};
-use crate::algorithm::{LEAN, LEASE, SCRIPT};
+use crate::algorithm::{LEAN, LEASE, ONE, SCRIPT};
 use crate::config::{Config, RedisSettings, redact_url};
 
 /// Rate-limit state in Redis (standalone, Sentinel or Cluster).
@@ -243,7 +243,7 @@ impl RedisStore {
     /// `SCRIPT LOAD`s the scripts (on every primary of a cluster); the
     /// check also recovers by itself.
     pub(crate) async fn load_script(&self) -> Result<(), StoreError> {
-        for text in [LEAN, SCRIPT, LEASE] {
+        for text in [ONE, LEAN, SCRIPT, LEASE] {
             if self.pool.is_clustered() {
                 let () = self
                     .pool
@@ -286,11 +286,30 @@ impl RedisStore {
         fred::util::sha1_hash(SCRIPT)
     }
 
-    /// The SHA1 of the lean script (what `EVALSHA` sends for a request
-    /// counted against a single token bucket), as [`script_sha`](Self::script_sha).
+    /// The SHA1 of the lean script (what `EVALSHA` sends for requests
+    /// counted against a single token bucket each, decided together in one
+    /// call), as [`script_sha`](Self::script_sha).
     #[must_use]
     pub fn lean_script_sha() -> String {
         fred::util::sha1_hash(LEAN)
+    }
+
+    /// The SHA1 of the one-check script (what `EVALSHA` sends for a call
+    /// that carries a single token-bucket check: a lone request, or a
+    /// batch of one), as [`script_sha`](Self::script_sha).
+    #[must_use]
+    pub fn one_check_script_sha() -> String {
+        fred::util::sha1_hash(ONE)
+    }
+
+    /// The TAT (µs of Redis's clock) a token bucket's stored value holds,
+    /// read as the scripts read it: 8 bytes are a little-endian double
+    /// (what they write), anything else decimal text (what earlier
+    /// versions wrote). `None`: not a number. For tools and tests that read
+    /// a bucket's key themselves; `fleetlimit inspect` shows it decoded.
+    #[must_use]
+    pub fn read_tat(raw: &[u8]) -> Option<f64> {
+        crate::algorithm::stored_number(raw)
     }
 }
 

@@ -236,6 +236,20 @@ impl LeanArgs {
         (Value::from(lua_number(inc)), Value::from(lua_number(limit)))
     }
 
+    /// The one-check script's argument: three little-endian doubles, the
+    /// call's bound (+inf until it is sent: `script::bound` sets it), the
+    /// charge and the burst as [`values`](Self::values) writes them. Bytes,
+    /// not text: Redis's Lua reads a text number with C's `strtod`, which
+    /// cost it more than the rest of a one-check decision's arithmetic.
+    pub(crate) fn packed(&self) -> Value {
+        let (inc, limit) = self.args();
+        let mut b = [0u8; 24];
+        b[..8].copy_from_slice(&f64::INFINITY.to_le_bytes());
+        b[8..16].copy_from_slice(&inc.to_le_bytes());
+        b[16..].copy_from_slice(&limit.to_le_bytes());
+        Value::Bytes(bytes::Bytes::copy_from_slice(&b))
+    }
+
     /// The script's answer for this check: 4 × (TAT − now) in µs after the
     /// charge when admitted, −1 − 4 × (TAT − now) when refused, or the error
     /// text of the command that failed at this check.

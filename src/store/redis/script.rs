@@ -23,7 +23,7 @@ use super::deadline::{Health, Stalls, Stamp, backstop, within};
 use super::reply::{
     Answer, WindowEnds, decode, decode_charged, is_noscript, lua_number, map_err, not_after,
 };
-use crate::algorithm::{LEAN, LEASE, LeanArgs, SCRIPT};
+use crate::algorithm::{LEAN, LEASE, LeanArgs, ONE, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Check, StoreError};
 
@@ -55,6 +55,9 @@ const MAX_SETTLING: usize = 1_024;
 pub(crate) enum Which {
     /// lua/token_bucket_lean.lua (single token buckets, coalesced).
     Lean,
+    /// lua/token_bucket_one.lua (a call of one single-token-bucket check;
+    /// its numbers packed, see [`LeanArgs::packed`]).
+    One,
     /// lua/decide.lua (every other shape).
     Decide,
     /// lua/token_bucket_lease.lua (a hot key's partial lease, `lease.rs`).
@@ -65,11 +68,36 @@ impl Which {
     /// Its `script` label (feature `metrics`).
     pub(crate) fn metric(self) -> crate::metrics::Script {
         match self {
-            Self::Lean => crate::metrics::Script::Lean,
+            // The lean decision either way: one label, one script family.
+            Self::Lean | Self::One => crate::metrics::Script::Lean,
             Self::Decide => crate::metrics::Script::Decide,
             Self::Lease => crate::metrics::Script::Lease,
         }
     }
+}
+
+/// The "not after" argument of a call of `which` whose caller stops
+/// waiting at `give_up` ([`not_after`]): text, or for the one-check script
+/// the first of its packed doubles (+inf: no bound), the rest of `current`
+/// ([`LeanArgs::packed`]) kept.
+fn bound(
+    which: Which,
+    current: &Value,
+    clock: &RedisClock,
+    give_up: Instant,
+    until: Option<i64>,
+) -> Value {
+    let text = not_after(clock, give_up, until);
+    if which != Which::One {
+        return text;
+    }
+    let mut packed = [0u8; 24];
+    if let Some(b) = current.as_bytes().filter(|b| b.len() == 24) {
+        packed.copy_from_slice(b);
+    }
+    let us = text.as_i64().map_or(f64::INFINITY, |us| us as f64);
+    packed[..8].copy_from_slice(&us.to_le_bytes());
+    Value::Bytes(bytes::Bytes::copy_from_slice(&packed))
 }
 
 /// A script call handed to fred: owned, so it can outlive its caller.
@@ -108,6 +136,7 @@ pub(crate) struct Inner {
     /// Answers being settled ([`settle`](Self::settle)).
     settling: Arc<AtomicUsize>,
     pub(crate) lean: Script,
+    one: Script,
     decide: Script,
     lease: Script,
     pub(super) deadline: Duration,
@@ -134,6 +163,7 @@ impl Inner {
             clock: Arc::new(RedisClock::new()),
             settling: Arc::new(AtomicUsize::new(0)),
             lean: Script::new(LEAN),
+            one: Script::new(ONE),
             decide: Script::new(SCRIPT),
             lease: Script::new(LEASE),
             deadline,
@@ -155,6 +185,7 @@ impl Inner {
     fn script(&self, which: Which) -> &Script {
         match which {
             Which::Lean => &self.lean,
+            Which::One => &self.one,
             Which::Decide => &self.decide,
             Which::Lease => &self.lease,
         }
@@ -179,7 +210,7 @@ impl Inner {
         let (inner, pool) = (Arc::clone(self), pool.clone());
         Box::pin(async move {
             let (give_up, until) = (stamp.give_up(), stamp.until);
-            args[at] = not_after(&clock, give_up, until);
+            args[at] = bound(which, &args[at], &clock, give_up, until);
             let sent = Instant::now();
             let reply = inner.eval(&pool, which, &mut args).await;
             // The slot moved since fred's table was read: follow it once.
@@ -199,7 +230,7 @@ impl Inner {
                     clock,
                 },
                 Some(Ok(node)) => {
-                    args[at] = not_after(&node.clock, give_up, until);
+                    args[at] = bound(which, &args[at], &node.clock, give_up, until);
                     let sent = Instant::now();
                     let reply = inner.eval(&node.pool, which, &mut args).await;
                     Answer {
@@ -310,7 +341,7 @@ impl Inner {
             _ => None,
         };
         let which = if lean.is_some() {
-            Which::Lean
+            Which::One
         } else {
             Which::Decide
         };
@@ -322,12 +353,11 @@ impl Inner {
         args.push(Value::Integer(n as i64));
         args.extend(check.buckets.iter().map(|b| Value::from(b.key.as_str())));
         let at = args.len();
-        args.push(Value::Null);
         if let Some(lean) = &lean {
-            let (inc, burst) = lean.values();
-            args.push(inc);
-            args.push(burst);
+            // The bound goes into the packed numbers when sent.
+            args.push(lean.packed());
         } else {
+            args.push(Value::Null);
             args.push(Value::from(lua_number(check.cost)));
             args.push(Value::from(check.slot.as_deref().unwrap_or("")));
             for b in &check.buckets {
