@@ -20,7 +20,7 @@
 local key = KEYS[1]
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
-local not_after, inc, burst = unpack_d('<ddd', ARGV[1])
+local not_after, inc, burst = struct.unpack('<ddd', ARGV[1])
 if now > not_after then return { 'LATE', now } end
 local tat, stored = tat_read(key, call('MGET', key)[1], burst, now)
 if tat + inc - now > burst then

@@ -257,7 +257,7 @@ pub(crate) fn rule_text(capacity: f64, refill_per_sec: f64) -> String {
 }
 
 /// How far ahead of now a stored TAT may be when the key's expiry vouches
-/// for it (`FAR` in `lua/token_bucket.lua`).
+/// for it (2^50 in `lua/token_bucket.lua`'s `tat_read`).
 const FAR_US: f64 = 1_125_899_906_842_624.0; // 2^50
 
 /// The TAT the scripts take the stored value `raw` for (`tat_read` in
