@@ -43,15 +43,12 @@ local call, rpcall, ceil = redis.call, redis.pcall, math.ceil
 
 -- The TAT the bucket at `key` starts from at `now` (`burst` in µs), given
 -- `raw`, the key's value as read (false or nil: no key, or a key of
--- another type; a number: the TAT this call wrote), and the stored TAT
--- (nil: none fleetlimit wrote; the caller overwrites or deletes the key).
+-- another type), and the stored TAT (nil: none fleetlimit wrote; the
+-- caller overwrites or deletes the key).
 local function tat_read(key, raw, burst, now)
   local stored
-  if type(raw) == 'string' then
+  if raw then
     if #raw == 8 then stored = struct.unpack('<d', raw) else stored = tonumber(raw) end
-  else
-    -- A TAT this call wrote (the lean script's repeated keys), or none.
-    stored = raw or nil
   end
   if stored and stored - stored == 0 and (stored <= now + burst
       or (stored - now <= 1125899906842624 and redis.call('PTTL', key) * 1000 >= stored - now)) then
@@ -61,7 +58,8 @@ local function tat_read(key, raw, burst, now)
   return now, nil
 end
 
--- Writes the TAT after taking `inc` µs of tokens from `tat` and returns it.
+-- Writes the TAT after taking `inc` µs of tokens from `tat` and returns it,
+-- and the value written.
 -- `kept`: the TAT the key holds, whose expiry (set by this rule) stands
 -- while the new TAT falls in the same second (KEEPTTL spares most writes
 -- setting one); nil always sets it.
@@ -75,5 +73,5 @@ local function tat_write(key, tat, inc, now, kept)
   else
     redis.call('SET', key, value, 'PXAT', string.format('%d', second * 1000 + 1001))
   end
-  return new
+  return new, value
 end

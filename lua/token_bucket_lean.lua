@@ -45,7 +45,7 @@ if not_after and now > not_after then return { 'LATE', now } end
 local out = {}
 local function decide()
   local vals = call('MGET', unpack(keys))
-  -- key → its TAT written in this call (false: deleted in this call).
+  -- key → its value written in this call (false: deleted in this call).
   local latest = argv[2 * n + 2] and {}
   -- Checks of one limit share their argument strings (one Lua string each).
   local last_inc, last_burst, inc, burst
@@ -69,9 +69,9 @@ local function decide()
         if latest then latest[key] = false end
       end
     else
-      local new = tat_write(key, tat, inc, now, stored)
+      local new, value = tat_write(key, tat, inc, now, stored)
       out[i] = (new - now) * 4
-      if latest then latest[key] = new end
+      if latest then latest[key] = value end
     end
   end
 end
