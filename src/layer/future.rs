@@ -193,6 +193,8 @@ where
 }
 
 /// Calls the service, giving the handler its refund handle and extensions.
+// Inlined: the request and the decision are large, and a call copied both.
+#[inline]
 fn serving<S, ReqBody>(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> State<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
