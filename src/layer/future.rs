@@ -96,13 +96,42 @@ where
     /// A decision made already: call the service now (or refuse).
     #[inline]
     pub(crate) fn decided(decision: Decision, service: &mut S, req: Request<ReqBody>) -> Self {
-        let state = match decision {
-            Decision::Admit(a) => serving(service, req, a),
-            Decision::Reject(r) => State::Rejected {
-                response: Some(r.into_response()),
+        match decision {
+            // Built where it is returned (the future is large).
+            Decision::Admit(a) => Self::admitted(service, req, a),
+            Decision::Reject(r) => Self {
+                state: State::Rejected {
+                    response: Some(r.into_response()),
+                },
             },
-        };
-        Self { state }
+        }
+    }
+
+    /// Calls the service, giving the handler its refund handle and
+    /// extensions.
+    // Inlined: the request and the decision are large, and a call copied both.
+    #[inline]
+    fn admitted(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> Self {
+        let mut kept = None;
+        if let Some(refund) = a.refund {
+            if a.headers.is_some() {
+                kept = Some(refund.clone());
+            }
+            req.extensions_mut().insert(refund);
+        }
+        if !a.extensions.is_empty() {
+            req.extensions_mut().extend(a.extensions);
+        }
+        Self {
+            state: State::Serving {
+                future: service.call(req),
+                headers: a.headers,
+                refund: kept,
+                on_refusal: a.on_refusal,
+                hold: a.hold,
+                after: a.after,
+            },
+        }
     }
 
     /// Not limited: the service's own answer, no headers.
@@ -135,7 +164,7 @@ where
                     let (mut service, req) = *call.take().expect("polled after completion");
                     match decision {
                         Decision::Admit(a) => {
-                            this.state.set(serving(&mut service, req, a));
+                            self.set(Self::admitted(&mut service, req, a));
                         }
                         Decision::Reject(r) => {
                             this.state.set(State::Done);
@@ -189,33 +218,6 @@ where
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
         }
-    }
-}
-
-/// Calls the service, giving the handler its refund handle and extensions.
-// Inlined: the request and the decision are large, and a call copied both.
-#[inline]
-fn serving<S, ReqBody>(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> State<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-{
-    let mut kept = None;
-    if let Some(refund) = a.refund {
-        if a.headers.is_some() {
-            kept = Some(refund.clone());
-        }
-        req.extensions_mut().insert(refund);
-    }
-    if !a.extensions.is_empty() {
-        req.extensions_mut().extend(a.extensions);
-    }
-    State::Serving {
-        future: service.call(req),
-        headers: a.headers,
-        refund: kept,
-        on_refusal: a.on_refusal,
-        hold: a.hold,
-        after: a.after,
     }
 }
 
