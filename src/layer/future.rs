@@ -93,43 +93,48 @@ where
         }
     }
 
-    /// A decision made already: call the service now (or refuse).
+    /// A refusal decided already: its answer.
     #[inline]
-    pub(crate) fn decided(decision: Decision, service: &mut S, req: Request<ReqBody>) -> Self {
-        match decision {
-            // Built where it is returned (the future is large).
-            Decision::Admit(a) => Self::admitted(service, req, a),
-            Decision::Reject(r) => Self {
-                state: State::Rejected {
-                    response: Some(r.into_response()),
-                },
+    pub(crate) fn rejected(r: Rejection) -> Self {
+        Self {
+            state: State::Rejected {
+                response: Some(r.into_response()),
             },
         }
     }
 
-    /// Calls the service, giving the handler its refund handle and
-    /// extensions.
-    // Inlined: the request and the decision are large, and a call copied both.
+    /// An admission: calls the service now, giving the handler its refund
+    /// handle and extensions.
+    // Inlined, its parts taken one by one: the request, the admission and
+    // the future are large, and each move copied them.
     #[inline]
-    fn admitted(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> Self {
+    pub(crate) fn admitted(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> Self {
+        let Admitted {
+            headers,
+            refund,
+            extensions,
+            hold,
+            after,
+            on_refusal,
+        } = a;
         let mut kept = None;
-        if let Some(refund) = a.refund {
-            if a.headers.is_some() {
+        if let Some(refund) = refund {
+            if headers.is_some() {
                 kept = Some(refund.clone());
             }
             req.extensions_mut().insert(refund);
         }
-        if !a.extensions.is_empty() {
-            req.extensions_mut().extend(a.extensions);
+        if !extensions.is_empty() {
+            req.extensions_mut().extend(extensions);
         }
         Self {
             state: State::Serving {
                 future: service.call(req),
-                headers: a.headers,
+                headers,
                 refund: kept,
-                on_refusal: a.on_refusal,
-                hold: a.hold,
-                after: a.after,
+                on_refusal,
+                hold,
+                after,
             },
         }
     }
