@@ -26,7 +26,7 @@
 
 use std::cmp::Ordering as Cmp;
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -95,7 +95,7 @@ impl<V: Evict> Bounded<V> {
     /// The key's hash, for [`shard_of`](Self::shard_of) and the [`Shard`]
     /// methods.
     pub(crate) fn hash(&self, key: &str) -> u64 {
-        self.hasher.hash_one(key)
+        hash(&self.hasher, key)
     }
 
     /// The shard of a hash: bits the tables do not use to place their
@@ -218,6 +218,14 @@ impl<V: Evict> Shard<'_, V> {
     }
 }
 
+/// A key's hash: its bytes in one write (`str`'s `Hash` adds a second,
+/// of one byte, which only keys hashed together with others need).
+fn hash(hasher: &RandomState, key: &str) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(key.as_bytes());
+    h.finish()
+}
+
 /// Inserts a key known to be absent, making room first: the only place a
 /// key's `String` is made.
 fn insert_new<'t, V: Evict>(
@@ -233,7 +241,7 @@ fn insert_new<'t, V: Evict>(
     let hasher = &map.hasher;
     let entry = (key.to_owned(), value);
     &mut table
-        .insert_unique(hash, entry, |(k, _)| hasher.hash_one(k.as_str()))
+        .insert_unique(hash, entry, |(k, _)| self::hash(hasher, k))
         .into_mut()
         .1
 }

@@ -17,6 +17,7 @@ pub(crate) enum Level {
 impl Level {
     /// `stored` read at `now` (since the store's epoch). A state of another
     /// algorithm (the limit was changed) is a fresh key.
+    #[inline]
     pub(crate) fn read(rule: Rule, stored: Option<State>, now: Duration) -> Self {
         match rule {
             Rule::TokenBucket {
@@ -147,6 +148,7 @@ impl LimitCheck {
     }
 
     /// The state reported to clients.
+    #[inline]
     pub(crate) fn report(&self, cost: f64) -> LimitState {
         self.level.report(cost, self.enough)
     }
@@ -156,6 +158,7 @@ impl LimitCheck {
 /// for `cost`, each limit that has room is charged (a shadow limit without
 /// room is not, and never refuses); otherwise none is. Whether the request
 /// is allowed.
+#[inline]
 pub(crate) fn decide(limits: &mut [LimitCheck], cost: f64) -> bool {
     for l in limits.iter_mut() {
         l.enough = l.level.fits(cost);

@@ -107,6 +107,7 @@ impl KeySource {
     /// header, no account...). An empty header counts as missing, so "no
     /// key" can never become a shared bucket. Custom keys are asked of
     /// `custom`.
+    #[inline]
     pub(crate) fn extract<'a>(
         &self,
         req: &RequestRef<'a>,

@@ -93,16 +93,50 @@ where
         }
     }
 
-    /// A decision made already: call the service now (or refuse).
+    /// A refusal decided already: its answer.
     #[inline]
-    pub(crate) fn decided(decision: Decision, service: &mut S, req: Request<ReqBody>) -> Self {
-        let state = match decision {
-            Decision::Admit(a) => serving(service, req, a),
-            Decision::Reject(r) => State::Rejected {
+    pub(crate) fn rejected(r: Rejection) -> Self {
+        Self {
+            state: State::Rejected {
                 response: Some(r.into_response()),
             },
-        };
-        Self { state }
+        }
+    }
+
+    /// An admission: calls the service now, giving the handler its refund
+    /// handle and extensions.
+    // Inlined, its parts taken one by one: the request, the admission and
+    // the future are large, and each move copied them.
+    #[inline]
+    pub(crate) fn admitted(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> Self {
+        let Admitted {
+            headers,
+            refund,
+            extensions,
+            hold,
+            after,
+            on_refusal,
+        } = a;
+        let mut kept = None;
+        if let Some(refund) = refund {
+            if headers.is_some() {
+                kept = Some(refund.clone());
+            }
+            req.extensions_mut().insert(refund);
+        }
+        if !extensions.is_empty() {
+            req.extensions_mut().extend(extensions);
+        }
+        Self {
+            state: State::Serving {
+                future: service.call(req),
+                headers,
+                refund: kept,
+                on_refusal,
+                hold,
+                after,
+            },
+        }
     }
 
     /// Not limited: the service's own answer, no headers.
@@ -135,7 +169,7 @@ where
                     let (mut service, req) = *call.take().expect("polled after completion");
                     match decision {
                         Decision::Admit(a) => {
-                            this.state.set(serving(&mut service, req, a));
+                            self.set(Self::admitted(&mut service, req, a));
                         }
                         Decision::Reject(r) => {
                             this.state.set(State::Done);
@@ -189,31 +223,6 @@ where
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
         }
-    }
-}
-
-/// Calls the service, giving the handler its refund handle and extensions.
-fn serving<S, ReqBody>(service: &mut S, mut req: Request<ReqBody>, a: Admitted) -> State<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-{
-    let mut kept = None;
-    if let Some(refund) = a.refund {
-        if a.headers.is_some() {
-            kept = Some(refund.clone());
-        }
-        req.extensions_mut().insert(refund);
-    }
-    if !a.extensions.is_empty() {
-        req.extensions_mut().extend(a.extensions);
-    }
-    State::Serving {
-        future: service.call(req),
-        headers: a.headers,
-        refund: kept,
-        on_refusal: a.on_refusal,
-        hold: a.hold,
-        after: a.after,
     }
 }
 

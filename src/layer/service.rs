@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture};
-use crate::pipeline::Decided;
+use crate::pipeline::{Decided, Decision};
 use crate::reload::Live;
 
 /// Middleware that rate limits requests: what [`RateLimitLayer`](crate::RateLimitLayer) wraps a
@@ -68,7 +68,8 @@ where
             Decided::Unlimited => ResponseFuture::serving(self.inner.call(req)),
             // Decided already (in-process store, remembered refusal): call
             // the ready service now, keeping the request out of the future.
-            Decided::Now(decision) => ResponseFuture::decided(decision, &mut self.inner, req),
+            Decided::Now(Decision::Admit(a)) => ResponseFuture::admitted(&mut self.inner, req, a),
+            Decided::Now(Decision::Reject(r)) => ResponseFuture::rejected(r),
             Decided::Later(decision) => {
                 // The service is called later: take the one that was driven
                 // to ready and leave a fresh clone behind (calling an

@@ -74,7 +74,8 @@ impl PolicyMetrics {
 /// each limit's outcome, and whether it was a refusal remembered from
 /// Redis (a refused-cache hit). Lazy: without the feature, `outcomes`
 /// is never read.
-#[inline]
+// Always: once per decision, its iterators then fold into the caller's.
+#[inline(always)]
 pub(crate) fn decided<'n>(
     m: &PolicyMetrics,
     names: impl Iterator<Item = &'n Arc<str>>,

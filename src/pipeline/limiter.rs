@@ -183,12 +183,11 @@ impl Limiter {
     /// waits before the handler.
     #[inline(always)]
     fn check(&self, plan: &Arc<RoutePlan>, p: &mut Pending) -> Decided {
-        let decided = self.settled(plan, p);
+        let mut decided = self.settled(plan, p);
         if plan.delayed.is_some() {
-            settle::held(decided)
-        } else {
-            decided
+            decided = settle::held(decided);
         }
+        decided
     }
 
     /// At once when the numbers are known and something answers now, else

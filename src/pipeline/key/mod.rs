@@ -104,6 +104,7 @@ pub(super) fn keys<B>(
 /// without it. `client_ip`: the request's, resolved at the first call.
 // The refusal is rare; boxing it would cost every caller.
 #[allow(clippy::result_large_err)]
+#[inline]
 fn material<'v>(
     keys: &Keys,
     limit: &Limit,

@@ -153,8 +153,11 @@ fn decided(plan: &RoutePlan, chain: &Chain, p: &Pending, by: DecidedBy) -> Decis
     let Some(i) = refused_by else {
         let mut admitted = Admitted {
             headers: Some(headers),
+            refund: None,
+            extensions: http::Extensions::new(),
             hold,
-            ..Admitted::default()
+            after: None,
+            on_refusal: None,
         };
         let (traits, charged) = (plan.policy.traits, p.check.cost);
         if traits.counts_failures {
