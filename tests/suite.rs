@@ -23,6 +23,7 @@ mod chaos_cluster;
 mod chaos_sentinel;
 mod chaos_standalone;
 mod client;
+mod cluster_coalescing;
 mod cluster_node_down;
 mod concurrency;
 mod config_errors;

@@ -18,7 +18,7 @@ use std::pin::Pin;
 pub(crate) use self::error::StoreError;
 pub use self::memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use self::redis::RedisStore;
+pub use self::redis::{Redirects, RedisStore};
 pub use crate::algorithm::{LimitState, Rule};
 
 /// The future a store returns: boxed, so stores are interchangeable behind

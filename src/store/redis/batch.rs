@@ -33,7 +33,7 @@
 //! of about the window's share of its rate: what divides Redis's cost per
 //! decision, for a wait of at most the window per request.
 //!
-//! Standalone and Sentinel only: on a cluster a script may touch one slot.
+//! On a Cluster the batch is decided per primary (`per_node.rs`).
 
 use std::borrow::Borrow;
 use std::sync::Arc;
@@ -44,13 +44,14 @@ use fred::clients::Pool;
 use fred::types::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::cluster::Node;
 use super::deadline::{Stamp, deciding, giving_back, within};
 use super::script::{Inner, Which};
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
 
 /// Most requests in one call.
-const MAX_BATCH: usize = 64;
+pub(super) const MAX_BATCH: usize = 64;
 /// Most scheduler ticks a batch waits for more checks; it stops at the
 /// first tick that brings none (an idle server: one tick). Measured with
 /// the load harness: one tick made batches of ~8, two of ~20 and 3–4 %
@@ -65,21 +66,26 @@ const MAX_QUEUED: usize = 16_384;
 #[derive(Clone)]
 pub(crate) struct Item {
     /// The bucket's key, ready to send (built once, shared by reference).
-    key: Value,
-    capacity: f64,
-    shadow: bool,
-    args: LeanArgs,
+    pub(super) key: Value,
+    pub(super) capacity: f64,
+    pub(super) shadow: bool,
+    pub(super) args: LeanArgs,
 }
 
 pub(crate) struct Job {
-    item: Item,
-    reply: oneshot::Sender<Result<Outcome, StoreError>>,
+    pub(super) item: Item,
+    pub(super) reply: oneshot::Sender<Result<Outcome, StoreError>>,
     /// When it was queued, with a batch window (its wait is counted from
     /// then).
     at: Option<Instant>,
 }
 
 impl Item {
+    /// Its key's Cluster hash slot.
+    pub(super) fn slot(&self) -> u16 {
+        fred::util::redis_keyslot(self.key.as_bytes().unwrap_or_default())
+    }
+
     /// The check giving back what this one charged (`None`: it charges
     /// nothing).
     fn refund(&self) -> Option<Self> {
@@ -102,7 +108,9 @@ pub(crate) struct Batcher {
     /// Calls under way: direct checks, and batches from when the draining
     /// task took their first check until their answers are handed out.
     busy: Arc<AtomicUsize>,
-    pool: Pool,
+    /// Where a standalone Redis (or Sentinel's primary) is, and its clock;
+    /// a Cluster's calls go to their primaries' own pools.
+    node: Node,
     scripts: Arc<Inner>,
     /// `[redis] batch_window`: how long a check waits for company.
     window: Option<Duration>,
@@ -147,10 +155,14 @@ impl Batcher {
     pub(crate) fn start(pool: Pool, scripts: Arc<Inner>, window: Option<Duration>) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
         let busy = Arc::new(AtomicUsize::new(0));
+        let pool = Node {
+            pool,
+            clock: Arc::clone(&scripts.clock),
+        };
         let this = Self {
             tx,
             busy: Arc::clone(&busy),
-            pool: pool.clone(),
+            node: pool.clone(),
             scripts: Arc::clone(&scripts),
             window,
         };
@@ -210,7 +222,21 @@ impl Batcher {
         // With a batch window a check waits for company, alone or not.
         let idle = self.window.is_none() && self.tx.capacity() == self.tx.max_capacity();
         if let Some(busy) = idle.then(|| Busy::first(&self.busy)).flatten() {
-            let (pool, scripts) = (self.pool.clone(), Arc::clone(&self.scripts));
+            let (pool, scripts) = (self.node.clone(), Arc::clone(&self.scripts));
+            if scripts.nodes.is_some() {
+                // A batch of one, to its slot's primary.
+                let (reply, answer) = oneshot::channel();
+                let job = Job {
+                    item,
+                    reply,
+                    at: None,
+                };
+                return Box::pin(async move {
+                    super::per_node::run(&scripts, vec![job]).await;
+                    drop(busy);
+                    answered(answer).await
+                });
+            }
             return Box::pin(async move {
                 let answer = direct(&pool, &scripts, item).await;
                 drop(busy);
@@ -225,11 +251,18 @@ impl Batcher {
             // breaker's business (it would turn a busy moment of this host
             // into an outage of every route).
             queued.map_err(|_| StoreError::Overloaded)?;
-            answer
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
+            answered(answer).await
         })
     }
+}
+
+/// A queued check's answer.
+async fn answered(
+    answer: oneshot::Receiver<Result<Outcome, StoreError>>,
+) -> Result<Outcome, StoreError> {
+    answer
+        .await
+        .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
 }
 
 /// `first` and what is queued behind it, up to a batch, without the
@@ -255,7 +288,7 @@ fn windowed(
     mut rx: mpsc::Receiver<Job>,
     window: Duration,
     busy: &Arc<AtomicUsize>,
-    pool: &Pool,
+    pool: &Node,
     scripts: &Arc<Inner>,
     io: &tokio::runtime::Handle,
 ) {
@@ -279,7 +312,7 @@ fn windowed(
 
 /// One check in a call of its own, answered as [`run`] answers a batch of
 /// one.
-async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome, StoreError> {
+async fn direct(pool: &Node, scripts: &Arc<Inner>, item: Item) -> Result<Outcome, StoreError> {
     match <[Value; 1]>::try_from(call(pool, scripts, std::slice::from_ref(&item), false).await?) {
         Ok([reply]) => item.args.parse(&reply, item.capacity, item.shadow),
         Err(other) => Err(StoreError::Protocol(format!(
@@ -288,7 +321,10 @@ async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome
     }
 }
 
-async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
+async fn run(pool: &Node, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
+    if scripts.nodes.is_some() {
+        return super::per_node::run(scripts, jobs).await;
+    }
     // Bounded: every round answers at least one job.
     while !jobs.is_empty() {
         let items = match call(pool, scripts, &jobs, false).await {
@@ -338,54 +374,21 @@ async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
 /// settled: what it charged is given back (`give_back`: such a call,
 /// sent as `deadline::giving_back` says).
 async fn call<J: Borrow<Item>>(
-    pool: &Pool,
+    pool: &Node,
     scripts: &Arc<Inner>,
     jobs: &[J],
     give_back: bool,
 ) -> Result<Vec<Value>, StoreError> {
-    let (which, args, at) = match jobs {
-        // One check: EVALSHA sha 1 key (not_after cost×per burst×per), packed.
-        [one] => {
-            let one = one.borrow();
-            let args = vec![
-                Value::Null,
-                Value::Integer(1),
-                one.key.clone(),
-                one.args.packed(),
-            ];
-            (Which::One, args, 3)
-        }
-        _ => (Which::Lean, lean_args(jobs), 2 + jobs.len()),
+    let which = if jobs.len() == 1 {
+        Which::One
+    } else {
+        Which::Lean
     };
-    scripts.metrics.sent(which.metric(), jobs.len());
     let timer = scripts.metrics.start();
-    let attempt = |stamp: Stamp| {
-        let clock = Arc::clone(&scripts.clock);
-        let mut sending = scripts.send(pool, clock, which, args.clone(), at, stamp);
-        async move {
-            let waited = within(
-                &mut sending,
-                scripts.deadline(),
-                stamp,
-                &scripts.io,
-                &scripts.stalls,
-            )
-            .await;
-            scripts
-                .health
-                .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
-            match waited {
-                Some(answer) => answer.items(),
-                None => {
-                    let items: Vec<Item> = jobs.iter().map(|j| j.borrow().clone()).collect();
-                    let (inner, pool) = (Arc::clone(scripts), pool.clone());
-                    scripts.settle(sending, move |answer| async move {
-                        settled(&inner, &pool, &items, answer.items()).await;
-                    });
-                    Err(StoreError::Timeout)
-                }
-            }
-        }
+    let attempt = |stamp: Stamp| async move {
+        attempt(pool, scripts, jobs, which, stamp, false)
+            .await
+            .reply
     };
     let answer = if give_back {
         giving_back(attempt, &scripts.health, None).await
@@ -399,13 +402,84 @@ async fn call<J: Borrow<Item>>(
     answer
 }
 
+/// What one call of `jobs` got: its answers (as [`call`]'s), and whether
+/// it followed a `MOVED` or `ASK` to get them.
+pub(super) struct Attempt {
+    pub(super) reply: Result<Vec<Value>, StoreError>,
+    pub(super) redirected: bool,
+}
+
+/// One call of script `which` for `jobs` at `node`, waiting within
+/// `stamp` (after `ASKING` when `asking`); an answer that comes after it
+/// gave up is settled.
+pub(super) async fn attempt<J: Borrow<Item>>(
+    node: &Node,
+    scripts: &Arc<Inner>,
+    jobs: &[J],
+    which: Which,
+    stamp: Stamp,
+    asking: bool,
+) -> Attempt {
+    let (args, at) = match (which, jobs) {
+        // One check: EVALSHA sha 1 key (not_after cost×per burst×per), packed.
+        (Which::One, [one]) => {
+            let one = one.borrow();
+            let args = vec![
+                Value::Null,
+                Value::Integer(1),
+                one.key.clone(),
+                one.args.packed(),
+            ];
+            (args, 3)
+        }
+        _ => lean_args(jobs, which == Which::LeanCross),
+    };
+    scripts.metrics.sent(which.metric(), jobs.len());
+    let clock = Arc::clone(&node.clock);
+    let mut sending = scripts.send_to(&node.pool, clock, which, args, at, stamp, asking);
+    let waited = within(
+        &mut sending,
+        scripts.deadline(),
+        stamp,
+        &scripts.io,
+        &scripts.stalls,
+    )
+    .await;
+    scripts
+        .health
+        .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
+    match waited {
+        Some(answer) => Attempt {
+            redirected: answer.redirected,
+            reply: answer.items(),
+        },
+        None => {
+            let items: Vec<Item> = jobs.iter().map(|j| j.borrow().clone()).collect();
+            let (inner, node) = (Arc::clone(scripts), node.clone());
+            scripts.settle(sending, move |answer| async move {
+                settled(&inner, &node, &items, answer.items()).await;
+            });
+            Attempt {
+                reply: Err(StoreError::Timeout),
+                redirected: false,
+            }
+        }
+    }
+}
+
 /// The lean script's arguments for `jobs` (after a placeholder for the
-/// SHA): EVALSHA sha n key.. not_after (cost×per burst×per).. [d].
-fn lean_args<J: Borrow<Item>>(jobs: &[J]) -> Vec<Value> {
-    let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
+/// SHA), and where its bound goes: EVALSHA sha n key.. not_after
+/// (cost×per burst×per).. [d]; `cross` (a Cluster's call across slots):
+/// EVALSHA sha 0 n key.. not_after ..., the keys undeclared.
+fn lean_args<J: Borrow<Item>>(jobs: &[J], cross: bool) -> (Vec<Value>, usize) {
+    let mut args: Vec<Value> = Vec::with_capacity(5 + 3 * jobs.len());
     args.push(Value::Null);
+    if cross {
+        args.push(Value::Integer(0));
+    }
     args.push(Value::Integer(jobs.len() as i64));
     args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
+    let at = args.len();
     args.push(Value::Null);
     // Checks of one limit share their numbers: printed once, then the
     // (reference-counted) values are reused.
@@ -426,13 +500,13 @@ fn lean_args<J: Borrow<Item>>(jobs: &[J]) -> Vec<Value> {
         // The script then follows each key's own writes in this call.
         args.push(Value::from("d"));
     }
-    args
+    (args, at)
 }
 
 /// [`call`] boxed: a refund giving back a late answer's charges runs
 /// through `call`, whose late answers are settled the same way.
 fn call_boxed<'a>(
-    pool: &'a Pool,
+    pool: &'a Node,
     scripts: &'a Arc<Inner>,
     items: &'a [Item],
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Value>, StoreError>> + Send + 'a>>
@@ -444,7 +518,7 @@ fn call_boxed<'a>(
 /// charged is given back (a refund of its charge, in one call).
 async fn settled(
     inner: &Arc<Inner>,
-    pool: &Pool,
+    pool: &Node,
     items: &[Item],
     answers: Result<Vec<Value>, StoreError>,
 ) {
@@ -469,7 +543,19 @@ async fn settled(
     if refunds.is_empty() {
         return;
     }
-    if let Err(e) = call_boxed(pool, inner, &refunds).await {
+    // On a Cluster one by one: a call of one key goes wherever its slot is.
+    let sent = if inner.nodes.is_some() {
+        let mut out = Ok(Vec::new());
+        for refund in refunds.chunks(1) {
+            if let Err(e) = call_boxed(pool, inner, refund).await {
+                out = Err(e);
+            }
+        }
+        out
+    } else {
+        call_boxed(pool, inner, &refunds).await
+    };
+    if let Err(e) = sent {
         tracing::warn!(
             target: "fleetlimit",
             error = %e,
@@ -498,7 +584,7 @@ fn repeats_a_key<J: Borrow<Item>>(jobs: &[J]) -> bool {
     }
 }
 
-fn fail(jobs: Vec<Job>, e: &StoreError) {
+pub(super) fn fail(jobs: Vec<Job>, e: &StoreError) {
     for job in jobs {
         let _ = job.reply.send(Err(e.clone()));
     }

@@ -17,6 +17,7 @@
 //! - `batch.rs`: coalesced single-bucket checks.
 //! - `release.rs`: concurrency slots whose release failed, sent again.
 //! - `cluster.rs`: a pool per cluster primary.
+//! - `per_node.rs`: a Cluster's coalesced checks, a call per primary.
 //! - `tls.rs`: `rediss://`.
 
 mod batch;
@@ -26,10 +27,13 @@ pub(crate) mod connect;
 mod cross_slot;
 mod deadline;
 mod lease;
+mod per_node;
 mod release;
 mod release_queue;
 pub(crate) mod reply;
 pub(crate) mod script;
+
+pub use self::per_node::Redirects;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 
@@ -46,7 +50,7 @@ use self::deadline::{IoThread, Stamp, deciding};
 use self::reply::map_err;
 use self::script::Inner;
 use super::{Check, Lease, LeaseFuture, Store, StoreError, StoreFuture};
-use crate::algorithm::{LEAN, LEASE, ONE, SCRIPT};
+use crate::algorithm::{LEAN, LEAN_CROSS, LEASE, ONE, SCRIPT};
 use crate::config::{Config, RedisSettings, redact_url};
 
 /// Rate-limit state in Redis (standalone, Sentinel or Cluster).
@@ -57,7 +61,7 @@ pub struct RedisStore {
     /// pool of the application's own, which runs them where it connected.
     _io: Option<Arc<IoThread>>,
     inner: Arc<Inner>,
-    /// Coalesces single-bucket checks (standalone and Sentinel only).
+    /// Coalesces single-bucket checks (a Cluster's per primary).
     batcher: Option<Batcher>,
 }
 
@@ -255,15 +259,25 @@ impl RedisStore {
                 let _sha: String = self.pool.script_load(text).await.map_err(map_err)?;
             }
         }
+        if self.pool.is_clustered() {
+            let loaded: Result<(), _> = self.pool.next().script_load_cluster(LEAN_CROSS).await;
+            let e = loaded.err().map(map_err);
+            match e {
+                Some(e) if per_node::refuses_flag(&e) => self.inner.cross.refuse(&e),
+                Some(e) => return Err(e),
+                None => {}
+            }
+        }
         Ok(())
     }
 
     /// Coalesces concurrent single-bucket checks into one script call when
-    /// `[redis] coalesce` says so (see `batch.rs`; never on a cluster),
-    /// each waiting up to `batch_window` for company: one batcher, started
-    /// on the configuration's checked numbers. Needs a tokio runtime.
+    /// `[redis] coalesce` says so (see `batch.rs`; on a Cluster one call
+    /// per primary, `per_node.rs`), each waiting up to `batch_window` for
+    /// company: one batcher, started on the configuration's checked
+    /// numbers. Needs a tokio runtime.
     fn coalescing(mut self, settings: &RedisSettings) -> Self {
-        self.batcher = (settings.coalesce && !self.pool.is_clustered()).then(|| {
+        self.batcher = settings.coalesce.then(|| {
             Batcher::start(
                 self.pool.clone(),
                 Arc::clone(&self.inner),
@@ -271,6 +285,15 @@ impl RedisStore {
             )
         });
         self
+    }
+
+    /// On a Cluster, the calls that met a slot on the move (`MOVED`, `ASK`,
+    /// `TRYAGAIN`...) and how they ended, since the store started: each
+    /// was sent again per slot within its deadline, or left to the route's
+    /// failure policy. Zeros elsewhere.
+    #[must_use]
+    pub fn redirects(&self) -> Redirects {
+        self.inner.cross.redirects()
     }
 
     /// The fred pool, for admin tasks and the heartbeat.

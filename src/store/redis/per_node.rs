@@ -1,0 +1,428 @@
+//! On a Cluster, coalesced checks decided per primary: a batch's checks
+//! whose slots one primary owns (in fred's slot table) go in one call of
+//! the lean script flagged `allow-cross-slot-keys` (Redis 7), sent to that
+//! primary's pool (`cluster.rs`); a batch of one runs the one-check script.
+//! Where the cluster refuses the flag, the checks go in one call per slot.
+//!
+//! A slot on the move meets a call in three ways, none of which charges a
+//! check twice:
+//!
+//! - the flagged call reads every key before it decides anything, so a key
+//!   no longer (or not yet) the node's fails that read and the call decided
+//!   nothing; a command failing later stops the script with the checks
+//!   before it decided (their answers stand) and the rest not run;
+//! - a call per slot (declared keys) is refused before it runs with `MOVED`
+//!   or `ASK`, followed to the node named (`script.rs`), or `TRYAGAIN`
+//!   (keys of one slot half moved): split into calls of one key;
+//! - a call that timed out is an unknown outcome, as anywhere: never sent
+//!   again, its late answer settled (`batch.rs`).
+//!
+//! Checks not run are sent again per slot within the same deadline (the
+//! first call's [`Stamp`]); what is left when it has passed, or after
+//! [`MAX_ROUNDS`] calls, is answered by the route's failure policy.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::time::Instant;
+
+use super::batch::{Job, attempt, fail};
+use super::cluster::{Node, NodePools};
+use super::deadline::Stamp;
+use super::script::{Inner, Which};
+use crate::store::StoreError;
+
+/// Most calls one group of checks makes, redirections included.
+const MAX_ROUNDS: usize = 8;
+
+/// Calls on a Cluster that met a slot on the move (`MOVED`, `ASK`,
+/// `TRYAGAIN`, `CROSSSLOT`, or a flagged call's key that was not its
+/// node's), and how they ended: counted since the store started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Redirects {
+    /// Calls (one per group of checks sent together) that met one.
+    pub calls: u64,
+    /// Of those, the calls whose every check Redis decided.
+    pub decided: u64,
+    /// Of those, the calls with a check left to its route's failure policy
+    /// (the deadline passed, or Redis failed).
+    pub by_policy: u64,
+}
+
+/// Whether the cluster refuses calls across slots, and [`Redirects`].
+pub(crate) struct CrossSlot {
+    refused: AtomicBool,
+    calls: AtomicU64,
+    decided: AtomicU64,
+    by_policy: AtomicU64,
+}
+
+impl CrossSlot {
+    pub(crate) fn new() -> Self {
+        Self {
+            refused: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
+            decided: AtomicU64::new(0),
+            by_policy: AtomicU64::new(0),
+        }
+    }
+
+    /// Calls across slots may be sent (not refused so far).
+    pub(crate) fn allowed(&self) -> bool {
+        !self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The cluster refused the flagged script: calls per slot from now on,
+    /// said once.
+    pub(crate) fn refuse(&self, error: &StoreError) {
+        if !self.refused.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                target: "fleetlimit",
+                %error,
+                "the cluster refuses scripts flagged allow-cross-slot-keys (Redis 7 or newer \
+                 has them): coalesced checks are sent in one call per slot"
+            );
+        }
+    }
+
+    pub(crate) fn redirects(&self) -> Redirects {
+        Redirects {
+            calls: self.calls.load(Ordering::Relaxed),
+            decided: self.decided.load(Ordering::Relaxed),
+            by_policy: self.by_policy.load(Ordering::Relaxed),
+        }
+    }
+
+    fn met(&self, decided: bool) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let end = if decided {
+            &self.decided
+        } else {
+            &self.by_policy
+        };
+        end.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether Redis's error says it refuses the flagged script itself (an
+/// unknown flag or shebang, or a Redis before 7 that reads `#!` as Lua).
+pub(crate) fn refuses_flag(e: &StoreError) -> bool {
+    let text = match e {
+        StoreError::Redis(t) | StoreError::Script(t) | StoreError::Protocol(t) => t,
+        _ => return false,
+    };
+    text.contains("shebang") || text.contains("Error compiling script")
+}
+
+/// A batch's checks on a Cluster: a call per primary (per slot where the
+/// cluster refuses calls across slots), the calls under way together.
+pub(super) async fn run(scripts: &Arc<Inner>, jobs: Vec<Job>) {
+    let Some(nodes) = &scripts.nodes else {
+        return fail(jobs, &StoreError::Protocol("not a cluster".into()));
+    };
+    let cross = scripts.cross.allowed();
+    let mut groups = match group(nodes, jobs, cross) {
+        Ok(groups) => groups,
+        Err((jobs, e)) => return fail(jobs, &e),
+    };
+    let last = groups.pop();
+    for leg in groups {
+        let scripts = Arc::clone(scripts);
+        drop(tokio::spawn(async move { decide(&scripts, leg).await }));
+    }
+    if let Some(leg) = last {
+        decide(scripts, leg).await;
+    }
+}
+
+/// Checks to send together: where, and how.
+struct Leg {
+    node: Node,
+    jobs: Vec<Job>,
+    /// Keys of several slots: the flagged script, keys undeclared.
+    cross: bool,
+    /// `ASKING` first (the slot is being imported there).
+    asking: bool,
+}
+
+/// `jobs` grouped by the primary owning their slot in fred's table (by
+/// slot when not `cross`), each group in the order the jobs came.
+fn group(
+    nodes: &NodePools,
+    jobs: Vec<Job>,
+    cross: bool,
+) -> Result<Vec<Leg>, (Vec<Job>, StoreError)> {
+    let Some(table) = nodes.table() else {
+        let e = StoreError::Unavailable("cluster slots not known yet".into());
+        return Err((jobs, e));
+    };
+    let mut groups: Vec<(String, u16, Option<u16>, Vec<Job>)> = Vec::new();
+    let mut orphans = Vec::new();
+    for job in jobs {
+        let slot = job.item.slot();
+        let Some(server) = table.get_server(slot) else {
+            orphans.push(job);
+            continue;
+        };
+        let by_slot = (!cross).then_some(slot);
+        let found = groups.iter_mut().find(|(host, port, s, _)| {
+            *port == server.port && *s == by_slot && host.as_str() == &*server.host
+        });
+        match found {
+            Some((_, _, _, g)) => g.push(job),
+            None => groups.push((server.host.to_string(), server.port, by_slot, vec![job])),
+        }
+    }
+    fail(
+        orphans,
+        &StoreError::Unavailable("no node serves the slot".into()),
+    );
+    let mut legs = Vec::with_capacity(groups.len());
+    for (host, port, _, jobs) in groups {
+        match nodes.pool(&host, port) {
+            Ok(node) => legs.push(Leg {
+                node,
+                cross,
+                jobs,
+                asking: false,
+            }),
+            Err(e) => fail(jobs, &e),
+        }
+    }
+    Ok(legs)
+}
+
+/// `jobs` split per slot, each group to its owner in fred's table: calls
+/// of declared keys, which Redis refuses with `MOVED` or `ASK` (and the
+/// node to ask) when the table is behind.
+fn per_slot(nodes: &NodePools, jobs: Vec<Job>) -> Vec<Leg> {
+    match group(nodes, jobs, false) {
+        Ok(legs) => legs,
+        Err((jobs, e)) => {
+            fail(jobs, &e);
+            Vec::new()
+        }
+    }
+}
+
+/// A redirection met by a call of declared keys.
+enum Redirect {
+    /// The slot is elsewhere, or being moved there (`ASK`: true).
+    To(String, u16, bool),
+    /// Keys of one call on both sides of a slot being moved (`TRYAGAIN`),
+    /// or of several slots (`CROSSSLOT`): nothing ran.
+    Split,
+}
+
+/// What a call's error says about where its checks should go.
+fn redirect(e: &StoreError) -> Option<Redirect> {
+    let text = match e {
+        StoreError::Redis(t) | StoreError::Unavailable(t) => t.as_str(),
+        _ => return None,
+    };
+    for (word, ask) in [("MOVED ", false), ("ASK ", true)] {
+        if let Some(at) = text.find(word) {
+            let mut parts = text[at + word.len()..].split_whitespace();
+            let addr = parts.nth(1)?;
+            let (host, port) = addr.rsplit_once(':')?;
+            return Some(Redirect::To(host.to_owned(), port.parse().ok()?, ask));
+        }
+    }
+    (text.contains("TRYAGAIN") || text.contains("CROSSSLOT")).then_some(Redirect::Split)
+}
+
+/// Whether a flagged call's error item says its key was not the node's (the
+/// slot moved or is moving): that check and those after it did not run.
+fn not_local(item: &fred::types::Value) -> bool {
+    let text = match item {
+        fred::types::Value::String(t) => &**t,
+        fred::types::Value::Bytes(b) => std::str::from_utf8(b).unwrap_or(""),
+        _ => return false,
+    };
+    text.contains("non local key") || text.contains("not hash to the same slot")
+}
+
+/// One group's checks decided: calls until every check has its answer,
+/// within one deadline (the first call's), at most [`MAX_ROUNDS`].
+async fn decide(scripts: &Arc<Inner>, first: Leg) {
+    let Some(nodes) = &scripts.nodes else { return };
+    let timer = scripts.metrics.start();
+    let mut stamp: Option<Stamp> = None;
+    let mut retried_late = false;
+    let (mut met, mut all_decided) = (false, true);
+    let mut work = vec![first];
+    let mut rounds = 0;
+    while let Some(mut leg) = work.pop() {
+        rounds += 1;
+        let now = *stamp.get_or_insert_with(|| Stamp::new(scripts.deadline(), &scripts.stalls));
+        if rounds > MAX_ROUNDS || (rounds > 1 && Instant::now() >= now.give_up()) {
+            // Never sent: nothing charged; the route's policy answers.
+            all_decided = false;
+            let e = StoreError::Unavailable("cluster slots on the move past the deadline".into());
+            fail(leg.jobs, &e);
+            continue;
+        }
+        let which = match (leg.jobs.len(), leg.cross) {
+            (1, _) => Which::One,
+            (_, true) => Which::LeanCross,
+            _ => Which::Lean,
+        };
+        let tried = attempt(&leg.node, scripts, &leg.jobs, which, now, leg.asking).await;
+        met |= tried.redirected;
+        let items = match tried.reply {
+            Ok(items) if !items.is_empty() && items.len() <= leg.jobs.len() => items,
+            Ok(other) => {
+                all_decided = false;
+                let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
+                fail(leg.jobs, &e);
+                continue;
+            }
+            // Run too late, nothing charged: once more, as `deciding` does.
+            Err(StoreError::Late) if !retried_late => {
+                retried_late = true;
+                stamp = Some(now.after_late(scripts.deadline(), &scripts.stalls));
+                rounds -= 1;
+                work.push(leg);
+                continue;
+            }
+            Err(e) if which == Which::LeanCross && refuses_flag(&e) => {
+                // Refused before it ran: per slot, now and from now on.
+                scripts.cross.refuse(&e);
+                work.extend(per_slot(nodes, leg.jobs));
+                continue;
+            }
+            Err(e) => {
+                match redirect(&e) {
+                    Some(Redirect::To(host, port, ask)) => {
+                        met = true;
+                        match nodes.pool(&host, port) {
+                            Ok(node) => work.push(Leg {
+                                node,
+                                asking: ask,
+                                ..leg
+                            }),
+                            Err(e) => {
+                                all_decided = false;
+                                fail(leg.jobs, &e);
+                            }
+                        }
+                    }
+                    Some(Redirect::Split) if leg.jobs.len() > 1 => {
+                        met = true;
+                        for job in leg.jobs {
+                            work.push(Leg {
+                                node: leg.node.clone(),
+                                jobs: vec![job],
+                                cross: false,
+                                asking: leg.asking,
+                            });
+                        }
+                    }
+                    _ => {
+                        all_decided = false;
+                        fail(leg.jobs, &e);
+                    }
+                }
+                continue;
+            }
+        };
+        let mut items = items;
+        // A flagged call whose key was not its node's: the checks from it
+        // on did not run, and go per slot.
+        let moved = leg.cross && items.last().is_some_and(not_local);
+        if moved {
+            items.pop();
+        }
+        let mut rest = leg.jobs.split_off(items.len());
+        let mut last = None;
+        for (job, item) in leg.jobs.into_iter().zip(items) {
+            let answer = job
+                .item
+                .args
+                .parse(&item, job.item.capacity, job.item.shadow);
+            last = Some(answer.clone());
+            // A caller gone has its answer dropped (an unknown outcome).
+            let _ = job.reply.send(answer);
+        }
+        if moved {
+            met = true;
+            nodes.resync();
+            work.extend(per_slot(nodes, rest));
+            continue;
+        }
+        match last {
+            Some(Ok(_)) if rest.is_empty() => {}
+            // One check's data or numbers: the checks after it were not
+            // run, and are decided in another call.
+            Some(Err(StoreError::Script(_))) if !rest.is_empty() => {
+                leg.jobs = std::mem::take(&mut rest);
+                work.push(leg);
+            }
+            Some(Err(StoreError::Script(_))) => {}
+            Some(Err(e)) => {
+                all_decided = false;
+                fail(rest, &e);
+            }
+            _ => {
+                all_decided = false;
+                fail(
+                    rest,
+                    &StoreError::Protocol("batch script: short reply".into()),
+                );
+            }
+        }
+    }
+    scripts
+        .metrics
+        .answered(timer, if all_decided { Ok(()) } else { Err("cluster") });
+    if met {
+        scripts.cross.met(all_decided);
+        tracing::debug!(target: "fleetlimit", decided = all_decided, rounds, "a call met a slot on the move");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirections_read() {
+        let moved = StoreError::Redis("Cluster Error: MOVED 3999 127.0.0.1:6381".into());
+        assert!(matches!(redirect(&moved), Some(Redirect::To(h, 6381, false)) if h == "127.0.0.1"));
+        let ask = StoreError::Redis("Cluster Error: ASK 3999 127.0.0.1:6382".into());
+        assert!(matches!(redirect(&ask), Some(Redirect::To(_, 6382, true))));
+        let again = StoreError::Redis(
+            "Unknown Error: TRYAGAIN Multiple keys request during rehashing of slot".into(),
+        );
+        assert!(matches!(redirect(&again), Some(Redirect::Split)));
+        assert!(redirect(&StoreError::Redis("OOM command not allowed".into())).is_none());
+        assert!(redirect(&StoreError::Timeout).is_none());
+    }
+
+    #[test]
+    fn a_refused_flag_is_told_from_other_errors() {
+        // Redis 7 with a flag it does not know; Redis 6, which reads `#!`
+        // as Lua.
+        for text in [
+            "ERR Unexpected flag in script shebang: allow-cross-slot-keys",
+            "ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'",
+        ] {
+            assert!(refuses_flag(&StoreError::Redis(text.into())), "{text}");
+        }
+        assert!(!refuses_flag(&StoreError::Redis(
+            "OOM command not allowed".into()
+        )));
+        assert!(!refuses_flag(&StoreError::Timeout));
+    }
+
+    #[test]
+    fn a_key_not_local_is_told_from_a_check_error() {
+        use fred::types::Value;
+        let text = "ERR Script attempted to access a non local key in a cluster node";
+        assert!(not_local(&Value::from(text)));
+        assert!(!not_local(&Value::from(
+            "WRONGTYPE Operation against a key"
+        )));
+        assert!(!not_local(&Value::Integer(4000)));
+    }
+}
