@@ -402,11 +402,11 @@ async fn call<J: Borrow<Item>>(
     answer
 }
 
-/// What one call of `jobs` got: its answers (as [`call`]'s), and whether
-/// it followed a `MOVED` or `ASK` to get them.
+/// What one call of `jobs` got: its answers (as [`call`]'s), and the
+/// redirection it followed to get them (`MOVED` or `ASK`), if any.
 pub(super) struct Attempt {
     pub(super) reply: Result<Vec<Value>, StoreError>,
-    pub(super) redirected: bool,
+    pub(super) redirected: Option<&'static str>,
 }
 
 /// One call of script `which` for `jobs` at `node`, waiting within
@@ -461,7 +461,7 @@ pub(super) async fn attempt<J: Borrow<Item>>(
             });
             Attempt {
                 reply: Err(StoreError::Timeout),
-                redirected: false,
+                redirected: None,
             }
         }
     }

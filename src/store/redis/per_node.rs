@@ -47,6 +47,9 @@ pub struct Redirects {
     /// Of those, the calls with a check left to its route's failure policy
     /// (the deadline passed, or Redis failed).
     pub by_policy: u64,
+    /// The longest such a call took, from its first send to its last
+    /// answer (µs).
+    pub slowest_us: u64,
 }
 
 /// Whether the cluster refuses calls across slots, and [`Redirects`].
@@ -55,6 +58,7 @@ pub(crate) struct CrossSlot {
     calls: AtomicU64,
     decided: AtomicU64,
     by_policy: AtomicU64,
+    slowest_us: AtomicU64,
 }
 
 impl CrossSlot {
@@ -64,6 +68,7 @@ impl CrossSlot {
             calls: AtomicU64::new(0),
             decided: AtomicU64::new(0),
             by_policy: AtomicU64::new(0),
+            slowest_us: AtomicU64::new(0),
         }
     }
 
@@ -90,11 +95,14 @@ impl CrossSlot {
             calls: self.calls.load(Ordering::Relaxed),
             decided: self.decided.load(Ordering::Relaxed),
             by_policy: self.by_policy.load(Ordering::Relaxed),
+            slowest_us: self.slowest_us.load(Ordering::Relaxed),
         }
     }
 
-    fn met(&self, decided: bool) {
+    fn met(&self, decided: bool, took: std::time::Duration) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.slowest_us.fetch_max(us, Ordering::Relaxed);
         let end = if decided {
             &self.decided
         } else {
@@ -247,9 +255,10 @@ fn not_local(item: &fred::types::Value) -> bool {
 async fn decide(scripts: &Arc<Inner>, first: Leg) {
     let Some(nodes) = &scripts.nodes else { return };
     let timer = scripts.metrics.start();
+    let began = Instant::now();
     let mut stamp: Option<Stamp> = None;
     let mut retried_late = false;
-    let (mut met, mut all_decided) = (false, true);
+    let (mut met, mut all_decided) = (Met::default(), true);
     let mut work = vec![first];
     let mut rounds = 0;
     while let Some(mut leg) = work.pop() {
@@ -268,7 +277,9 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
             _ => Which::Lean,
         };
         let tried = attempt(&leg.node, scripts, &leg.jobs, which, now, leg.asking).await;
-        met |= tried.redirected;
+        if let Some(kind) = tried.redirected {
+            met.saw(kind);
+        }
         let items = match tried.reply {
             Ok(items) if !items.is_empty() && items.len() <= leg.jobs.len() => items,
             Ok(other) => {
@@ -294,7 +305,7 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
             Err(e) => {
                 match redirect(&e) {
                     Some(Redirect::To(host, port, ask)) => {
-                        met = true;
+                        met.saw(if ask { "ASK" } else { "MOVED" });
                         match nodes.pool(&host, port) {
                             Ok(node) => work.push(Leg {
                                 node,
@@ -308,7 +319,7 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
                         }
                     }
                     Some(Redirect::Split) if leg.jobs.len() > 1 => {
-                        met = true;
+                        met.saw("TRYAGAIN");
                         for job in leg.jobs {
                             work.push(Leg {
                                 node: leg.node.clone(),
@@ -345,7 +356,7 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
             let _ = job.reply.send(answer);
         }
         if moved {
-            met = true;
+            met.saw("not local");
             nodes.resync();
             work.extend(per_slot(nodes, rest));
             continue;
@@ -375,9 +386,29 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
     scripts
         .metrics
         .answered(timer, if all_decided { Ok(()) } else { Err("cluster") });
-    if met {
-        scripts.cross.met(all_decided);
-        tracing::debug!(target: "fleetlimit", decided = all_decided, rounds, "a call met a slot on the move");
+    if !met.0.is_empty() {
+        let took = began.elapsed();
+        scripts.cross.met(all_decided, took);
+        tracing::debug!(
+            target: "fleetlimit",
+            met = ?met.0,
+            decided = all_decided,
+            rounds,
+            ?took,
+            "a call met a slot on the move"
+        );
+    }
+}
+
+/// The redirections a group of checks met.
+#[derive(Default)]
+struct Met(Vec<&'static str>);
+
+impl Met {
+    fn saw(&mut self, kind: &'static str) {
+        if !self.0.contains(&kind) {
+            self.0.push(kind);
+        }
     }
 }
 

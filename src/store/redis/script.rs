@@ -256,13 +256,13 @@ impl Inner {
                     reply: reply.map_err(map_err),
                     sent,
                     clock,
-                    redirected: false,
+                    redirected: None,
                 },
-                Some((_, Err(e))) => Answer {
+                Some((ask, Err(e))) => Answer {
                     reply: Err(e),
                     sent,
                     clock,
-                    redirected: true,
+                    redirected: Some(if ask { "ASK" } else { "MOVED" }),
                 },
                 Some((ask, Ok(node))) => {
                     args[at] = bound(which, &args[at], &node.clock, give_up, until);
@@ -272,7 +272,7 @@ impl Inner {
                         reply: reply.map_err(map_err),
                         sent,
                         clock: node.clock,
-                        redirected: true,
+                        redirected: Some(if ask { "ASK" } else { "MOVED" }),
                     }
                 }
             }
