@@ -296,6 +296,21 @@ impl RedisStore {
         self.inner.cross.redirects()
     }
 
+    /// Takes `error` as a cluster's answer to the script flagged
+    /// `allow-cross-slot-keys` (its `SCRIPT LOAD` or `EVAL`): whether it
+    /// reads as a refusal of the flag, and if so coalesced checks go in one
+    /// call per slot from now on, as when the store meets it itself. For
+    /// tests of that fallback: no server at hand refuses the flag.
+    #[doc(hidden)]
+    pub fn refuse_cross_slot(&self, error: &str) -> bool {
+        let e = StoreError::Redis(error.to_owned());
+        let refused = per_node::refuses_flag(&e);
+        if refused {
+            self.inner.cross.refuse(&e);
+        }
+        refused
+    }
+
     /// The fred pool, for admin tasks and the heartbeat.
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool

@@ -18,8 +18,9 @@
 //!   again, its late answer settled (`batch.rs`).
 //!
 //! Checks not run are sent again per slot within the same deadline (the
-//! first call's [`Stamp`]); what is left when it has passed, or after
-//! [`MAX_ROUNDS`] calls, is answered by the route's failure policy.
+//! first call's [`Stamp`]), those calls under way together; what is left
+//! when it has passed, or after [`MAX_HOPS`] calls, is answered by the
+//! route's failure policy.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,9 +32,6 @@ use super::cluster::{Node, NodePools};
 use super::deadline::Stamp;
 use super::script::{Inner, Which};
 use crate::store::StoreError;
-
-/// Most calls one group of checks makes, redirections included.
-const MAX_ROUNDS: usize = 8;
 
 /// Calls on a Cluster that met a slot on the move (`MOVED`, `ASK`,
 /// `TRYAGAIN`, `CROSSSLOT`, or a flagged call's key that was not its
@@ -129,7 +127,7 @@ pub(super) async fn run(scripts: &Arc<Inner>, jobs: Vec<Job>) {
         return fail(jobs, &StoreError::Protocol("not a cluster".into()));
     };
     let cross = scripts.cross.allowed();
-    let mut groups = match group(nodes, jobs, cross) {
+    let mut groups = match group(nodes, jobs, cross, None) {
         Ok(groups) => groups,
         Err((jobs, e)) => return fail(jobs, &e),
     };
@@ -151,14 +149,38 @@ struct Leg {
     cross: bool,
     /// `ASKING` first (the slot is being imported there).
     asking: bool,
+    /// The deadline of the group's first call, which every call sent again
+    /// for its checks keeps (`None` until that call goes).
+    stamp: Option<Stamp>,
+    /// Calls its checks went through before this one (redirections, splits).
+    hops: usize,
+    /// Sent again once after Redis ran it too late.
+    late_again: bool,
+}
+
+impl Leg {
+    /// The leg of `jobs` sent again after this one, at `node`.
+    fn after(&self, node: Node, jobs: Vec<Job>, cross: bool, asking: bool) -> Self {
+        Self {
+            node,
+            jobs,
+            cross,
+            asking,
+            stamp: self.stamp,
+            hops: self.hops + 1,
+            late_again: self.late_again,
+        }
+    }
 }
 
 /// `jobs` grouped by the primary owning their slot in fred's table (by
-/// slot when not `cross`), each group in the order the jobs came.
+/// slot when not `cross`), each group in the order the jobs came; sent
+/// again after `parent` if any.
 fn group(
     nodes: &NodePools,
     jobs: Vec<Job>,
     cross: bool,
+    parent: Option<&Leg>,
 ) -> Result<Vec<Leg>, (Vec<Job>, StoreError)> {
     let Some(table) = nodes.table() else {
         let e = StoreError::Unavailable("cluster slots not known yet".into());
@@ -187,14 +209,18 @@ fn group(
     );
     let mut legs = Vec::with_capacity(groups.len());
     for (host, port, _, jobs) in groups {
-        match nodes.pool(&host, port) {
-            Ok(node) => legs.push(Leg {
+        match (nodes.pool(&host, port), parent) {
+            (Ok(node), Some(parent)) => legs.push(parent.after(node, jobs, cross, false)),
+            (Ok(node), None) => legs.push(Leg {
                 node,
-                cross,
                 jobs,
+                cross,
                 asking: false,
+                stamp: None,
+                hops: 0,
+                late_again: false,
             }),
-            Err(e) => fail(jobs, &e),
+            (Err(e), _) => fail(jobs, &e),
         }
     }
     Ok(legs)
@@ -202,9 +228,9 @@ fn group(
 
 /// `jobs` split per slot, each group to its owner in fred's table: calls
 /// of declared keys, which Redis refuses with `MOVED` or `ASK` (and the
-/// node to ask) when the table is behind.
-fn per_slot(nodes: &NodePools, jobs: Vec<Job>) -> Vec<Leg> {
-    match group(nodes, jobs, false) {
+/// node to ask) when the table is behind; sent again after `parent`.
+fn per_slot(nodes: &NodePools, jobs: Vec<Job>, parent: &Leg) -> Vec<Leg> {
+    match group(nodes, jobs, false, Some(parent)) {
         Ok(legs) => legs,
         Err((jobs, e)) => {
             fail(jobs, &e);
@@ -250,164 +276,215 @@ fn not_local(item: &fred::types::Value) -> bool {
     text.contains("non local key") || text.contains("not hash to the same slot")
 }
 
-/// One group's checks decided: calls until every check has its answer,
-/// within one deadline (the first call's), at most [`MAX_ROUNDS`].
-async fn decide(scripts: &Arc<Inner>, first: Leg) {
-    let Some(nodes) = &scripts.nodes else { return };
-    let timer = scripts.metrics.start();
-    let began = Instant::now();
-    let mut stamp: Option<Stamp> = None;
-    let mut retried_late = false;
-    let (mut met, mut all_decided) = (Met::default(), true);
-    let mut work = vec![first];
-    let mut rounds = 0;
-    while let Some(mut leg) = work.pop() {
-        rounds += 1;
-        let now = *stamp.get_or_insert_with(|| Stamp::new(scripts.deadline(), &scripts.stalls));
-        if rounds > MAX_ROUNDS || (rounds > 1 && Instant::now() >= now.give_up()) {
-            // Never sent: nothing charged; the route's policy answers.
-            all_decided = false;
-            let e = StoreError::Unavailable("cluster slots on the move past the deadline".into());
-            fail(leg.jobs, &e);
-            continue;
-        }
-        let which = match (leg.jobs.len(), leg.cross) {
-            (1, _) => Which::One,
-            (_, true) => Which::LeanCross,
-            _ => Which::Lean,
-        };
-        let tried = attempt(&leg.node, scripts, &leg.jobs, which, now, leg.asking).await;
-        if let Some(kind) = tried.redirected {
-            met.saw(kind);
-        }
-        let items = match tried.reply {
-            Ok(items) if !items.is_empty() && items.len() <= leg.jobs.len() => items,
-            Ok(other) => {
-                all_decided = false;
-                let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
-                fail(leg.jobs, &e);
-                continue;
-            }
-            // Run too late, nothing charged: once more, as `deciding` does.
-            Err(StoreError::Late) if !retried_late => {
-                retried_late = true;
-                stamp = Some(now.after_late(scripts.deadline(), &scripts.stalls));
-                rounds -= 1;
-                work.push(leg);
-                continue;
-            }
-            Err(e) if which == Which::LeanCross && refuses_flag(&e) => {
-                // Refused before it ran: per slot, now and from now on.
-                scripts.cross.refuse(&e);
-                work.extend(per_slot(nodes, leg.jobs));
-                continue;
-            }
-            Err(e) => {
-                match redirect(&e) {
-                    Some(Redirect::To(host, port, ask)) => {
-                        met.saw(if ask { "ASK" } else { "MOVED" });
-                        match nodes.pool(&host, port) {
-                            Ok(node) => work.push(Leg {
-                                node,
-                                asking: ask,
-                                ..leg
-                            }),
-                            Err(e) => {
-                                all_decided = false;
-                                fail(leg.jobs, &e);
-                            }
-                        }
-                    }
-                    Some(Redirect::Split) if leg.jobs.len() > 1 => {
-                        met.saw("TRYAGAIN");
-                        for job in leg.jobs {
-                            work.push(Leg {
-                                node: leg.node.clone(),
-                                jobs: vec![job],
-                                cross: false,
-                                asking: leg.asking,
-                            });
-                        }
-                    }
-                    _ => {
-                        all_decided = false;
-                        fail(leg.jobs, &e);
-                    }
-                }
-                continue;
-            }
-        };
-        let mut items = items;
-        // A flagged call whose key was not its node's: the checks from it
-        // on did not run, and go per slot.
-        let moved = leg.cross && items.last().is_some_and(not_local);
-        if moved {
-            items.pop();
-        }
-        let mut rest = leg.jobs.split_off(items.len());
-        let mut last = None;
-        for (job, item) in leg.jobs.into_iter().zip(items) {
-            let answer = job
-                .item
-                .args
-                .parse(&item, job.item.capacity, job.item.shadow);
-            last = Some(answer.clone());
-            // A caller gone has its answer dropped (an unknown outcome).
-            let _ = job.reply.send(answer);
-        }
-        if moved {
-            met.saw("not local");
-            nodes.resync();
-            work.extend(per_slot(nodes, rest));
-            continue;
-        }
-        match last {
-            Some(Ok(_)) if rest.is_empty() => {}
-            // One check's data or numbers: the checks after it were not
-            // run, and are decided in another call.
-            Some(Err(StoreError::Script(_))) if !rest.is_empty() => {
-                leg.jobs = std::mem::take(&mut rest);
-                work.push(leg);
-            }
-            Some(Err(StoreError::Script(_))) => {}
-            Some(Err(e)) => {
-                all_decided = false;
-                fail(rest, &e);
-            }
-            _ => {
-                all_decided = false;
-                fail(
-                    rest,
-                    &StoreError::Protocol("batch script: short reply".into()),
-                );
-            }
+/// Most calls a check goes through (redirections and splits): a slot
+/// moves once at a time, so two or three are the most it needs.
+const MAX_HOPS: usize = 6;
+
+/// What a group's calls met, and whether every check got Redis's answer.
+struct Report {
+    met: Vec<&'static str>,
+    decided: bool,
+    calls: usize,
+}
+
+impl Report {
+    fn saw(&mut self, kind: &'static str) {
+        if !self.met.contains(&kind) {
+            self.met.push(kind);
         }
     }
+
+    fn merge(&mut self, other: Self) {
+        for kind in other.met {
+            self.saw(kind);
+        }
+        self.decided &= other.decided;
+        self.calls += other.calls;
+    }
+}
+
+/// One group's checks decided: a call, then the calls its checks not run
+/// need (per slot, to the node Redis named), each wave's calls under way
+/// together, all within the first call's deadline.
+async fn decide(scripts: &Arc<Inner>, first: Leg) {
+    let timer = scripts.metrics.start();
+    let began = Instant::now();
+    let mut report = Report {
+        met: Vec::new(),
+        decided: true,
+        calls: 0,
+    };
+    let mut wave = vec![first];
+    while !wave.is_empty() {
+        let mut next = Vec::new();
+        if wave.len() == 1 {
+            let leg = wave.pop().expect("one leg");
+            next = step(scripts, leg, &mut report).await;
+        } else {
+            let mut set = tokio::task::JoinSet::new();
+            for leg in wave.drain(..) {
+                let scripts = Arc::clone(scripts);
+                set.spawn(async move {
+                    let mut report = Report {
+                        met: Vec::new(),
+                        decided: true,
+                        calls: 0,
+                    };
+                    let next = step(&scripts, leg, &mut report).await;
+                    (next, report)
+                });
+            }
+            while let Some(done) = set.join_next().await {
+                match done {
+                    Ok((legs, r)) => {
+                        next.extend(legs);
+                        report.merge(r);
+                    }
+                    // Its checks' callers see their answer dropped.
+                    Err(_) => report.decided = false,
+                }
+            }
+        }
+        wave = next;
+    }
+    let decided = report.decided;
     scripts
         .metrics
-        .answered(timer, if all_decided { Ok(()) } else { Err("cluster") });
-    if !met.0.is_empty() {
+        .answered(timer, if decided { Ok(()) } else { Err("cluster") });
+    if !report.met.is_empty() {
         let took = began.elapsed();
-        scripts.cross.met(all_decided, took);
+        scripts.cross.met(decided, took);
         tracing::debug!(
             target: "fleetlimit",
-            met = ?met.0,
-            decided = all_decided,
-            rounds,
+            met = ?report.met,
+            decided,
+            calls = report.calls,
             ?took,
             "a call met a slot on the move"
         );
     }
 }
 
-/// The redirections a group of checks met.
-#[derive(Default)]
-struct Met(Vec<&'static str>);
-
-impl Met {
-    fn saw(&mut self, kind: &'static str) {
-        if !self.0.contains(&kind) {
-            self.0.push(kind);
+/// One call of `leg`: its answers handed out, and the legs its checks not
+/// run go in next.
+async fn step(scripts: &Arc<Inner>, mut leg: Leg, report: &mut Report) -> Vec<Leg> {
+    let Some(nodes) = &scripts.nodes else {
+        return Vec::new();
+    };
+    let stamp = *leg
+        .stamp
+        .get_or_insert_with(|| Stamp::new(scripts.deadline(), &scripts.stalls));
+    if leg.hops > MAX_HOPS || (leg.hops > 0 && Instant::now() >= stamp.give_up()) {
+        // Never sent: nothing charged; the route's policy answers.
+        report.decided = false;
+        let e = StoreError::Unavailable("cluster slots on the move past the deadline".into());
+        fail(leg.jobs, &e);
+        return Vec::new();
+    }
+    let which = match (leg.jobs.len(), leg.cross) {
+        (1, _) => Which::One,
+        (_, true) => Which::LeanCross,
+        _ => Which::Lean,
+    };
+    report.calls += 1;
+    let tried = attempt(&leg.node, scripts, &leg.jobs, which, stamp, leg.asking).await;
+    if let Some(kind) = tried.redirected {
+        report.saw(kind);
+    }
+    let mut items = match tried.reply {
+        Ok(items) if !items.is_empty() && items.len() <= leg.jobs.len() => items,
+        Ok(other) => {
+            report.decided = false;
+            let e = StoreError::Protocol(format!("batch script: unexpected {other:?}"));
+            fail(leg.jobs, &e);
+            return Vec::new();
+        }
+        // Run too late, nothing charged: once more, as `deciding` does.
+        Err(StoreError::Late) if !leg.late_again => {
+            leg.late_again = true;
+            leg.stamp = Some(stamp.after_late(scripts.deadline(), &scripts.stalls));
+            return vec![leg];
+        }
+        Err(e) if which == Which::LeanCross && refuses_flag(&e) => {
+            // Refused before it ran: per slot, now and from now on.
+            scripts.cross.refuse(&e);
+            let jobs = std::mem::take(&mut leg.jobs);
+            return per_slot(nodes, jobs, &leg);
+        }
+        Err(e) => {
+            return match redirect(&e) {
+                Some(Redirect::To(host, port, ask)) => {
+                    report.saw(if ask { "ASK" } else { "MOVED" });
+                    match nodes.pool(&host, port) {
+                        Ok(node) => {
+                            let jobs = std::mem::take(&mut leg.jobs);
+                            vec![leg.after(node, jobs, leg.cross, ask)]
+                        }
+                        Err(e) => {
+                            report.decided = false;
+                            fail(leg.jobs, &e);
+                            Vec::new()
+                        }
+                    }
+                }
+                Some(Redirect::Split) if leg.jobs.len() > 1 => {
+                    report.saw("TRYAGAIN");
+                    let jobs = std::mem::take(&mut leg.jobs);
+                    jobs.into_iter()
+                        .map(|job| leg.after(leg.node.clone(), vec![job], false, leg.asking))
+                        .collect()
+                }
+                _ => {
+                    report.decided = false;
+                    fail(leg.jobs, &e);
+                    Vec::new()
+                }
+            };
+        }
+    };
+    // A flagged call whose key was not its node's: the checks from it on
+    // did not run, and go per slot.
+    let moved = leg.cross && items.last().is_some_and(not_local);
+    if moved {
+        items.pop();
+    }
+    let rest = leg.jobs.split_off(items.len());
+    let mut last = None;
+    for (job, item) in std::mem::take(&mut leg.jobs).into_iter().zip(items) {
+        let answer = job
+            .item
+            .args
+            .parse(&item, job.item.capacity, job.item.shadow);
+        last = Some(answer.clone());
+        // A caller gone has its answer dropped (an unknown outcome).
+        let _ = job.reply.send(answer);
+    }
+    if moved {
+        report.saw("not local");
+        nodes.resync();
+        return per_slot(nodes, rest, &leg);
+    }
+    match last {
+        Some(Ok(_)) if rest.is_empty() => Vec::new(),
+        // One check's data or numbers: the checks after it were not run,
+        // and are decided in another call.
+        Some(Err(StoreError::Script(_))) if !rest.is_empty() => {
+            leg.jobs = rest;
+            vec![leg]
+        }
+        Some(Err(StoreError::Script(_))) => Vec::new(),
+        Some(Err(e)) => {
+            report.decided = false;
+            fail(rest, &e);
+            Vec::new()
+        }
+        _ => {
+            report.decided = false;
+            fail(
+                rest,
+                &StoreError::Protocol("batch script: short reply".into()),
+            );
+            Vec::new()
         }
     }
 }
