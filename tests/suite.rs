@@ -25,6 +25,7 @@ mod chaos_standalone;
 mod client;
 mod cluster_coalescing;
 mod cluster_node_down;
+mod cluster_redirects;
 mod concurrency;
 mod config_errors;
 mod contract;

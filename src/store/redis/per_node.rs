@@ -48,7 +48,19 @@ pub struct Redirects {
     /// The longest such a call took, from its first send to its last
     /// answer (µs).
     pub slowest_us: u64,
+    /// Of those, the calls that met `MOVED` (the slot had moved).
+    pub moved: u64,
+    /// ... that met `ASK` (the slot was being moved, the key gone).
+    pub ask: u64,
+    /// ... that met `TRYAGAIN` or `CROSSSLOT` (keys of one call on both
+    /// sides of a slot being moved): split into calls of one key.
+    pub split: u64,
+    /// ... whose call across slots met a key not its node's.
+    pub not_local: u64,
 }
+
+/// The redirections a call can meet, as [`Redirects`] counts them.
+const KINDS: [&str; 4] = ["MOVED", "ASK", "TRYAGAIN", "not local"];
 
 /// Whether the cluster refuses calls across slots, and [`Redirects`].
 pub(crate) struct CrossSlot {
@@ -57,6 +69,8 @@ pub(crate) struct CrossSlot {
     decided: AtomicU64,
     by_policy: AtomicU64,
     slowest_us: AtomicU64,
+    /// Per kind of [`KINDS`].
+    kinds: [AtomicU64; 4],
 }
 
 impl CrossSlot {
@@ -67,6 +81,7 @@ impl CrossSlot {
             decided: AtomicU64::new(0),
             by_policy: AtomicU64::new(0),
             slowest_us: AtomicU64::new(0),
+            kinds: Default::default(),
         }
     }
 
@@ -94,11 +109,20 @@ impl CrossSlot {
             decided: self.decided.load(Ordering::Relaxed),
             by_policy: self.by_policy.load(Ordering::Relaxed),
             slowest_us: self.slowest_us.load(Ordering::Relaxed),
+            moved: self.kinds[0].load(Ordering::Relaxed),
+            ask: self.kinds[1].load(Ordering::Relaxed),
+            split: self.kinds[2].load(Ordering::Relaxed),
+            not_local: self.kinds[3].load(Ordering::Relaxed),
         }
     }
 
-    fn met(&self, decided: bool, took: std::time::Duration) {
+    fn met(&self, kinds: &[&'static str], decided: bool, took: std::time::Duration) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        for (count, kind) in self.kinds.iter().zip(KINDS) {
+            if kinds.contains(&kind) {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.slowest_us.fetch_max(us, Ordering::Relaxed);
         let end = if decided {
@@ -353,7 +377,7 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
         .answered(timer, if decided { Ok(()) } else { Err("cluster") });
     if !report.met.is_empty() {
         let took = began.elapsed();
-        scripts.cross.met(decided, took);
+        scripts.cross.met(&report.met, decided, took);
         tracing::debug!(
             target: "fleetlimit",
             met = ?report.met,
