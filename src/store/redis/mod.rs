@@ -1,8 +1,9 @@
 //! The Redis store: a pooled `fred` client running the scripts in `lua/`.
 //!
 //! A request's check is one `EVALSHA` (single token-bucket checks in flight
-//! together share one, see `batch.rs`; a cluster runs one per hash slot the
-//! request's keys touch, see `cluster.rs`), with a hard deadline,
+//! together share one, see `batch.rs`, on a cluster one per primary, see
+//! `per_node.rs`; a cluster runs a request's other checks one per hash slot
+//! its keys touch, see `cluster.rs`), with a hard deadline,
 //! `fail_fast` (a disconnected pool answers at once instead of queueing)
 //! and a single attempt. The deadline runs from when the call is handed to
 //! fred, not from when the check was queued in this process (see
