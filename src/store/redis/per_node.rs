@@ -292,11 +292,15 @@ fn redirect(e: &StoreError) -> Option<Redirect> {
 /// Whether a flagged call's error item says its key was not the node's (the
 /// slot moved or is moving): that check and those after it did not run.
 fn not_local(item: &fred::types::Value) -> bool {
-    let text = match item {
-        fred::types::Value::String(t) => &**t,
-        fred::types::Value::Bytes(b) => std::str::from_utf8(b).unwrap_or(""),
-        _ => return false,
-    };
+    match item {
+        fred::types::Value::String(t) => not_local_text(t),
+        fred::types::Value::Bytes(b) => not_local_text(std::str::from_utf8(b).unwrap_or("")),
+        _ => false,
+    }
+}
+
+/// Redis's words for a script's command on a key not its node's.
+fn not_local_text(text: &str) -> bool {
     text.contains("non local key") || text.contains("not hash to the same slot")
 }
 
@@ -428,6 +432,16 @@ async fn step(scripts: &Arc<Inner>, mut leg: Leg, report: &mut Report) -> Vec<Le
             leg.late_again = true;
             leg.stamp = Some(stamp.after_late(scripts.deadline(), &scripts.stalls));
             return vec![leg];
+        }
+        // The same error, not caught by the script: it reads every key
+        // before it writes any, so nothing was charged.
+        Err(StoreError::Script(e) | StoreError::Redis(e))
+            if which == Which::LeanCross && not_local_text(&e) =>
+        {
+            report.saw("not local");
+            nodes.resync();
+            let jobs = std::mem::take(&mut leg.jobs);
+            return per_slot(nodes, jobs, &leg);
         }
         Err(e) if which == Which::LeanCross && refuses_flag(&e) => {
             // Refused before it ran: per slot, now and from now on.
