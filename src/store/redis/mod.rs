@@ -291,7 +291,9 @@ impl RedisStore {
     /// On a Cluster, the calls that met a slot on the move (`MOVED`, `ASK`,
     /// `TRYAGAIN`...) and how they ended, since the store started: each
     /// was sent again per slot within its deadline, or left to the route's
-    /// failure policy. Zeros elsewhere.
+    /// failure policy. Zeros elsewhere. For tests: operators read
+    /// `fleetlimit_cluster_redirects_total` (feature `metrics`).
+    #[doc(hidden)]
     #[must_use]
     pub fn redirects(&self) -> Redirects {
         self.inner.cross.redirects()

@@ -382,6 +382,11 @@ async fn decide(scripts: &Arc<Inner>, first: Leg) {
     if !report.met.is_empty() {
         let took = began.elapsed();
         scripts.cross.met(&report.met, decided, took);
+        for (i, kind) in KINDS.iter().enumerate() {
+            if report.met.contains(kind) {
+                scripts.metrics.redirected(i, decided);
+            }
+        }
         tracing::debug!(
             target: "fleetlimit",
             met = ?report.met,
