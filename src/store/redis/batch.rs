@@ -51,7 +51,7 @@ use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
 
 /// Most requests in one call.
-pub(super) const MAX_BATCH: usize = 64;
+const MAX_BATCH: usize = 64;
 /// Most scheduler ticks a batch waits for more checks; it stops at the
 /// first tick that brings none (an idle server: one tick). Measured with
 /// the load harness: one tick made batches of ~8, two of ~20 and 3–4 %
