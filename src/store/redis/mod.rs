@@ -16,9 +16,12 @@
 //! - `deadline.rs`: the deadline of a call, fred's own thread.
 //! - `script.rs`: the scripts, `EVALSHA`/`EVAL`, errors and replies.
 //! - `batch.rs`: coalesced single-bucket checks.
+//! - `lean_call.rs`: one call of such checks, its late answer settled.
 //! - `release.rs`: concurrency slots whose release failed, sent again.
 //! - `cluster.rs`: a pool per cluster primary.
 //! - `per_node.rs`: a Cluster's coalesced checks, a call per primary.
+//! - `redirects.rs`: whether a Cluster takes calls across slots, and the
+//!   calls that met a slot on the move.
 //! - `tls.rs`: `rediss://`.
 
 mod batch;
@@ -27,14 +30,16 @@ mod cluster;
 pub(crate) mod connect;
 mod cross_slot;
 mod deadline;
+mod lean_call;
 mod lease;
 mod per_node;
+mod redirects;
 mod release;
 mod release_queue;
 pub(crate) mod reply;
 pub(crate) mod script;
 
-pub use self::per_node::Redirects;
+pub use self::redirects::Redirects;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 
@@ -264,7 +269,7 @@ impl RedisStore {
             let loaded: Result<(), _> = self.pool.next().script_load_cluster(LEAN_CROSS).await;
             let e = loaded.err().map(map_err);
             match e {
-                Some(e) if per_node::refuses_flag(&e) => self.inner.cross.refuse(&e),
+                Some(e) if redirects::refuses_flag(&e) => self.inner.cross.refuse(&e),
                 Some(e) => return Err(e),
                 None => {}
             }
@@ -307,7 +312,7 @@ impl RedisStore {
     #[doc(hidden)]
     pub fn refuse_cross_slot(&self, error: &str) -> bool {
         let e = StoreError::Redis(error.to_owned());
-        let refused = per_node::refuses_flag(&e);
+        let refused = redirects::refuses_flag(&e);
         if refused {
             self.inner.cross.refuse(&e);
         }

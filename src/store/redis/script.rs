@@ -153,7 +153,7 @@ pub(crate) struct Inner {
     pub(crate) metrics: crate::metrics::StoreMetrics,
     /// On a Cluster: whether calls across slots are refused, and the calls
     /// that met a slot on the move (`per_node.rs`).
-    pub(crate) cross: super::per_node::CrossSlot,
+    pub(crate) cross: super::redirects::CrossSlot,
 }
 
 impl Inner {
@@ -178,7 +178,7 @@ impl Inner {
             release_log: crate::log_throttle::Throttle::default(),
             releases: super::release_queue::Releases::new(),
             metrics: crate::metrics::StoreMetrics::new(),
-            cross: super::per_node::CrossSlot::new(),
+            cross: super::redirects::CrossSlot::new(),
             options: Options {
                 // `within` bounds the caller's wait; this, how long an
                 // answer is awaited to be settled.
