@@ -311,10 +311,14 @@ impl Inner {
         args: &[Value],
         asking: bool,
     ) -> Result<Value, FredError> {
-        let client = pool.next().with_options(&self.options);
         if !asking {
-            return client.custom::<Value, Value>(command, args.to_vec()).await;
+            // The pool picks a connected client (fred's `prefer_connected`).
+            return pool
+                .with_options(&self.options)
+                .custom::<Value, Value>(command, args.to_vec())
+                .await;
         }
+        let client = pool.next_connected().with_options(&self.options);
         let pipe = fred::clients::Pipeline::from(client);
         let ask = CustomCommand::new_static("ASKING", ClusterHash::FirstKey, false);
         pipe.custom::<Value, Value>(ask, Vec::new()).await?;
