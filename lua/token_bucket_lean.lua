@@ -28,8 +28,16 @@
 --                      latter plus 0.5 µs of slack, so rounding to a quarter
 --                      µs never refuses an exact fit (REDIS_SLACK_US)
 -- ARGV[2n+2]           present when a key is named more than once: the
---                      checks then read each key's latest TAT from this
+--                      checks then read each key's latest value from this
 --                      call's own writes (a table the call otherwise skips)
+-- On a Cluster, checks of several slots owned by one primary share a call
+-- of this script flagged `allow-cross-slot-keys` (LEAN_CROSS in
+-- src/algorithm/token_bucket.rs; src/store/redis/per_node.rs): Redis
+-- refuses declared keys of several slots, and a MGET across slots, so such
+-- a call declares none (numkeys 0), names its keys in ARGV after their
+-- count (ARGV = n, keys, then the arguments above), and reads each key on
+-- its own. A key that is not this node's (its slot moved, or is moving)
+-- fails its read: nothing is decided then, and the reply is that error.
 -- Returns one integer per check, in quarter µs: 4 × (TAT − now) after the
 -- charge when admitted (≥ 0), or −1 − 4 × (TAT − now) when refused (nothing
 -- written), then now (µs). TAT and now are whole multiples of 0.25 µs (a
@@ -37,6 +45,11 @@
 -- fails, the answers are fewer: those before the failing check, then its
 -- error text, then now. Run after its bound: { 'LATE', now }.
 local keys, argv = KEYS, ARGV
+local cross = #keys == 0
+if cross then
+  local m = tonumber(argv[1])
+  keys, argv = { unpack(ARGV, 2, m + 1) }, { unpack(ARGV, m + 2) }
+end
 local n = #keys
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -44,7 +57,14 @@ local not_after = tonumber(argv[1])
 if not_after and now > not_after then return { 'LATE', now } end
 local out = {}
 local function decide()
-  local vals = call('MGET', unpack(keys))
+  local vals
+  if cross then
+    -- One key a read (a single-key MGET: nil for another type, as MGET).
+    vals = {}
+    for i = 1, n do vals[i] = call('MGET', keys[i])[1] end
+  else
+    vals = call('MGET', unpack(keys))
+  end
   -- key → its value written in this call (false: deleted in this call).
   local latest = argv[2 * n + 2] and {}
   -- Checks of one limit share their argument strings (one Lua string each).

@@ -156,8 +156,8 @@ fn main() {
         Some("window") => Some(("(i) batch window", |r, secs| {
             window_table(&run_window(r, secs))
         })),
-        Some("cluster") => Some(("the seed's server on a 3-primary Cluster", |_, secs| {
-            run_cluster(secs).map_or_else(|| "skipped".into(), |r| cluster_table(&r))
+        Some("cluster") => Some(("the seed's server on a 3-primary Cluster", |r, secs| {
+            run_cluster(r, secs).map_or_else(|| "skipped".into(), |r| cluster_table(&r))
         })),
         _ => None,
     };

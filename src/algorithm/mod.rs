@@ -19,7 +19,7 @@ mod token_bucket;
 use std::time::Duration;
 
 pub(crate) use concurrency::Slots;
-pub(crate) use token_bucket::{LEAN, LEASE, LeanArgs, ONE};
+pub(crate) use token_bucket::{LEAN, LEAN_CROSS, LEASE, LeanArgs, ONE};
 
 mod level;
 mod stored;

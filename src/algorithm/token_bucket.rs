@@ -50,6 +50,16 @@ pub(crate) use lua;
 /// reads the arguments [`LeanArgs`] prints and answers integers.
 pub(crate) const LEAN: &str = concat!(core!(), include_str!("../../lua/token_bucket_lean.lua"));
 
+/// The lean script for a Cluster's call across slots of one primary: the
+/// same text, flagged so that Redis 7 lets it touch keys of several slots
+/// (the flag must be its first line). Such a call declares no key and names
+/// them in its arguments (see `lua/token_bucket_lean.lua`).
+pub(crate) const LEAN_CROSS: &str = concat!(
+    "#!lua flags=allow-cross-slot-keys\n",
+    core!(),
+    include_str!("../../lua/token_bucket_lean.lua")
+);
+
 /// The one-check script: a call carrying a single check (a lone request,
 /// a batch of one) decided as the lean script decides it, with its numbers
 /// as one argument of three doubles ([`LeanArgs::packed`]).

@@ -136,7 +136,7 @@ impl ConfigBuilder {
     }
 
     /// Whether checks in flight together share one script call (default
-    /// true; a cluster never coalesces).
+    /// true; on a Cluster, one call per primary).
     pub fn coalesce(mut self, on: bool) -> Self {
         self.redis().coalesce = Some(on);
         self

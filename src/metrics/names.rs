@@ -17,6 +17,7 @@ pub(crate) const FLEET_SIZE: &str = "fleetlimit_fleet_size";
 pub(crate) const PRECISION: &str = "fleetlimit_precision_events_total";
 pub(crate) const WRITE_BACK: &str = "fleetlimit_writeback_units_total";
 pub(crate) const SLOT_RELEASES: &str = "fleetlimit_slot_releases_total";
+pub(crate) const CLUSTER_REDIRECTS: &str = "fleetlimit_cluster_redirects_total";
 pub(crate) const REGION_MOVED: &str = "fleetlimit_region_quota_moved_total";
 pub(crate) const REGION_REBALANCED: &str = "fleetlimit_region_rebalanced_total";
 pub(crate) const REGION_IN_FLIGHT: &str = "fleetlimit_region_quota_in_flight";
@@ -91,6 +92,11 @@ pub(super) fn describe() {
         SLOT_RELEASES,
         Unit::Count,
         "Concurrency slot releases that failed, by what became of them"
+    );
+    describe_counter!(
+        CLUSTER_REDIRECTS,
+        Unit::Count,
+        "Calls of coalesced checks on a Cluster that met a slot on the move, by kind and outcome"
     );
     describe_counter!(
         WRITE_BACK,

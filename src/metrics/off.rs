@@ -62,6 +62,8 @@ impl StoreMetrics {
     pub(crate) fn precision(&self, _: Precision, _: u64) {}
 
     pub(crate) fn slot_release(&self, _: SlotRelease, _: u64) {}
+
+    pub(crate) fn redirected(&self, _: usize, _: bool) {}
 }
 
 pub(crate) struct CallTimer;

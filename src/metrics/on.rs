@@ -137,7 +137,13 @@ pub(crate) struct StoreMetrics {
     checks: [Counter; 3],
     precision: [Counter; Precision::ALL.len()],
     releases: [Counter; SlotRelease::ALL.len()],
+    /// Per kind of redirection, decided (0) or left to the policy (1).
+    redirects: [[Counter; 2]; REDIRECTS.len()],
 }
+
+/// The `kind` label of `fleetlimit_cluster_redirects_total`, in the order
+/// `per_node.rs` counts them.
+const REDIRECTS: [&str; 4] = ["moved", "ask", "tryagain", "not_local"];
 
 const REASONS: [&str; 8] = [
     "timeout",
@@ -171,6 +177,19 @@ impl StoreMetrics {
                 .map(|p| ::metrics::counter!(PRECISION, "event" => p.as_str())),
             releases: SlotRelease::ALL
                 .map(|r| ::metrics::counter!(SLOT_RELEASES, "result" => r.as_str())),
+            redirects: REDIRECTS.map(|kind| {
+                ["decided", "policy"].map(|outcome| {
+                    ::metrics::counter!(CLUSTER_REDIRECTS, "kind" => kind, "outcome" => outcome)
+                })
+            }),
+        }
+    }
+
+    /// A Cluster's call met redirection `kind` (an index of `REDIRECTS`);
+    /// its checks were all `decided` by Redis, or not.
+    pub(crate) fn redirected(&self, kind: usize, decided: bool) {
+        if let Some(counts) = self.redirects.get(kind) {
+            counts[usize::from(!decided)].increment(1);
         }
     }
 

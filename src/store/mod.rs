@@ -17,6 +17,10 @@ use std::pin::Pin;
 
 pub(crate) use self::error::StoreError;
 pub use self::memory::MemoryStore;
+/// Not API (the public surface's budget, docs/api.md): for tests.
+#[cfg(feature = "redis")]
+#[doc(hidden)]
+pub use self::redis::Redirects;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 pub use crate::algorithm::{LimitState, Rule};

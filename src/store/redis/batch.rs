@@ -33,9 +33,8 @@
 //! of about the window's share of its rate: what divides Redis's cost per
 //! decision, for a wait of at most the window per request.
 //!
-//! Standalone and Sentinel only: on a cluster a script may touch one slot.
+//! On a Cluster the batch is decided per primary (`per_node.rs`).
 
-use std::borrow::Borrow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -44,8 +43,9 @@ use fred::clients::Pool;
 use fred::types::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::deadline::{Stamp, deciding, giving_back, within};
-use super::script::{Inner, Which};
+use super::cluster::Node;
+use super::lean_call::{Item, Job, call, fail};
+use super::script::Inner;
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
 
@@ -61,48 +61,15 @@ const GATHER_TICKS: usize = 2;
 /// failure policy answers) rather than queueing without bound.
 const MAX_QUEUED: usize = 16_384;
 
-/// One single-token-bucket check, as the lean script takes it.
-#[derive(Clone)]
-pub(crate) struct Item {
-    /// The bucket's key, ready to send (built once, shared by reference).
-    key: Value,
-    capacity: f64,
-    shadow: bool,
-    args: LeanArgs,
-}
-
-pub(crate) struct Job {
-    item: Item,
-    reply: oneshot::Sender<Result<Outcome, StoreError>>,
-    /// When it was queued, with a batch window (its wait is counted from
-    /// then).
-    at: Option<Instant>,
-}
-
-impl Item {
-    /// The check giving back what this one charged (`None`: it charges
-    /// nothing).
-    fn refund(&self) -> Option<Self> {
-        Some(Self {
-            args: self.args.refund()?,
-            ..self.clone()
-        })
-    }
-}
-
-impl Borrow<Item> for Job {
-    fn borrow(&self) -> &Item {
-        &self.item
-    }
-}
-
 #[derive(Clone)]
 pub(crate) struct Batcher {
     tx: mpsc::Sender<Job>,
     /// Calls under way: direct checks, and batches from when the draining
     /// task took their first check until their answers are handed out.
     busy: Arc<AtomicUsize>,
-    pool: Pool,
+    /// Where a standalone Redis (or Sentinel's primary) is, and its clock;
+    /// a Cluster's calls go to their primaries' own pools.
+    node: Node,
     scripts: Arc<Inner>,
     /// `[redis] batch_window`: how long a check waits for company.
     window: Option<Duration>,
@@ -147,10 +114,14 @@ impl Batcher {
     pub(crate) fn start(pool: Pool, scripts: Arc<Inner>, window: Option<Duration>) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
         let busy = Arc::new(AtomicUsize::new(0));
+        let pool = Node {
+            pool,
+            clock: Arc::clone(&scripts.clock),
+        };
         let this = Self {
             tx,
             busy: Arc::clone(&busy),
-            pool: pool.clone(),
+            node: pool.clone(),
             scripts: Arc::clone(&scripts),
             window,
         };
@@ -210,7 +181,21 @@ impl Batcher {
         // With a batch window a check waits for company, alone or not.
         let idle = self.window.is_none() && self.tx.capacity() == self.tx.max_capacity();
         if let Some(busy) = idle.then(|| Busy::first(&self.busy)).flatten() {
-            let (pool, scripts) = (self.pool.clone(), Arc::clone(&self.scripts));
+            let (pool, scripts) = (self.node.clone(), Arc::clone(&self.scripts));
+            if scripts.nodes.is_some() {
+                // A batch of one, to its slot's primary.
+                let (reply, answer) = oneshot::channel();
+                let job = Job {
+                    item,
+                    reply,
+                    at: None,
+                };
+                return Box::pin(async move {
+                    super::per_node::run(&scripts, vec![job]).await;
+                    drop(busy);
+                    answered(answer).await
+                });
+            }
             return Box::pin(async move {
                 let answer = direct(&pool, &scripts, item).await;
                 drop(busy);
@@ -225,11 +210,18 @@ impl Batcher {
             // breaker's business (it would turn a busy moment of this host
             // into an outage of every route).
             queued.map_err(|_| StoreError::Overloaded)?;
-            answer
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
+            answered(answer).await
         })
     }
+}
+
+/// A queued check's answer.
+async fn answered(
+    answer: oneshot::Receiver<Result<Outcome, StoreError>>,
+) -> Result<Outcome, StoreError> {
+    answer
+        .await
+        .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
 }
 
 /// `first` and what is queued behind it, up to a batch, without the
@@ -255,7 +247,7 @@ fn windowed(
     mut rx: mpsc::Receiver<Job>,
     window: Duration,
     busy: &Arc<AtomicUsize>,
-    pool: &Pool,
+    pool: &Node,
     scripts: &Arc<Inner>,
     io: &tokio::runtime::Handle,
 ) {
@@ -279,7 +271,7 @@ fn windowed(
 
 /// One check in a call of its own, answered as [`run`] answers a batch of
 /// one.
-async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome, StoreError> {
+async fn direct(pool: &Node, scripts: &Arc<Inner>, item: Item) -> Result<Outcome, StoreError> {
     match <[Value; 1]>::try_from(call(pool, scripts, std::slice::from_ref(&item), false).await?) {
         Ok([reply]) => item.args.parse(&reply, item.capacity, item.shadow),
         Err(other) => Err(StoreError::Protocol(format!(
@@ -288,7 +280,10 @@ async fn direct(pool: &Pool, scripts: &Arc<Inner>, item: Item) -> Result<Outcome
     }
 }
 
-async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
+async fn run(pool: &Node, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
+    if scripts.nodes.is_some() {
+        return super::per_node::run(scripts, jobs).await;
+    }
     // Bounded: every round answers at least one job.
     while !jobs.is_empty() {
         let items = match call(pool, scripts, &jobs, false).await {
@@ -327,179 +322,5 @@ async fn run(pool: &Pool, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
                 return fail(jobs, &e);
             }
         }
-    }
-}
-
-/// One call of the lean script for `jobs` (of the one-check script for a
-/// job alone): its answers, Redis's clock
-/// taken off (see `script::timed`). A call Redis ran too late (nothing
-/// charged) is sent again when the deadline leaves time (see
-/// `deadline::deciding`); an answer that comes after the call gave up is
-/// settled: what it charged is given back (`give_back`: such a call,
-/// sent as `deadline::giving_back` says).
-async fn call<J: Borrow<Item>>(
-    pool: &Pool,
-    scripts: &Arc<Inner>,
-    jobs: &[J],
-    give_back: bool,
-) -> Result<Vec<Value>, StoreError> {
-    let (which, args, at) = match jobs {
-        // One check: EVALSHA sha 1 key (not_after cost×per burst×per), packed.
-        [one] => {
-            let one = one.borrow();
-            let args = vec![
-                Value::Null,
-                Value::Integer(1),
-                one.key.clone(),
-                one.args.packed(),
-            ];
-            (Which::One, args, 3)
-        }
-        _ => (Which::Lean, lean_args(jobs), 2 + jobs.len()),
-    };
-    scripts.metrics.sent(which.metric(), jobs.len());
-    let timer = scripts.metrics.start();
-    let attempt = |stamp: Stamp| {
-        let clock = Arc::clone(&scripts.clock);
-        let mut sending = scripts.send(pool, clock, which, args.clone(), at, stamp);
-        async move {
-            let waited = within(
-                &mut sending,
-                scripts.deadline(),
-                stamp,
-                &scripts.io,
-                &scripts.stalls,
-            )
-            .await;
-            scripts
-                .health
-                .saw(waited.as_ref().is_some_and(|a| a.reply.is_ok()));
-            match waited {
-                Some(answer) => answer.items(),
-                None => {
-                    let items: Vec<Item> = jobs.iter().map(|j| j.borrow().clone()).collect();
-                    let (inner, pool) = (Arc::clone(scripts), pool.clone());
-                    scripts.settle(sending, move |answer| async move {
-                        settled(&inner, &pool, &items, answer.items()).await;
-                    });
-                    Err(StoreError::Timeout)
-                }
-            }
-        }
-    };
-    let answer = if give_back {
-        giving_back(attempt, &scripts.health, None).await
-    } else {
-        deciding(attempt, false, scripts.deadline(), &scripts.stalls).await
-    };
-    scripts.metrics.answered(
-        timer,
-        answer.as_ref().map(|_| ()).map_err(StoreError::reason),
-    );
-    answer
-}
-
-/// The lean script's arguments for `jobs` (after a placeholder for the
-/// SHA): EVALSHA sha n key.. not_after (cost×per burst×per).. [d].
-fn lean_args<J: Borrow<Item>>(jobs: &[J]) -> Vec<Value> {
-    let mut args: Vec<Value> = Vec::with_capacity(4 + 3 * jobs.len());
-    args.push(Value::Null);
-    args.push(Value::Integer(jobs.len() as i64));
-    args.extend(jobs.iter().map(|j| j.borrow().key.clone()));
-    args.push(Value::Null);
-    // Checks of one limit share their numbers: printed once, then the
-    // (reference-counted) values are reused.
-    let mut last: Option<(LeanArgs, (Value, Value))> = None;
-    for j in jobs.iter().map(Borrow::borrow) {
-        let (inc, burst) = match &last {
-            Some((a, values)) if *a == j.args => values.clone(),
-            _ => {
-                let values = j.args.values();
-                last = Some((j.args, values.clone()));
-                values
-            }
-        };
-        args.push(inc);
-        args.push(burst);
-    }
-    if repeats_a_key(jobs) {
-        // The script then follows each key's own writes in this call.
-        args.push(Value::from("d"));
-    }
-    args
-}
-
-/// [`call`] boxed: a refund giving back a late answer's charges runs
-/// through `call`, whose late answers are settled the same way.
-fn call_boxed<'a>(
-    pool: &'a Pool,
-    scripts: &'a Arc<Inner>,
-    items: &'a [Item],
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Value>, StoreError>> + Send + 'a>>
-{
-    Box::pin(call(pool, scripts, items, true))
-}
-
-/// A lean call's answers that came after it gave up: each check they
-/// charged is given back (a refund of its charge, in one call).
-async fn settled(
-    inner: &Arc<Inner>,
-    pool: &Pool,
-    items: &[Item],
-    answers: Result<Vec<Value>, StoreError>,
-) {
-    use crate::metrics::Precision;
-    let n = items.len() as u64;
-    let answers = match answers {
-        Ok(answers) => answers,
-        Err(StoreError::Late) => return inner.metrics.precision(Precision::LateDiscarded, n),
-        Err(_) => return inner.metrics.precision(Precision::Unknown, n),
-    };
-    let refunds: Vec<Item> = (items.iter().zip(&answers))
-        .filter(|(item, answer)| {
-            (item.args.parse(answer, item.capacity, item.shadow)).is_ok_and(|o| o.limits[0].enough)
-        })
-        .filter_map(|(item, _)| item.refund())
-        .collect();
-    let charged = refunds.len() as u64;
-    inner.metrics.precision(Precision::SettledCharged, charged);
-    inner
-        .metrics
-        .precision(Precision::SettledUncharged, n - charged);
-    if refunds.is_empty() {
-        return;
-    }
-    if let Err(e) = call_boxed(pool, inner, &refunds).await {
-        tracing::warn!(
-            target: "fleetlimit",
-            error = %e,
-            checks = refunds.len(),
-            "could not give back what checks charged after their call gave up: \
-             they stay charged until they refill"
-        );
-    }
-}
-
-/// Whether a key is named by more than one job: the script reads every
-/// key once (MGET) and, only when told, follows a key's writes within the
-/// call, so a repeated key must be flagged or its later checks would
-/// decide on a stale TAT.
-fn repeats_a_key<J: Borrow<Item>>(jobs: &[J]) -> bool {
-    fn key<J: Borrow<Item>>(j: &J) -> &[u8] {
-        j.borrow().key.as_bytes().unwrap_or_default()
-    }
-    if jobs.len() <= 16 {
-        jobs.iter()
-            .enumerate()
-            .any(|(i, a)| jobs[..i].iter().any(|b| key(a) == key(b)))
-    } else {
-        let mut seen = std::collections::HashSet::with_capacity(jobs.len());
-        !jobs.iter().all(|j| seen.insert(key(j)))
-    }
-}
-
-fn fail(jobs: Vec<Job>, e: &StoreError) {
-    for job in jobs {
-        let _ = job.reply.send(Err(e.clone()));
     }
 }

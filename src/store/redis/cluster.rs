@@ -8,12 +8,15 @@
 //! table fred's cluster client keeps (its last good one while it cannot
 //! resync). A dead primary's pool fails fast and reconnects by itself; the
 //! others never notice. A `MOVED` answer (a slot moved since the table
-//! was read) is followed once, to the node it names. A check whose keys
-//! span several slots is split by slot (`slot_groups`).
+//! was read) is followed once, to the node it names, and has fred read the
+//! table again; an `ASK` (a slot being moved) is followed once with
+//! `ASKING`. A check whose keys span several slots is split by slot
+//! (`slot_groups`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
 use fred::error::Error as FredError;
@@ -28,6 +31,10 @@ use crate::store::{Check, StoreError};
 /// thousand nodes); beyond it a check is refused as unavailable.
 const MAX_NODES: usize = 1_024;
 
+/// Least time between two reads of the slot table after `MOVED`s (a
+/// reshard of a thousand slots sends many at once).
+const RESYNC_EVERY: Duration = Duration::from_millis(100);
+
 pub(crate) struct NodePools {
     /// fred's cluster client: only its slot table is used here.
     cluster: Pool,
@@ -38,6 +45,9 @@ pub(crate) struct NodePools {
     connect_timeout: Duration,
     io: tokio::runtime::Handle,
     pools: Mutex<HashMap<String, Node>>,
+    /// When the slot table was last read again (ms since `born`, plus one).
+    resynced: AtomicU64,
+    born: Instant,
 }
 
 /// A primary's pool, and its clock (each primary's host has its own).
@@ -64,7 +74,39 @@ impl NodePools {
             connect_timeout,
             io,
             pools: Mutex::new(HashMap::new()),
+            resynced: AtomicU64::new(0),
+            born: Instant::now(),
         }
+    }
+
+    /// fred's slot table now (one copy, for a batch's every check).
+    pub(crate) fn table(&self) -> Option<fred::types::cluster::ClusterRouting> {
+        self.cluster.next().cached_cluster_state()
+    }
+
+    /// Has every client of fred's cluster pool read the slot table again
+    /// (each keeps its own), at most once per [`RESYNC_EVERY`], in the
+    /// background.
+    pub(crate) fn resync(&self) {
+        let now = self.born.elapsed().as_millis() as u64 + 1;
+        let last = self.resynced.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= RESYNC_EVERY.as_millis() as u64;
+        if !due
+            || self
+                .resynced
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let cluster = self.cluster.clone();
+        drop(self.io.spawn(async move {
+            for client in cluster.clients() {
+                if let Err(e) = client.sync_cluster().await {
+                    tracing::debug!(target: "fleetlimit", error = %e, "could not read the cluster's slot table again");
+                }
+            }
+        }));
     }
 
     /// The primary owning `slot`, as `host:port`, from fred's slot table.
@@ -148,7 +190,17 @@ pub(crate) fn slot_groups(check: &Check) -> Vec<Vec<usize>> {
 
 /// The node a `MOVED` error names, as `(host, port)`.
 pub(crate) fn moved_to(e: &FredError) -> Option<(String, u16)> {
-    let rest = e.details().strip_prefix("MOVED ")?;
+    named(e.details().strip_prefix("MOVED ")?)
+}
+
+/// The node an `ASK` error names (the slot is being moved there), as
+/// `(host, port)`.
+pub(crate) fn asked_to(e: &FredError) -> Option<(String, u16)> {
+    named(e.details().strip_prefix("ASK ")?)
+}
+
+/// `host:port` after the slot in a redirection.
+fn named(rest: &str) -> Option<(String, u16)> {
     let addr = rest.split_whitespace().nth(1)?;
     let (host, port) = addr.rsplit_once(':')?;
     Some((host.to_owned(), port.parse().ok()?))
@@ -165,6 +217,9 @@ mod tests {
         let e = FredError::new(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381");
         assert_eq!(moved_to(&e), Some(("127.0.0.1".to_owned(), 6381)));
         let e = FredError::new(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down");
+        assert_eq!(moved_to(&e), None);
+        let e = FredError::new(ErrorKind::Cluster, "ASK 3999 127.0.0.1:6382");
+        assert_eq!(asked_to(&e), Some(("127.0.0.1".to_owned(), 6382)));
         assert_eq!(moved_to(&e), None);
     }
 }

@@ -104,6 +104,21 @@ impl Stamp {
     pub(crate) fn give_up(&self) -> Instant {
         self.handed + self.window
     }
+
+    /// The stamp of a call sent again after Redis ran this one after its
+    /// bound (Redis or this host stalled): what is left of this one's hard
+    /// bound, and at least a deadline.
+    pub(crate) fn after_late(&self, deadline: Duration, stalls: &Stalls) -> Self {
+        let now = Instant::now();
+        stalls.seen(now);
+        let window = self.hard.saturating_duration_since(now).max(deadline);
+        Self {
+            handed: now,
+            window,
+            hard: now + window,
+            until: None,
+        }
+    }
 }
 
 /// How long after a stall of this host calls get a hard bound's window
@@ -131,17 +146,7 @@ where
     if once || !matches!(out, Err(StoreError::Late)) {
         return out;
     }
-    // Redis ran it after its bound: Redis or this host stalled.
-    let now = Instant::now();
-    stalls.seen(now);
-    let window = first.hard.saturating_duration_since(now).max(deadline);
-    attempt(Stamp {
-        handed: now,
-        window,
-        hard: now + window,
-        until: None,
-    })
-    .await
+    attempt(first.after_late(deadline, stalls)).await
 }
 
 /// How long a give-back (a refund no caller waits for) waits for its answer.

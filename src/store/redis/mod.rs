@@ -1,8 +1,9 @@
 //! The Redis store: a pooled `fred` client running the scripts in `lua/`.
 //!
 //! A request's check is one `EVALSHA` (single token-bucket checks in flight
-//! together share one, see `batch.rs`; a cluster runs one per hash slot the
-//! request's keys touch, see `cluster.rs`), with a hard deadline,
+//! together share one, see `batch.rs`, on a cluster one per primary, see
+//! `per_node.rs`; a cluster runs a request's other checks one per hash slot
+//! its keys touch, see `cluster.rs`), with a hard deadline,
 //! `fail_fast` (a disconnected pool answers at once instead of queueing)
 //! and a single attempt. The deadline runs from when the call is handed to
 //! fred, not from when the check was queued in this process (see
@@ -15,8 +16,12 @@
 //! - `deadline.rs`: the deadline of a call, fred's own thread.
 //! - `script.rs`: the scripts, `EVALSHA`/`EVAL`, errors and replies.
 //! - `batch.rs`: coalesced single-bucket checks.
+//! - `lean_call.rs`: one call of such checks, its late answer settled.
 //! - `release.rs`: concurrency slots whose release failed, sent again.
 //! - `cluster.rs`: a pool per cluster primary.
+//! - `per_node.rs`: a Cluster's coalesced checks, a call per primary.
+//! - `redirects.rs`: whether a Cluster takes calls across slots, and the
+//!   calls that met a slot on the move.
 //! - `tls.rs`: `rediss://`.
 
 mod batch;
@@ -25,11 +30,16 @@ mod cluster;
 pub(crate) mod connect;
 mod cross_slot;
 mod deadline;
+mod lean_call;
 mod lease;
+mod per_node;
+mod redirects;
 mod release;
 mod release_queue;
 pub(crate) mod reply;
 pub(crate) mod script;
+
+pub use self::redirects::Redirects;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 
@@ -46,7 +56,7 @@ use self::deadline::{IoThread, Stamp, deciding};
 use self::reply::map_err;
 use self::script::Inner;
 use super::{Check, Lease, LeaseFuture, Store, StoreError, StoreFuture};
-use crate::algorithm::{LEAN, LEASE, ONE, SCRIPT};
+use crate::algorithm::{LEAN, LEAN_CROSS, LEASE, ONE, SCRIPT};
 use crate::config::{Config, RedisSettings, redact_url};
 
 /// Rate-limit state in Redis (standalone, Sentinel or Cluster).
@@ -57,7 +67,7 @@ pub struct RedisStore {
     /// pool of the application's own, which runs them where it connected.
     _io: Option<Arc<IoThread>>,
     inner: Arc<Inner>,
-    /// Coalesces single-bucket checks (standalone and Sentinel only).
+    /// Coalesces single-bucket checks (a Cluster's per primary).
     batcher: Option<Batcher>,
 }
 
@@ -255,15 +265,25 @@ impl RedisStore {
                 let _sha: String = self.pool.script_load(text).await.map_err(map_err)?;
             }
         }
+        if self.pool.is_clustered() {
+            let loaded: Result<(), _> = self.pool.next().script_load_cluster(LEAN_CROSS).await;
+            let e = loaded.err().map(map_err);
+            match e {
+                Some(e) if redirects::refuses_flag(&e) => self.inner.cross.refuse(&e),
+                Some(e) => return Err(e),
+                None => {}
+            }
+        }
         Ok(())
     }
 
     /// Coalesces concurrent single-bucket checks into one script call when
-    /// `[redis] coalesce` says so (see `batch.rs`; never on a cluster),
-    /// each waiting up to `batch_window` for company: one batcher, started
-    /// on the configuration's checked numbers. Needs a tokio runtime.
+    /// `[redis] coalesce` says so (see `batch.rs`; on a Cluster one call
+    /// per primary, `per_node.rs`), each waiting up to `batch_window` for
+    /// company: one batcher, started on the configuration's checked
+    /// numbers. Needs a tokio runtime.
     fn coalescing(mut self, settings: &RedisSettings) -> Self {
-        self.batcher = (settings.coalesce && !self.pool.is_clustered()).then(|| {
+        self.batcher = settings.coalesce.then(|| {
             Batcher::start(
                 self.pool.clone(),
                 Arc::clone(&self.inner),
@@ -271,6 +291,32 @@ impl RedisStore {
             )
         });
         self
+    }
+
+    /// On a Cluster, the calls that met a slot on the move (`MOVED`, `ASK`,
+    /// `TRYAGAIN`...) and how they ended, since the store started: each
+    /// was sent again per slot within its deadline, or left to the route's
+    /// failure policy. Zeros elsewhere. For tests: operators read
+    /// `fleetlimit_cluster_redirects_total` (feature `metrics`).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn redirects(&self) -> Redirects {
+        self.inner.cross.redirects()
+    }
+
+    /// Takes `error` as a cluster's answer to the script flagged
+    /// `allow-cross-slot-keys` (its `SCRIPT LOAD` or `EVAL`): whether it
+    /// reads as a refusal of the flag, and if so coalesced checks go in one
+    /// call per slot from now on, as when the store meets it itself. For
+    /// tests of that fallback: no server at hand refuses the flag.
+    #[doc(hidden)]
+    pub fn refuse_cross_slot(&self, error: &str) -> bool {
+        let e = StoreError::Redis(error.to_owned());
+        let refused = redirects::refuses_flag(&e);
+        if refused {
+            self.inner.cross.refuse(&e);
+        }
+        refused
     }
 
     /// The fred pool, for admin tasks and the heartbeat.

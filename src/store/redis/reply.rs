@@ -19,6 +19,8 @@ pub(crate) struct Answer {
     pub(crate) reply: Result<Value, StoreError>,
     pub(crate) sent: Instant,
     pub(crate) clock: Arc<RedisClock>,
+    /// The redirection it met and followed (`MOVED` or `ASK`), if any.
+    pub(crate) redirected: Option<&'static str>,
 }
 
 impl Answer {
@@ -428,6 +430,7 @@ mod tests {
             reply: Ok(Value::Array(items)),
             sent: Instant::now(),
             clock: Arc::new(RedisClock::new()),
+            redirected: None,
         };
         // At 7.5004 s: the fixed window has 250 ms left; the sliding one is
         // 1,500 ms into [6 s, 9 s); the token bucket has no window.

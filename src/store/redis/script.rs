@@ -23,7 +23,7 @@ use super::deadline::{Health, Stalls, Stamp, backstop, within};
 use super::reply::{
     Answer, WindowEnds, decode, decode_charged, is_noscript, lua_number, map_err, not_after,
 };
-use crate::algorithm::{LEAN, LEASE, LeanArgs, ONE, SCRIPT};
+use crate::algorithm::{LEAN, LEAN_CROSS, LEASE, LeanArgs, ONE, SCRIPT};
 use crate::store::Outcome;
 use crate::store::{Check, StoreError};
 
@@ -55,6 +55,9 @@ const MAX_SETTLING: usize = 1_024;
 pub(crate) enum Which {
     /// lua/token_bucket_lean.lua (single token buckets, coalesced).
     Lean,
+    /// The same, flagged `allow-cross-slot-keys`: a Cluster's call across
+    /// the slots of one primary, its keys in its arguments (`per_node.rs`).
+    LeanCross,
     /// lua/token_bucket_one.lua (a call of one single-token-bucket check;
     /// its numbers packed, see [`LeanArgs::packed`]).
     One,
@@ -69,7 +72,7 @@ impl Which {
     pub(crate) fn metric(self) -> crate::metrics::Script {
         match self {
             // The lean decision either way: one label, one script family.
-            Self::Lean | Self::One => crate::metrics::Script::Lean,
+            Self::Lean | Self::LeanCross | Self::One => crate::metrics::Script::Lean,
             Self::Decide => crate::metrics::Script::Decide,
             Self::Lease => crate::metrics::Script::Lease,
         }
@@ -136,6 +139,7 @@ pub(crate) struct Inner {
     /// Answers being settled ([`settle`](Self::settle)).
     settling: Arc<AtomicUsize>,
     pub(crate) lean: Script,
+    lean_cross: Script,
     one: Script,
     decide: Script,
     lease: Script,
@@ -147,6 +151,9 @@ pub(crate) struct Inner {
     pub(super) options: Options,
     /// Script calls, checks and call durations (feature `metrics`).
     pub(crate) metrics: crate::metrics::StoreMetrics,
+    /// On a Cluster: whether calls across slots are refused, and the calls
+    /// that met a slot on the move (`per_node.rs`).
+    pub(crate) cross: super::redirects::CrossSlot,
 }
 
 impl Inner {
@@ -163,6 +170,7 @@ impl Inner {
             clock: Arc::new(RedisClock::new()),
             settling: Arc::new(AtomicUsize::new(0)),
             lean: Script::new(LEAN),
+            lean_cross: Script::new(LEAN_CROSS),
             one: Script::new(ONE),
             decide: Script::new(SCRIPT),
             lease: Script::new(LEASE),
@@ -170,6 +178,7 @@ impl Inner {
             release_log: crate::log_throttle::Throttle::default(),
             releases: super::release_queue::Releases::new(),
             metrics: crate::metrics::StoreMetrics::new(),
+            cross: super::redirects::CrossSlot::new(),
             options: Options {
                 // `within` bounds the caller's wait; this, how long an
                 // answer is awaited to be settled.
@@ -185,6 +194,7 @@ impl Inner {
     fn script(&self, which: Which) -> &Script {
         match which {
             Which::Lean => &self.lean,
+            Which::LeanCross => &self.lean_cross,
             Which::One => &self.one,
             Which::Decide => &self.decide,
             Which::Lease => &self.lease,
@@ -195,7 +205,8 @@ impl Inner {
     /// placeholder at 0), and `args[at]` is the call's "not after" bound,
     /// `give_up` moved onto the clock of the node that runs it. `EVALSHA`,
     /// then `EVAL` after a `NOSCRIPT` (which caches the script again), and
-    /// one `MOVED` followed. Owned, so an answer its caller stopped waiting
+    /// one `MOVED` or `ASK` followed (a slot that moved, or is moving, since
+    /// fred's table was read). Owned, so an answer its caller stopped waiting
     /// for can still be settled (see [`settle`](Self::settle)); fred's own
     /// timeout ([`SETTLE_FOR`]) bounds it.
     pub(crate) fn send(
@@ -203,40 +214,65 @@ impl Inner {
         pool: &Pool,
         clock: Arc<RedisClock>,
         which: Which,
+        args: Vec<Value>,
+        at: usize,
+        stamp: Stamp,
+    ) -> Sending {
+        self.send_to(pool, clock, which, args, at, stamp, false)
+    }
+
+    /// [`send`](Self::send), preceded by `ASKING` when `asking` (a slot
+    /// being imported by that node).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_to(
+        self: &Arc<Self>,
+        pool: &Pool,
+        clock: Arc<RedisClock>,
+        which: Which,
         mut args: Vec<Value>,
         at: usize,
         stamp: Stamp,
+        asking: bool,
     ) -> Sending {
         let (inner, pool) = (Arc::clone(self), pool.clone());
         Box::pin(async move {
             let (give_up, until) = (stamp.give_up(), stamp.until);
             args[at] = bound(which, &args[at], &clock, give_up, until);
             let sent = Instant::now();
-            let reply = inner.eval(&pool, which, &mut args).await;
-            // The slot moved since fred's table was read: follow it once.
-            let moved = match (&reply, &inner.nodes) {
-                (Err(e), Some(nodes)) => moved_to(e).map(|(host, port)| nodes.pool(&host, port)),
+            let reply = inner.eval(&pool, which, &mut args, asking).await;
+            let redirect = match (&reply, &inner.nodes) {
+                (Err(e), Some(nodes)) => redirected(e).map(|(ask, host, port)| {
+                    if !ask {
+                        // fred's table is behind: read it again (its
+                        // checks would all meet this MOVED otherwise).
+                        nodes.resync();
+                    }
+                    (ask, nodes.pool(&host, port))
+                }),
                 _ => None,
             };
-            match moved {
+            match redirect {
                 None => Answer {
                     reply: reply.map_err(map_err),
                     sent,
                     clock,
+                    redirected: None,
                 },
-                Some(Err(e)) => Answer {
+                Some((ask, Err(e))) => Answer {
                     reply: Err(e),
                     sent,
                     clock,
+                    redirected: Some(if ask { "ASK" } else { "MOVED" }),
                 },
-                Some(Ok(node)) => {
+                Some((ask, Ok(node))) => {
                     args[at] = bound(which, &args[at], &node.clock, give_up, until);
                     let sent = Instant::now();
-                    let reply = inner.eval(&node.pool, which, &mut args).await;
+                    let reply = inner.eval(&node.pool, which, &mut args, ask).await;
                     Answer {
                         reply: reply.map_err(map_err),
                         sent,
                         clock: node.clock,
+                        redirected: Some(if ask { "ASK" } else { "MOVED" }),
                     }
                 }
             }
@@ -245,29 +281,52 @@ impl Inner {
 
     /// `EVALSHA`, and on `NOSCRIPT` (Redis restarted, `SCRIPT FLUSH`)
     /// `EVAL` of the same arguments; `EVAL` also caches the script again.
+    /// Each after `ASKING` when `asking`.
     async fn eval(
         &self,
         pool: &Pool,
         which: Which,
         args: &mut [Value],
+        asking: bool,
     ) -> Result<Value, FredError> {
         let script = self.script(which);
         args[0] = script.sha.clone();
         let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
-        match pool
-            .with_options(&self.options)
-            .custom::<Value, Value>(evalsha, args.to_vec())
-            .await
-        {
+        match self.command(pool, evalsha, args, asking).await {
             Err(e) if is_noscript(&e) => {
                 args[0] = script.text.clone();
                 let eval = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
-                pool.with_options(&self.options)
-                    .custom::<Value, Value>(eval, args.to_vec())
-                    .await
+                self.command(pool, eval, args, asking).await
             }
             other => other,
         }
+    }
+
+    /// One command with the store's options; after `ASKING` on the same
+    /// connection when `asking` (a pipeline: nothing comes between them).
+    async fn command(
+        &self,
+        pool: &Pool,
+        command: CustomCommand,
+        args: &[Value],
+        asking: bool,
+    ) -> Result<Value, FredError> {
+        if !asking {
+            // The pool picks a connected client (fred's `prefer_connected`).
+            return pool
+                .with_options(&self.options)
+                .custom::<Value, Value>(command, args.to_vec())
+                .await;
+        }
+        let client = pool.next_connected().with_options(&self.options);
+        let pipe = fred::clients::Pipeline::from(client);
+        let ask = CustomCommand::new_static("ASKING", ClusterHash::FirstKey, false);
+        pipe.custom::<Value, Value>(ask, Vec::new()).await?;
+        pipe.custom::<Value, Value>(command, args.to_vec()).await?;
+        let mut replies = pipe.try_all::<Value>().await;
+        replies
+            .pop()
+            .unwrap_or_else(|| Err(FredError::new(fred::error::ErrorKind::Protocol, "no reply")))
     }
 
     /// An answer its caller stopped waiting for (`sending`), still awaited
@@ -441,3 +500,12 @@ impl Inner {
 /// [`Inner::run`]'s future, boxed where a call's settling calls `run`.
 type BoxedRun<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, StoreError>> + Send + 'a>>;
+
+/// The node a `MOVED` or `ASK` error names, and whether it was `ASK`.
+fn redirected(e: &FredError) -> Option<(bool, String, u16)> {
+    if let Some((host, port)) = moved_to(e) {
+        return Some((false, host, port));
+    }
+    let (host, port) = super::cluster::asked_to(e)?;
+    Some((true, host, port))
+}
