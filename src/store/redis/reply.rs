@@ -148,6 +148,30 @@ pub(crate) fn not_after(clock: &RedisClock, give_up: Instant, until: Option<i64>
     }
 }
 
+/// The "not after" argument of a call whose caller stops waiting at
+/// `give_up` ([`not_after`]): text, or when `packed` (the one-check
+/// script's) the first of its three doubles (+inf: no bound), the rest of
+/// `current` ([`LeanArgs::packed`]) kept.
+pub(crate) fn bound(
+    packed: bool,
+    current: &Value,
+    clock: &RedisClock,
+    give_up: Instant,
+    until: Option<i64>,
+) -> Value {
+    let text = not_after(clock, give_up, until);
+    if !packed {
+        return text;
+    }
+    let mut bytes = [0u8; 24];
+    if let Some(b) = current.as_bytes().filter(|b| b.len() == 24) {
+        bytes.copy_from_slice(b);
+    }
+    let us = text.as_i64().map_or(f64::INFINITY, |us| us as f64);
+    bytes[..8].copy_from_slice(&us.to_le_bytes());
+    Value::Bytes(bytes::Bytes::copy_from_slice(&bytes))
+}
+
 /// A script's reply without its last item, Redis's clock when it ran
 /// (learnt by `clock`, for a call handed at `sent`, and answered beside
 /// the items); `Late` when the script ran after its bound and changed

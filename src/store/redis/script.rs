@@ -21,7 +21,7 @@ use super::clock::RedisClock;
 use super::cluster::{NodePools, moved_to};
 use super::deadline::{Health, Stalls, Stamp, backstop, within};
 use super::reply::{
-    Answer, WindowEnds, decode, decode_charged, is_noscript, lua_number, map_err, not_after,
+    Answer, WindowEnds, bound, decode, decode_charged, is_noscript, lua_number, map_err,
 };
 use crate::algorithm::{LEAN, LEAN_CROSS, LEASE, LeanArgs, ONE, SCRIPT};
 use crate::store::Outcome;
@@ -77,30 +77,6 @@ impl Which {
             Self::Lease => crate::metrics::Script::Lease,
         }
     }
-}
-
-/// The "not after" argument of a call of `which` whose caller stops
-/// waiting at `give_up` ([`not_after`]): text, or for the one-check script
-/// the first of its packed doubles (+inf: no bound), the rest of `current`
-/// ([`LeanArgs::packed`]) kept.
-fn bound(
-    which: Which,
-    current: &Value,
-    clock: &RedisClock,
-    give_up: Instant,
-    until: Option<i64>,
-) -> Value {
-    let text = not_after(clock, give_up, until);
-    if which != Which::One {
-        return text;
-    }
-    let mut packed = [0u8; 24];
-    if let Some(b) = current.as_bytes().filter(|b| b.len() == 24) {
-        packed.copy_from_slice(b);
-    }
-    let us = text.as_i64().map_or(f64::INFINITY, |us| us as f64);
-    packed[..8].copy_from_slice(&us.to_le_bytes());
-    Value::Bytes(bytes::Bytes::copy_from_slice(&packed))
 }
 
 /// A script call handed to fred: owned, so it can outlive its caller.
@@ -237,7 +213,7 @@ impl Inner {
         let (inner, pool) = (Arc::clone(self), pool.clone());
         Box::pin(async move {
             let (give_up, until) = (stamp.give_up(), stamp.until);
-            args[at] = bound(which, &args[at], &clock, give_up, until);
+            args[at] = bound(which == Which::One, &args[at], &clock, give_up, until);
             let sent = Instant::now();
             let reply = inner.eval(&pool, which, &mut args, asking).await;
             let redirect = match (&reply, &inner.nodes) {
@@ -265,7 +241,7 @@ impl Inner {
                     redirected: Some(if ask { "ASK" } else { "MOVED" }),
                 },
                 Some((ask, Ok(node))) => {
-                    args[at] = bound(which, &args[at], &node.clock, give_up, until);
+                    args[at] = bound(which == Which::One, &args[at], &node.clock, give_up, until);
                     let sent = Instant::now();
                     let reply = inner.eval(&node.pool, which, &mut args, ask).await;
                     Answer {
