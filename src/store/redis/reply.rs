@@ -489,6 +489,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_packed_bound_is_the_first_double_and_keeps_the_check_s_numbers() {
+        let args = LeanArgs::new(5.0, 10.0, 1.0);
+        let packed = args.packed();
+        let doubles = |v: &Value| -> Vec<f64> {
+            let b = v.as_bytes().unwrap();
+            assert_eq!(b.len(), 24);
+            b.chunks(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        // Unsent: no bound yet; the charge and the burst with its slack.
+        assert_eq!(doubles(&packed), [f64::INFINITY, 100_000.0, 500_000.5]);
+        let clock = RedisClock::new();
+        let give_up = Instant::now();
+        // Redis's clock not known yet: no bound, the numbers kept.
+        let unknown = bound(true, &packed, &clock, give_up, None);
+        assert_eq!(doubles(&unknown), [f64::INFINITY, 100_000.0, 500_000.5]);
+        // Known: the bound is the text form's number, as a double.
+        let now = 1_800_000_000_000_000_i64;
+        assert!(clock.observe(Instant::now(), now));
+        let text = bound(false, &packed, &clock, give_up, Some(now + 5));
+        let us = text.as_i64().unwrap();
+        let sent = bound(true, &packed, &clock, give_up, Some(now + 5));
+        assert_eq!(doubles(&sent), [us as f64, 100_000.0, 500_000.5]);
+    }
+
+    #[tokio::test]
     async fn replies_carry_redis_clock_and_late_changes_nothing() {
         let clock = RedisClock::new();
         let now = 1_800_000_000_000_000_i64;
