@@ -22,20 +22,7 @@ HTTP=${HTTP:-7412}
 SECONDS_RUN=${SECONDS_RUN:-20}
 SERVER=${REDIS_SERVER:-redis-server}
 WINDOW=${WINDOW:-}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-
-# BIN=path: another build of the quickstart (e.g. an older commit's).
-bin=${BIN:-}
-if [ -z "$bin" ]; then
-    cargo build -q --release --features redis --example quickstart
-    bin=${CARGO_TARGET_DIR:-target}/release/examples/quickstart
-fi
+. benches/redis_common.sh
 
 # COUNT=all: every instruction of the process (its event loop, reading
 # and writing the sockets), not only the scripts'; NATIVE=1: no valgrind,
@@ -51,10 +38,7 @@ esac
     >"$dir/redis.log" 2>&1 &
 vg=$!
 pids+=("$vg")
-for _ in $(seq 1 100); do
-    redis-cli -p "$PORT" PING >/dev/null 2>&1 && break
-    sleep 0.2
-done
+wait_ping "$PORT"
 
 cat >"$dir/limits.toml" <<EOF
 [redis]

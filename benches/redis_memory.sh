@@ -12,24 +12,11 @@ cd "$(dirname "$0")/.."
 PORT=${PORT:-7421}
 HTTP=${HTTP:-7422}
 KEYS=${KEYS:-100000}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-
-# BIN=path: another build of the quickstart (e.g. an older commit's).
-bin=${BIN:-}
-if [ -z "$bin" ]; then
-    cargo build -q --release --features redis --example quickstart
-    bin=${CARGO_TARGET_DIR:-target}/release/examples/quickstart
-fi
+. benches/redis_common.sh
 
 redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no >"$dir/redis.log" 2>&1 &
 pids+=("$!")
-for _ in $(seq 1 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.1; done
+wait_ping "$PORT"
 
 cat >"$dir/limits.toml" <<TOML
 [redis]

@@ -44,7 +44,7 @@ use fred::types::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::cluster::Node;
-use super::lean_call::{Item, Job, call, fail};
+use super::lean_call::{Item, Job, call, fail, hand_out};
 use super::script::Inner;
 use crate::algorithm::LeanArgs;
 use crate::store::{Bucket, Outcome, StoreError, StoreFuture};
@@ -296,19 +296,7 @@ async fn run(pool: &Node, scripts: &Arc<Inner>, mut jobs: Vec<Job>) {
             }
             Err(e) => return fail(jobs, &e),
         };
-        let rest = jobs.split_off(items.len());
-        let mut last = None;
-        for (job, item) in jobs.into_iter().zip(items) {
-            let answer = job
-                .item
-                .args
-                .parse(&item, job.item.capacity, job.item.shadow);
-            last = Some(answer.clone());
-            // A caller past its deadline has gone: its answer is dropped
-            // (Redis may still have charged it — an unknown outcome, as for
-            // any timeout).
-            let _ = job.reply.send(answer);
-        }
+        let (rest, last) = hand_out(jobs, items);
         jobs = rest;
         match last {
             // One check's data or numbers: the checks after it were not

@@ -274,6 +274,27 @@ fn repeats_a_key<J: Borrow<Item>>(jobs: &[J]) -> bool {
     }
 }
 
+/// Each of `jobs` gets its answer from `items`, in order (a call's reply
+/// holds one per check it ran); the jobs without one are returned, with
+/// the last answer handed out. A caller gone has its answer dropped: Redis
+/// may still have charged it, an unknown outcome as for any timeout.
+pub(super) fn hand_out(
+    mut jobs: Vec<Job>,
+    items: Vec<Value>,
+) -> (Vec<Job>, Option<Result<Outcome, StoreError>>) {
+    let rest = jobs.split_off(items.len().min(jobs.len()));
+    let mut last = None;
+    for (job, item) in jobs.into_iter().zip(items) {
+        let answer = job
+            .item
+            .args
+            .parse(&item, job.item.capacity, job.item.shadow);
+        last = Some(answer.clone());
+        let _ = job.reply.send(answer);
+    }
+    (rest, last)
+}
+
 pub(super) fn fail(jobs: Vec<Job>, e: &StoreError) {
     for job in jobs {
         let _ = job.reply.send(Err(e.clone()));

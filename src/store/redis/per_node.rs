@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::cluster::{Node, NodePools};
 use super::deadline::Stamp;
-use super::lean_call::{Job, attempt, fail};
+use super::lean_call::{Job, attempt, fail, hand_out};
 use super::redirects::{KINDS, refuses_flag};
 use super::script::{Inner, Which};
 use crate::store::StoreError;
@@ -380,17 +380,7 @@ async fn step(scripts: &Arc<Inner>, mut leg: Leg, report: &mut Report) -> Vec<Le
     if moved {
         items.pop();
     }
-    let rest = leg.jobs.split_off(items.len());
-    let mut last = None;
-    for (job, item) in std::mem::take(&mut leg.jobs).into_iter().zip(items) {
-        let answer = job
-            .item
-            .args
-            .parse(&item, job.item.capacity, job.item.shadow);
-        last = Some(answer.clone());
-        // A caller gone has its answer dropped (an unknown outcome).
-        let _ = job.reply.send(answer);
-    }
+    let (rest, last) = hand_out(std::mem::take(&mut leg.jobs), items);
     if moved {
         report.saw("not local");
         nodes.resync();
