@@ -11,7 +11,8 @@
 # `[redis] deadline = "500ms"` (valgrind runs Redis ~50 times slower).
 # Checks decided = the SETs the scripts ran (each admitted check writes its
 # key once); calls = EVALSHA + EVAL. Needs valgrind, wrk and redis-benchmark.
-# COUNT=all counts the whole process; NATIVE=1 prints CPU µs, not Ir.
+# COUNT=all counts the whole process; NATIVE=1 prints CPU µs, not Ir;
+# KEEP=dir keeps each callgrind dump there.
 # REDIS_SERVER=valkey-server counts Valkey instead. Writes nothing but a
 # temporary directory, removed at the end.
 set -euo pipefail
@@ -84,6 +85,8 @@ count() { # $1: a label, $2: the command whose calls are the checks
         local f
         f=$(ls -t "$dir"/cg.out.* | head -1)
         ir=$(sed -n 's/^summary: \([0-9]*\).*/\1/p' "$f")
+        # KEEP=dir: the dump stays there, for callgrind_annotate.
+        [ -n "${KEEP:-}" ] && cp "$f" "$KEEP/cg.$2.$(date +%s)"
         rm -f "$dir"/cg.out.*
     fi
     redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | awk -F'[:=,]' \
