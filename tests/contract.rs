@@ -628,12 +628,23 @@ async fn the_hook_reshapes_every_refusal() {
         ])
     );
     // A local refusal: no remaining claimed.
+    let first = std::time::Instant::now();
     for _ in 0..2 {
         assert_eq!(get_as(&app, "/local", "heidi").await.status(), 200);
     }
     let res = get_as(&app, "/local", "heidi").await;
+    let mut told = told(&res);
+    // A token an hour: its refill counted from the first admission, so a
+    // busy host's seconds between the requests come off the hour.
+    let retry: u64 = told[2].parse().unwrap();
+    let waited = first.elapsed().as_secs();
+    assert!(
+        (3600 - waited - 1..=3600).contains(&retry),
+        "Retry-After {retry}, {waited} s after the first admission"
+    );
+    told[2] = "3600".into();
     assert_eq!(
-        told(&res),
+        told,
         expect([
             "LimitExceeded",
             "per-key",
