@@ -19,18 +19,20 @@
 //! | leases           | no live lease and no hit in the last 1 s | hit window oldest     |
 //! | plans (+ lookups)| answer stale / lookup nobody waits on    | asked longest ago     |
 //!
-//! A key is hashed once per operation with std's keyed SipHash (clients
-//! cannot aim keys at one shard or slot): the hash picks the shard and the
-//! slot in that shard's table. Finding a key copies nothing; its `String` is
+//! A key is hashed once per operation with hashbrown's default hasher
+//! (foldhash, seeded at random per map, so clients cannot aim keys at one
+//! shard or slot without first recovering the seed; a shard is bounded, so
+//! even then a lookup scans at most one shard's entries): the hash picks
+//! the shard and the slot in that shard's table. Finding a key copies nothing; its `String` is
 //! made only when the key is inserted.
 
 use std::cmp::Ordering as Cmp;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use hashbrown::HashTable;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::sync::lock;
 
@@ -56,7 +58,7 @@ pub(crate) struct Bounded<V> {
     /// Entries held, kept under the shards' locks: a reader can skip an
     /// empty map without hashing or locking.
     len: AtomicUsize,
-    hasher: RandomState,
+    hasher: DefaultHashBuilder,
 }
 
 impl<V> fmt::Debug for Bounded<V> {
@@ -79,7 +81,7 @@ impl<V: Evict> Bounded<V> {
             shards: (0..shards).map(|_| Mutex::new(HashTable::new())).collect(),
             per_shard: capacity.div_ceil(shards),
             len: AtomicUsize::new(0),
-            hasher: RandomState::new(),
+            hasher: DefaultHashBuilder::default(),
         }
     }
 
@@ -220,10 +222,8 @@ impl<V: Evict> Shard<'_, V> {
 
 /// A key's hash: its bytes in one write (`str`'s `Hash` adds a second,
 /// of one byte, which only keys hashed together with others need).
-fn hash(hasher: &RandomState, key: &str) -> u64 {
-    let mut h = hasher.build_hasher();
-    h.write(key.as_bytes());
-    h.finish()
+fn hash(hasher: &DefaultHashBuilder, key: &str) -> u64 {
+    hasher.hash_one(key.as_bytes())
 }
 
 /// Inserts a key known to be absent, making room first: the only place a
@@ -370,7 +370,7 @@ mod tests {
             shards: vec![Mutex::new(HashTable::new())].into(),
             per_shard: 16,
             len: AtomicUsize::new(0),
-            hasher: RandomState::new(),
+            hasher: DefaultHashBuilder::default(),
         };
         // Eight expire at 100; eight live on, the oldest seen first.
         for i in 0..16 {
