@@ -30,32 +30,35 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
-        // Given back when the body ends (or is dropped, with it).
-        hold: Hold,
     }
 }
 
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
+        // Nothing to give back at the end: every call passes through.
         Inner { #[pin] body: B },
+        // Given back when the body ends (or is dropped, with it).
+        Held { #[pin] body: B, hold: Hold },
         Full { data: Option<Bytes> },
     }
 }
 
 impl<B> ResponseBody<B> {
     /// The service's body, keeping `hold` until it ends.
+    #[inline]
     pub(crate) fn inner(body: B, hold: Hold) -> Self {
-        Self {
-            kind: Kind::Inner { body },
-            hold,
-        }
+        let kind = if hold.is_empty() {
+            Kind::Inner { body }
+        } else {
+            Kind::Held { body, hold }
+        };
+        Self { kind }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
         Self {
             kind: Kind::Full { data: Some(data) },
-            hold: Hold::default(),
         }
     }
 }
@@ -66,7 +69,6 @@ impl<B> Default for ResponseBody<B> {
     fn default() -> Self {
         Self {
             kind: Kind::Full { data: None },
-            hold: Hold::default(),
         }
     }
 }
@@ -74,7 +76,7 @@ impl<B> Default for ResponseBody<B> {
 impl<B> std::fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
+            Kind::Inner { .. } | Kind::Held { .. } => f.write_str("ResponseBody::Inner"),
             Kind::Full { data } => f.debug_tuple("ResponseBody::Full").field(data).finish(),
         }
     }
@@ -87,18 +89,19 @@ where
     type Data = Bytes;
     type Error = B::Error;
 
+    #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        match this.kind.project() {
-            KindProj::Inner { body } => {
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Held { body, hold } => {
                 let frame = body.poll_frame(cx);
                 // The last frame was sent (or the body failed): what the
                 // request held is given back now, not when hyper drops it.
-                if matches!(frame, Poll::Ready(None | Some(Err(_)))) && !this.hold.is_empty() {
-                    *this.hold = Hold::default();
+                if matches!(frame, Poll::Ready(None | Some(Err(_)))) && !hold.is_empty() {
+                    *hold = Hold::default();
                 }
                 frame
             }
@@ -106,16 +109,18 @@ where
         }
     }
 
+    #[inline]
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body } | Kind::Held { body, .. } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
         }
     }
 
+    #[inline]
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body } | Kind::Held { body, .. } => body.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
