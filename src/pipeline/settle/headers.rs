@@ -22,8 +22,11 @@ pub(super) fn headers(
     by: DecidedBy,
 ) -> RateHeaders {
     // Pushed, not collected: `SmallVec`'s `extend` is not inlined, and
-    // one limit is the common case.
-    let mut list = SmallVec::with_capacity(limits.len());
+    // one limit is the common case (inline: no capacity to ask for).
+    let mut list = SmallVec::new();
+    if limits.len() > 1 {
+        list.reserve_exact(limits.len());
+    }
     if plan.own_numbers && p.cost == plan.policy.cost {
         // The route's own items, written once.
         for (it, s) in plan.own_items.iter().zip(limits) {
