@@ -157,4 +157,8 @@ impl QuotaMetrics {
     pub(crate) fn gave(&self, _: u64) {}
     #[inline(always)]
     pub(crate) fn in_flight(&self, _: u64) {}
+    #[inline(always)]
+    pub(crate) fn generation_changed(&self) {}
+    #[inline(always)]
+    pub(crate) fn claimed(&self, _: u64) {}
 }

@@ -420,6 +420,8 @@ pub(crate) struct QuotaMetrics {
     moved: Counter,
     rebalanced: Counter,
     in_flight: Gauge,
+    generations: Counter,
+    claims: Counter,
 }
 
 impl QuotaMetrics {
@@ -433,6 +435,8 @@ impl QuotaMetrics {
             moved: ::metrics::counter!(REGION_MOVED, &labels),
             rebalanced: ::metrics::counter!(REGION_REBALANCED, &labels),
             in_flight: ::metrics::gauge!(REGION_IN_FLIGHT, &labels),
+            generations: ::metrics::counter!(REGION_GENERATIONS, &labels),
+            claims: ::metrics::counter!(REGION_CLAIMS, &labels),
         }
     }
 
@@ -445,5 +449,15 @@ impl QuotaMetrics {
     /// Quota under way at this cycle, in millionths of the limit.
     pub(crate) fn in_flight(&self, ppm: u64) {
         self.in_flight.set(ppm as f64);
+    }
+
+    /// This region's Redis was found in a new generation.
+    pub(crate) fn generation_changed(&self) {
+        self.generations.increment(1);
+    }
+
+    /// `n` keys claimed after a restart.
+    pub(crate) fn claimed(&self, n: u64) {
+        self.claims.increment(n);
     }
 }

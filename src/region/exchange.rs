@@ -4,19 +4,20 @@
 //! instance holding the region's lock moves quota.
 //!
 //! A cycle, for each global limit, in region X:
-//! 1. read X's shares, demand of the interval just ended, quota held and
-//!    given; read the same of every other region reachable within a
-//!    quarter interval (its shares, demand, and what it received);
-//! 2. for each key some region asked for, or whose shares moved: the
+//! 1. read X's shares, generation, demand of the interval just ended, and
+//!    the same of every other region reachable within a quarter interval;
+//! 2. moves what was held long enough to `given` (cumulative), and pushes
+//!    each receiver its total: the receiver rescales the key's bucket
+//!    (tokens kept), then raises its share by what it has not yet received
+//!    (a compare-and-set on its share and on what it had received);
+//! 3. for each key some region asked for, or whose shares moved: the
 //!    targets (`targets.rs`), the same in every region that sees the same
 //!    figures; when X holds more than its target by at least
 //!    [`HYSTERESIS`] and has no hand-off of the key under way, it lowers its
 //!    share (a compare-and-set on the share it read) and holds the excess
 //!    for the receivers for longer than any view is trusted;
-//! 3. moves what was held long enough to `given` (cumulative), and pushes
-//!    each receiver its total: the receiver rescales the key's bucket
-//!    (tokens kept), then raises its share by what it has not yet received
-//!    (a compare-and-set on its share and on what it had received).
+//! 4. after X's Redis restarted empty, claims the keys it meets unclaimed
+//!    (`generation.rs`).
 //!
 //! Nothing in a cycle can raise a sum of shares: a share rises only by a
 //! push, by at most what another region gave, once (the totals are
@@ -32,8 +33,10 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
+use super::Generation;
 use super::calls::{SCRIPT, eval, hash, options, ppm, quarter, step, step_for};
-use super::handoff::{give, push};
+use super::generation::{candidate, claim, mark, noticed, shared_keys};
+use super::handoff::{Gift, give, push};
 use super::share::{Quota, Runtime};
 use super::targets::{split_excess, targets};
 use crate::config::RedisSettings;
@@ -113,28 +116,32 @@ async fn run(
             return;
         };
         let tick = unix_ms() / q_ms;
-        refresh(&rt, &own, &prefix).await;
-        match tick % 4 {
-            0 => publish(&rt, &own, &prefix, tick / 4 - 1).await,
-            1 if lock(&rt, &own, &prefix, &instance).await => {
-                let (rt, own, links, prefix) = (
-                    Arc::clone(&rt),
-                    own.clone(),
-                    Arc::clone(&links),
-                    Arc::clone(&prefix),
-                );
-                // Its own task: views keep being read meanwhile.
-                tokio::spawn(async move {
-                    let epoch = tick / 4 - 1;
-                    for quota in rt.quotas.iter() {
-                        cycle(&rt, quota, &own, &links, &prefix, epoch).await;
-                    }
-                    rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
-                    rt.metrics.cycle();
-                });
-            }
-            _ => {}
+        // A restart of this region's Redis is claimed from at once, lock
+        // or not: its keys are refused here until then.
+        let restarted = refresh(&rt, &own, &prefix).await;
+        if tick % 4 == 0 {
+            publish(&rt, &own, &prefix, tick / 4 - 1).await;
         }
+        match tick % 4 {
+            _ if restarted => {}
+            1 if lock(&rt, &own, &prefix, &instance).await => {}
+            _ => continue,
+        }
+        let (rt, own, links, prefix) = (
+            Arc::clone(&rt),
+            own.clone(),
+            Arc::clone(&links),
+            Arc::clone(&prefix),
+        );
+        // Its own task: views keep being read meanwhile.
+        tokio::spawn(async move {
+            let epoch = tick / 4 - 1;
+            for quota in rt.quotas.iter() {
+                cycle(&rt, quota, &own, &links, &prefix, epoch).await;
+            }
+            rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
+            rt.metrics.cycle();
+        });
     }
 }
 
@@ -150,30 +157,35 @@ fn map(v: Value) -> HashMap<String, String> {
     out
 }
 
-/// Reads this region's shares of every global limit into the views.
-async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) {
+/// Reads this region's shares of every global limit into the views;
+/// whether its generation changed (its Redis restarted empty).
+async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
+    let mut restarted = false;
     // One call per limit: a Cluster puts each limit's hashes on its slot.
     for q in rt.quotas.iter() {
-        let key = hash(prefix, &q.name, "share");
+        let keys = vec![hash(prefix, &q.name, "share"), hash(prefix, &q.name, "gen")];
+        let known = q.generation().id;
+        let args = [0.into(), 2.into(), (*known).into(), candidate().into()];
         let sent = Instant::now();
-        match eval(rt, own, SCRIPT, vec![key], step("read", [0.into()])).await {
+        match eval(rt, own, SCRIPT, keys, step("read", args)).await {
             Ok(v) => {
-                let shares = v
-                    .into_array()
-                    .into_iter()
+                let mut it = v.into_array().into_iter().map(map);
+                let shares = it
                     .next()
-                    .map(map)
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(k, v)| (k.into_boxed_str(), ppm(&v)))
                     .collect();
-                q.set_view(shares, sent, rt.trusted_for());
+                let generation = Generation::read(&it.next().unwrap_or_default());
+                let old = q.set_view(shares, generation.clone(), sent, rt.trusted_for());
+                restarted |= noticed(rt, q, &old, &generation);
             }
             Err(e) => {
                 tracing::debug!(target: "fleetlimit", limit = &*q.name, error = %e, "this region's quotas could not be read; the last view stands until it is too old");
             }
         }
     }
+    restarted
 }
 
 /// Adds what this instance counted in interval `epoch` to its region's
@@ -223,15 +235,18 @@ async fn lock(rt: &Runtime, own: &Pool, prefix: &str, instance: &str) -> bool {
     )
 }
 
-/// One region's shares and demand, as a cycle read them.
+/// One region's shares, demand and generation, as a cycle read them.
 struct Seen {
     shares: HashMap<String, String>,
     demand: HashMap<String, String>,
+    generation: Generation,
 }
 
 impl Seen {
+    /// A key's share there (unclaimed after a restart: none).
     fn share(&self, key: &str, default: u32) -> u32 {
-        self.shares.get(key).map_or(default, |s| ppm(s))
+        let absent = if self.generation.restart { 0 } else { default };
+        self.shares.get(key).map_or(absent, |s| ppm(s))
     }
     fn demand(&self, key: &str) -> u64 {
         self.demand
@@ -265,30 +280,76 @@ async fn cycle(
     let demand_key = h(&format!("demand:{epoch}"));
     // 1. What every reachable region holds and asked for; what this one
     //    holds for others and has not seen received.
-    let own_keys = vec![h("share"), h("held"), h("pending"), demand_key.clone()];
-    let Ok(v) = eval(rt, own, SCRIPT, own_keys, step("read", [3.into()])).await else {
+    let own_keys = vec![
+        h("share"),
+        h("held"),
+        h("pending"),
+        h("gen"),
+        h("seen"),
+        demand_key.clone(),
+    ];
+    let known = quota.generation().id;
+    let args = [5.into(), 4.into(), (*known).into(), candidate().into()];
+    let Ok(v) = eval(rt, own, SCRIPT, own_keys, step("read", args)).await else {
         return;
     };
     let mut it = v.into_array().into_iter().map(map);
-    let (shares, held, pending, demand) = (
+    // Held and pending are read to be kept alive; the release reads them.
+    let (shares, _held, _pending, generation, known, demand) = (
         it.next().unwrap_or_default(),
         it.next().unwrap_or_default(),
+        it.next().unwrap_or_default(),
+        Generation::read(&it.next().unwrap_or_default()),
         it.next().unwrap_or_default(),
         it.next().unwrap_or_default(),
     );
     let reads = links.iter().map(|link| async {
-        let keys = vec![h("share"), demand_key.clone()];
+        let keys = vec![h("share"), demand_key.clone(), h("gen")];
         let v = eval(rt, link.as_ref()?, SCRIPT, keys, step("read", [0.into()])).await;
         let mut it = v.ok()?.into_array().into_iter().map(map);
         Some(Seen {
             shares: it.next().unwrap_or_default(),
             demand: it.next().unwrap_or_default(),
+            generation: Generation::read(&it.next().unwrap_or_default()),
         })
     });
     let mut seen: Vec<Option<Seen>> = join_all(reads).await;
-    seen[x] = Some(Seen { shares, demand });
+    seen[x] = Some(Seen {
+        shares,
+        demand,
+        generation,
+    });
+    // A region whose Redis restarted with none of its instances left to
+    // notice: this one knew its older generation.
+    for (y, s) in seen.iter_mut().enumerate() {
+        let (Some(s), Some(link)) = (s.as_mut(), links[y].as_ref()) else {
+            continue;
+        };
+        let was = known.get(&*r.names[y]);
+        if !s.generation.restart && was.is_some_and(|g| **g != *s.generation.id) {
+            s.generation.restart = mark(rt, link, &h("gen"), &s.generation.id).await;
+        }
+    }
 
-    // 2. Keys to consider: asked for anywhere, or away from the split here;
+    let gen_id: Arc<str> = Arc::clone(&seen[x].as_ref().expect("this region").generation.id);
+
+    // 2. Release what was held long enough; push every total not yet
+    //    acknowledged. First, so that a key whose quota landed is weighed
+    //    again in this cycle, with what landed.
+    let Some(handed) = hand_over(rt, quota, own, links, prefix, &gen_id).await else {
+        return;
+    };
+    for ((key, y), n) in handed.landed {
+        if let Some(s) = seen[y].as_mut() {
+            let now = s.share(&key, quota.split[y]);
+            s.shares
+                .insert(key, now.saturating_add(n).min(WHOLE).to_string());
+        }
+    }
+    quota.in_flight.store(handed.in_flight, Ordering::Relaxed);
+    quota.metrics.in_flight(handed.in_flight);
+
+    // 3. Keys to consider: asked for anywhere, or away from the split here;
     //    none with a hand-off of this region's under way.
     let mut asked: HashMap<&str, u64> = HashMap::new();
     for s in seen.iter().flatten() {
@@ -304,11 +365,25 @@ async fn cycle(
     let mine = seen[x].as_ref().expect("this region's read");
     let mut keys: BTreeSet<&str> = keys.into_iter().collect();
     keys.extend(mine.shares.keys().take(MAX_KEYS).map(String::as_str));
-    let busy: BTreeSet<&str> = (held.keys().chain(pending.keys()))
+    if mine.generation.restart {
+        let others = seen.iter().enumerate().filter(|(y, _)| *y != x);
+        shared_keys(
+            &mut keys,
+            others.filter_map(|(_, s)| Some(&s.as_ref()?.shares)),
+            MAX_KEYS,
+        );
+    }
+    let busy: BTreeSet<&str> = (handed.held.keys().chain(&handed.unacked))
+        .map(String::as_str)
         .filter_map(|f| Some(f.rsplit_once('|')?.0))
         .collect();
+    let mut unclaimed = Vec::new();
     for key in keys {
         if busy.contains(key) {
+            continue;
+        }
+        if mine.generation.restart && !mine.shares.contains_key(key) {
+            unclaimed.push(key);
             continue;
         }
         let shares: Vec<Option<u32>> = seen
@@ -332,18 +407,56 @@ async fn cycle(
         let total: u32 = gifts.iter().map(|g| g.1).sum();
         if total > 0 {
             let read = mine.shares.get(key).map_or("", String::as_str);
-            give(rt, quota, own, prefix, key, read, have - total, &gifts).await;
+            let gift = Gift {
+                key,
+                read,
+                generation: &gen_id,
+                new: have - total,
+                gifts: &gifts,
+            };
+            give(rt, quota, own, prefix, gift).await;
         }
     }
+    claim(rt, quota, own, links, prefix, &gen_id, &unclaimed).await;
+}
 
-    // 3. Release what was held long enough; push every total not yet
-    //    acknowledged.
-    let given = Value::from(h("given:"));
-    let release = step("release", [given]);
-    let Ok(pending) = eval(rt, own, SCRIPT, vec![h("held"), h("pending")], release).await else {
-        return;
+/// What a cycle's release and pushes left.
+struct Handed {
+    /// Held, and released but not received (in millionths).
+    in_flight: u64,
+    /// Still held after the release: `<key>|<to>` → `<ppm>:<µs>`.
+    held: HashMap<String, String>,
+    /// The pending fields (`<key>|<to>`) not acknowledged.
+    unacked: Vec<String>,
+    /// What landed in this cycle: (key, region) → millionths.
+    landed: Vec<((String, usize), u32)>,
+}
+
+/// Releases what was held long enough, pushes every total not yet
+/// acknowledged (`None`: the release failed).
+async fn hand_over(
+    rt: &Runtime,
+    quota: &Quota,
+    own: &Pool,
+    links: &[Option<Pool>],
+    prefix: &str,
+    generation: &str,
+) -> Option<Handed> {
+    let r = &rt.regions;
+    let h = |part: &str| hash(prefix, &quota.name, part);
+    let release = step("release", [Value::from(h("given:"))]);
+    let keys = vec![h("held"), h("pending")];
+    let pending = eval(rt, own, SCRIPT, keys.clone(), release).await.ok()?;
+    // What is still held after the release.
+    let read = eval(rt, own, SCRIPT, keys, step("read", [0.into()])).await;
+    let held = read.ok().and_then(|v| v.into_array().into_iter().next());
+    let held = held.map(map).unwrap_or_default();
+    let mut out = Handed {
+        in_flight: held.values().map(|v| amount(v)).sum(),
+        held,
+        unacked: Vec::new(),
+        landed: Vec::new(),
     };
-    let mut in_flight: u64 = held.values().map(|v| amount(v)).sum();
     for (field, v) in map(pending) {
         let Some((key, to)) = field.rsplit_once('|') else {
             continue;
@@ -352,23 +465,30 @@ async fn cycle(
         let y = r.names.iter().position(|n| **n == *to);
         let link = y.and_then(|y| Some((y, links[y].as_ref()?)));
         let received = match link {
-            Some((y, link)) => push(rt, quota, link, prefix, key, y, total).await,
-            None => false,
+            Some((y, link)) => push(rt, quota, link, prefix, generation, (key, y, total))
+                .await
+                .map(|n| (y, n)),
+            None => None,
         };
-        if received {
+        if let Some((y, n)) = received {
+            if n > 0 {
+                out.landed.push(((key.to_owned(), y), n));
+            }
             let args = step("ack", [field.into(), total.to_string().into()]);
             let _ = eval(rt, own, SCRIPT, vec![h("pending")], args).await;
         } else {
-            in_flight += total;
+            out.in_flight += total;
+            out.unacked.push(field);
         }
     }
-    quota.in_flight.store(in_flight, Ordering::Relaxed);
-    quota.metrics.in_flight(in_flight);
+    Some(out)
 }
 
 /// Every future's output, in order, all polled together (a region's
 /// read waits for no other's).
-async fn join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+pub(super) async fn join_all<F: std::future::Future>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
     let mut futs: Vec<_> = futs.map(|f| Some(Box::pin(f))).collect();
     let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {

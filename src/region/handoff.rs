@@ -9,44 +9,44 @@ use fred::types::Value;
 
 use super::calls::{RESCALE, SCRIPT, eval, hash, ppm, quarter, step};
 use super::share::{Quota, Runtime};
-use crate::algorithm::LeanArgs;
 use crate::route::WHOLE;
 
-/// Step 2's hand-off: lowers this region's share of `key` to `new` (if it
-/// is still `read`, as stored) and holds the gifts.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn give(
-    rt: &Runtime,
-    quota: &Quota,
-    own: &Pool,
-    prefix: &str,
-    key: &str,
-    read: &str,
-    new: u32,
-    gifts: &[(usize, u32)],
-) {
+/// Step 2's hand-off of `key`: this region's share lowered to `new`, if
+/// it is still `read` (as stored) in `generation`, and `gifts` held.
+pub(super) struct Gift<'a> {
+    pub(super) key: &'a str,
+    pub(super) read: &'a str,
+    pub(super) generation: &'a str,
+    pub(super) new: u32,
+    pub(super) gifts: &'a [(usize, u32)],
+}
+
+/// Makes the hand-off `g`.
+pub(super) async fn give(rt: &Runtime, quota: &Quota, own: &Pool, prefix: &str, g: Gift<'_>) {
     let r = &rt.regions;
     // Held past every view of the old share: views are trusted for three
     // quarters of an interval from their read.
     let hold = rt.trusted_for() + quarter(rt) / 2;
     let hold_us = i64::try_from(hold.as_micros()).unwrap_or(i64::MAX);
     let mut args: Vec<Value> = vec![
-        key.into(),
-        read.into(),
-        i64::from(new).into(),
+        g.key.into(),
+        g.read.into(),
+        i64::from(g.new).into(),
         i64::from(quota.default).into(),
+        g.generation.into(),
         hold_us.into(),
     ];
-    for &(y, amount) in gifts {
+    for &(y, amount) in g.gifts {
         args.push((*r.names[y]).into());
         args.push(i64::from(amount).into());
     }
     let keys = vec![
         hash(prefix, &quota.name, "share"),
         hash(prefix, &quota.name, "held"),
+        hash(prefix, &quota.name, "gen"),
     ];
     if let Ok(Value::Integer(1)) = eval(rt, own, SCRIPT, keys, step("give", args)).await {
-        let moved: u32 = gifts.iter().map(|g| g.1).sum();
+        let moved: u32 = g.gifts.iter().map(|g| g.1).sum();
         rt.stats
             .moved
             .fetch_add(u64::from(moved), Ordering::Relaxed);
@@ -60,33 +60,27 @@ pub(super) async fn give(
 /// to it too), its bucket rescaled from that share, then both are set if
 /// still as read; else it is tried again, a few times, then left to the
 /// next cycle (the bucket rescaled for nothing: tokens lost, never made).
-/// Returns whether `y` has received the whole total.
+/// `y` refuses it while the key is unclaimed there (its Redis restarted),
+/// and once it has seen a newer generation of this region than
+/// `generation` (this one's Redis restarted since this cycle read it).
+/// Returns what `y` added (0: it had it already) once it holds the whole
+/// total; `None` while it does not.
 pub(super) async fn push(
     rt: &Runtime,
     quota: &Quota,
     link: &Pool,
     prefix: &str,
-    key: &str,
-    y: usize,
-    total: u64,
-) -> bool {
+    generation: &str,
+    (key, y, total): (&str, usize, u64),
+) -> Option<u32> {
     let r = &rt.regions;
     let from = &*r.names[r.this];
     let share_key = || vec![hash(prefix, &quota.name, "share")];
     let got_key = hash(prefix, &quota.name, &format!("got:{key}|{from}"));
-    let crate::algorithm::Rule::TokenBucket {
-        capacity,
-        refill_per_sec,
-    } = quota.rule
-    else {
-        return false;
-    };
-    let (_, burst) = LeanArgs::new(capacity, refill_per_sec, 1.0).args();
+    let burst = super::generation::burst(quota.rule)?;
     for _ in 0..3 {
         let peek = step("peek", [key.into(), got_key.as_str().into()]);
-        let Ok(v) = eval(rt, link, SCRIPT, share_key(), peek).await else {
-            return false;
-        };
+        let v = eval(rt, link, SCRIPT, share_key(), peek).await.ok()?;
         let mut it = v
             .into_array()
             .into_iter()
@@ -97,13 +91,10 @@ pub(super) async fn push(
         let got: u64 = if got_read.is_empty() {
             0
         } else {
-            let Ok(got) = got_read.parse() else {
-                return false;
-            };
-            got
+            got_read.parse().ok()?
         };
         if total <= got {
-            return true;
+            return Some(0);
         }
         let before = if share_read.is_empty() {
             quota.split[y]
@@ -119,12 +110,9 @@ pub(super) async fn push(
             i64::from(before.max(1)).into(),
             i64::from(after).into(),
         ];
-        if eval(rt, link, RESCALE, vec![key.to_owned()], args)
+        eval(rt, link, RESCALE, vec![key.to_owned()], args)
             .await
-            .is_err()
-        {
-            return false;
-        }
+            .ok()?;
         let args = [
             key.into(),
             got_key.as_str().into(),
@@ -133,12 +121,17 @@ pub(super) async fn push(
             got_read.into(),
             i64::from(after).into(),
             i64::from(quota.split[y]).into(),
+            from.into(),
+            generation.into(),
         ];
-        if let Ok(Value::Integer(1)) =
-            eval(rt, link, SCRIPT, share_key(), step("apply", args)).await
-        {
-            return true;
+        let keys = vec![
+            hash(prefix, &quota.name, "share"),
+            hash(prefix, &quota.name, "gen"),
+            hash(prefix, &quota.name, "seen"),
+        ];
+        if let Ok(Value::Integer(1)) = eval(rt, link, SCRIPT, keys, step("apply", args)).await {
+            return Some(after - before);
         }
     }
-    false
+    None
 }

@@ -107,6 +107,8 @@ struct View {
     shares: HashMap<Box<str>, u32>,
     /// Until when they may be used (`None`: never read yet).
     trusted_until: Option<Instant>,
+    /// The generation of the region's exchange state they were read in.
+    generation: super::Generation,
 }
 
 impl Quota {
@@ -128,19 +130,39 @@ impl Quota {
     /// `local` policy's estimate, never for Redis's decision).
     pub(crate) fn share(&self, key: &str) -> Result<u32, u32> {
         let view = self.view.load();
-        let share = view.shares.get(key).copied().unwrap_or(self.default);
+        // After a restart, a key not claimed yet is held by no one here.
+        let absent = if view.generation.restart {
+            0
+        } else {
+            self.default
+        };
+        let share = view.shares.get(key).copied().unwrap_or(absent);
         if view.trusted_until.is_none_or(|t| Instant::now() >= t) {
             return Err(share);
         }
         Ok(share)
     }
 
-    /// Replaces the view with shares read by a call sent at `sent`.
-    pub(crate) fn set_view(&self, shares: HashMap<Box<str>, u32>, sent: Instant, trust: Duration) {
-        self.view.store(Arc::new(View {
+    /// Replaces the view with shares read by a call sent at `sent`, in
+    /// `generation`; returns the generation the view had before.
+    pub(crate) fn set_view(
+        &self,
+        shares: HashMap<Box<str>, u32>,
+        generation: super::Generation,
+        sent: Instant,
+        trust: Duration,
+    ) -> super::Generation {
+        let old = self.view.swap(Arc::new(View {
             shares,
             trusted_until: Some(sent + trust),
+            generation,
         }));
+        old.generation.clone()
+    }
+
+    /// The generation of the last view read (empty: none yet).
+    pub(crate) fn generation(&self) -> super::Generation {
+        self.view.load().generation.clone()
     }
 
     /// Counts a request of `cost` for `key` in this interval's demand.
