@@ -11,7 +11,9 @@
 --                    and not yet acknowledged by the receiver
 --   got:<key>|<from> the total this region received from a region
 --   demand:<epoch>   hash: store key → what was asked in that interval
---   gen              hash: `id`, this Redis's generation of the exchange's
+--   gen              hash: `rule:<region>|<fingerprint>` → ms of its last
+--                    publication (src/region/agreement.rs); `id`, this
+--                    Redis's generation of the exchange's
 --                    state (created when first read); `restart` = 1 when
 --                    it replaced one an instance or a region knew: then a
 --                    key absent from `share` is unclaimed (decided as 0)
@@ -24,7 +26,9 @@
 --   read     KEYS: hashes; ARGV[3]: how many of the first KEYS to keep
 --            alive; ARGV[4] (optional): the index of the gen hash among
 --            KEYS, created first with id ARGV[6] if missing, marked a
---            restart if ARGV[5] (the id the caller knew, "" none) differs
+--            restart if ARGV[5] (the id the caller knew, "" none) differs;
+--            ARGV[7] (optional): a `rule:<region>|<fingerprint>` field
+--            set to now (ms), after dropping those older than ARGV[8] ms
 --            → HGETALL of each
 --   count    KEYS: demand; ARGV: (key, amount) pairs → 1
 --   give     KEYS: share, held, gen; ARGV: key, share as read ("" none),
@@ -47,6 +51,8 @@
 --            prefix, given prefix, then (region, given by it, got from
 --            here) triples → 1, or 0 when claimed already or the
 --            generation changed
+--   note     KEYS: gen; ARGV: `rule:` fields (other regions' rules) → 1,
+--            each set to now (ms)
 --   mark     KEYS: gen; ARGV: id → 1 when it was marked a restart (a
 --            region knew an older generation), 0 when the id changed
 --   ack      KEYS: pending; ARGV: field, total → 1 when it was pending
@@ -81,6 +87,18 @@ if step == 'read' then
     end
     if known ~= '' and known ~= (id or ARGV[6]) then
       redis.call('HSET', gen, 'restart', 1)
+    end
+    if ARGV[7] then
+      -- This instance's rule, published; rules not published for ARGV[8]
+      -- ms dropped.
+      local ms = math.floor(now() / 1000)
+      local fields = redis.call('HGETALL', gen)
+      for i = 1, #fields, 2 do
+        if string.sub(fields[i], 1, 5) == 'rule:' and ms - (tonumber(fields[i + 1]) or 0) > tonumber(ARGV[8]) then
+          redis.call('HDEL', gen, fields[i])
+        end
+      end
+      redis.call('HSET', gen, ARGV[7], ms)
     end
   end
   local out = {}
@@ -174,6 +192,11 @@ elseif step == 'claim' then
     redis.call('SET', ARGV[7] .. field, ARGV[i + 2], 'PX', ttl)
   end
   keep(2)
+  return 1
+elseif step == 'note' then
+  local ms = math.floor(now() / 1000)
+  for i = 3, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], ms) end
+  redis.call('PEXPIRE', KEYS[1], ttl)
   return 1
 elseif step == 'mark' then
   if redis.call('HGET', KEYS[1], 'id') ~= ARGV[3] then return 0 end

@@ -530,6 +530,57 @@ limits = ["api"]
     }
 }
 
+/// Regions that disagree on a global limit's numbers (b's instance at
+/// burst 40 / 40 a second, a's at 20/20, b started last as in a rolling
+/// change): within 2 intervals each region's gauge says how many regions'
+/// rules differ from its own, by limit and region (docs/regions.md).
+#[tokio::test]
+async fn regions_whose_rules_differ_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let servers = [RedisServer::start(), RedisServer::start()];
+    let prefix = support::prefix("region-rules");
+    let exchange = format!(
+        "a = \"{}\"\nb = \"{}\"\n",
+        servers[0].url(),
+        servers[1].url()
+    );
+    let mut layers = Vec::new();
+    for ((server, this), n) in servers.iter().zip(["a", "b"]).zip([20, 40]) {
+        let body = format!(
+            r#"
+[regions]
+this = "{this}"
+interval = "400ms"
+
+[regions.exchange]
+{exchange}
+[limits.api]
+key = "header:x-api-key"
+capacity = {n}
+refill = "{n}/s"
+scope = "global"
+
+[default]
+limits = ["api"]
+"#
+        );
+        let cfg = support::redis_config(server, &prefix, "250ms", &body);
+        layers.push(RateLimitLayer::new(cfg).await.unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let s = snapshot(&snapshotter);
+    for region in ["a", "b"] {
+        let labels = [("limit", "api"), ("region", region)];
+        assert_eq!(
+            value(&s, "fleetlimit_region_rules_differ", &labels),
+            1.0,
+            "{region}"
+        );
+    }
+}
+
 /// The Prometheus text of `/metrics`: the value of the sample `name` with
 /// exactly `labels` (0 when absent).
 fn scraped(ex: &Example, name: &str, labels: &[(&str, &str)]) -> f64 {

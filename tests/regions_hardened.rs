@@ -310,3 +310,48 @@ async fn a_region_restarted_empty_while_quota_moves_to_it_never_doubles_quota() 
         );
     }
 }
+
+/// Region c's instances run the limit at burst 100 / refill 100/s, a
+/// and b at 50/50 (c's started last, as in a rolling change of the
+/// numbers): the fleet admits within the smaller rule's bound, over every
+/// run of windows, and the warning names the limit and the regions within
+/// 2 intervals.
+#[tokio::test]
+async fn regions_that_disagree_on_a_limit_decide_with_the_smaller_rule() {
+    const SMALL: (f64, f64) = (50.0, 50.0);
+    const LARGE: (f64, f64) = (100.0, 100.0);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    // Current-thread runtime: the exchange's tasks log on this thread,
+    // where `logged` captures.
+    let (fleet, log) = logged(async {
+        let fleet = Fleet::start("regions-disagree", [SMALL, SMALL, LARGE]).await;
+        let rates = [2.0 * SMALL.1, 2.0 * SMALL.1, 2.0 * LARGE.1];
+        drive(&fleet, "disagree", rates, INTERVAL * 2, &answers).await;
+        fleet
+    })
+    .await;
+    for region in ["a", "b", "c"] {
+        let line = log.lines().find(|l| {
+            l.contains("rules of this global limit differ")
+                && l.contains(&format!("region=\"{region}\""))
+        });
+        let line = line
+            .unwrap_or_else(|| panic!("no warning from region {region} within 2 intervals: {log}"));
+        assert!(line.contains("limit=\"api\""), "{line}");
+        let differ = if region == "c" {
+            "differ=a,b"
+        } else {
+            "differ=c"
+        };
+        assert!(line.contains(differ), "{region}: {line}");
+    }
+    let rates = [2.0 * SMALL.1, 2.0 * SMALL.1, 2.0 * LARGE.1];
+    drive(&fleet, "disagree", rates, INTERVAL * 6, &answers).await;
+    let answers = answers.lock().unwrap().clone();
+    assert_bound_every_run(&answers, SMALL.0, SMALL.1, "fleet, rules differ");
+    let admitted = answers.iter().filter(|a| a.status == 200).count();
+    eprintln!(
+        "figures: rules differ (c at 100/100, a and b at 50/50): {admitted} admitted in {} ms",
+        (INTERVAL * 8).as_millis()
+    );
+}

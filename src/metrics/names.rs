@@ -25,6 +25,7 @@ pub(crate) const REGION_CALLS: &str = "fleetlimit_region_exchange_calls_total";
 pub(crate) const REGION_CYCLES: &str = "fleetlimit_region_exchange_cycles_total";
 pub(crate) const REGION_GENERATIONS: &str = "fleetlimit_region_generation_changes_total";
 pub(crate) const REGION_CLAIMS: &str = "fleetlimit_region_claims_total";
+pub(crate) const REGION_RULES_DIFFER: &str = "fleetlimit_region_rules_differ";
 
 /// The help texts, given to the recorder with each set of handles
 /// (a recorder keeps the last; they never change).
@@ -129,6 +130,11 @@ pub(super) fn describe() {
         REGION_GENERATIONS,
         Unit::Count,
         "Times this instance found its region's Redis in a new generation of the exchange's state (restarted empty)"
+    );
+    describe_gauge!(
+        REGION_RULES_DIFFER,
+        Unit::Count,
+        "Regions whose rule of a global limit differs from this instance's (decided with the smaller while above 0)"
     );
     describe_counter!(
         REGION_CLAIMS,

@@ -161,4 +161,6 @@ impl QuotaMetrics {
     pub(crate) fn generation_changed(&self) {}
     #[inline(always)]
     pub(crate) fn claimed(&self, _: u64) {}
+    #[inline(always)]
+    pub(crate) fn rules_differ(&self, _: usize) {}
 }

@@ -422,6 +422,7 @@ pub(crate) struct QuotaMetrics {
     in_flight: Gauge,
     generations: Counter,
     claims: Counter,
+    rules_differ: Gauge,
 }
 
 impl QuotaMetrics {
@@ -437,6 +438,7 @@ impl QuotaMetrics {
             in_flight: ::metrics::gauge!(REGION_IN_FLIGHT, &labels),
             generations: ::metrics::counter!(REGION_GENERATIONS, &labels),
             claims: ::metrics::counter!(REGION_CLAIMS, &labels),
+            rules_differ: ::metrics::gauge!(REGION_RULES_DIFFER, &labels),
         }
     }
 
@@ -459,5 +461,10 @@ impl QuotaMetrics {
     /// `n` keys claimed after a restart.
     pub(crate) fn claimed(&self, n: u64) {
         self.claims.increment(n);
+    }
+
+    /// How many regions' rules differ from this instance's, now.
+    pub(crate) fn rules_differ(&self, n: usize) {
+        self.rules_differ.set(n as f64);
     }
 }

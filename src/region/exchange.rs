@@ -34,6 +34,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::time::Instant;
 
 use super::Generation;
+use super::agreement::{AGE, agree, field, report};
 use super::calls::{SCRIPT, eval, hash, options, ppm, quarter, step, step_for};
 use super::generation::{candidate, claim, mark, noticed, shared_keys};
 use super::handoff::{Gift, give, push};
@@ -52,10 +53,32 @@ pub(crate) const MAX_KEYS: usize = 1000;
 /// soon as the layer is built, Redis up), then starts this instance's
 /// exchange; it ends with the runtime.
 pub(crate) async fn start(rt: &Arc<Runtime>, own: Pool, prefix: Arc<str>, instance: Arc<str>) {
+    let links = connect_links(rt);
     if own.is_connected() {
+        // Agreement before trust: the other regions' rules first, so that
+        // an instance whose rule differs decides with the smaller one from
+        // its first request.
+        let wait = links.iter().flatten().map(|l| async {
+            let _ = tokio::time::timeout(quarter(rt), l.wait_for_connect()).await;
+        });
+        join_all(wait).await;
+        for q in rt.quotas.iter() {
+            let h = hash(&prefix, &q.name, "gen");
+            let reads = links.iter().map(|link| async {
+                let v = eval(
+                    rt,
+                    link.as_ref()?,
+                    SCRIPT,
+                    vec![h.clone()],
+                    step("read", [0.into()]),
+                );
+                Some(map(v.await.ok()?.into_array().into_iter().next()?))
+            });
+            let read = join_all(reads).await;
+            note(rt, q, &own, &prefix, &read).await;
+        }
         refresh(rt, &own, &prefix).await;
     }
-    let links = connect_links(rt);
     let weak = Arc::downgrade(rt);
     tokio::spawn(run(weak, own, links, prefix, instance));
 }
@@ -165,7 +188,15 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
     for q in rt.quotas.iter() {
         let keys = vec![hash(prefix, &q.name, "share"), hash(prefix, &q.name, "gen")];
         let known = q.generation().id;
-        let args = [0.into(), 2.into(), (*known).into(), candidate().into()];
+        let age = i64::try_from((rt.regions.interval * AGE).as_millis()).unwrap_or(i64::MAX);
+        let args = [
+            0.into(),
+            2.into(),
+            (*known).into(),
+            candidate().into(),
+            field(&rt.regions, &q.fingerprint).into(),
+            age.into(),
+        ];
         let sent = Instant::now();
         match eval(rt, own, SCRIPT, keys, step("read", args)).await {
             Ok(v) => {
@@ -176,8 +207,12 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
                     .into_iter()
                     .map(|(k, v)| (k.into_boxed_str(), ppm(&v)))
                     .collect();
-                let generation = Generation::read(&it.next().unwrap_or_default());
-                let old = q.set_view(shares, generation.clone(), sent, rt.trusted_for());
+                let gen_hash = it.next().unwrap_or_default();
+                let generation = Generation::read(&gen_hash);
+                let agreement = agree(q, &rt.regions, gen_hash.keys());
+                report(q, &rt.regions, agreement.as_ref());
+                let view = (generation.clone(), agreement);
+                let old = q.set_view(shares, view, sent, rt.trusted_for());
                 restarted |= noticed(rt, q, &old, &generation);
             }
             Err(e) => {
@@ -186,6 +221,34 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
         }
     }
     restarted
+}
+
+/// Copies into this region's `gen` hash the rules the other regions
+/// published in theirs (`read[y]`: region y's, as read), so this region's
+/// instances see them.
+async fn note(
+    rt: &Runtime,
+    q: &Quota,
+    own: &Pool,
+    prefix: &str,
+    read: &[Option<HashMap<String, String>>],
+) {
+    let r = &rt.regions;
+    let fields: Vec<Value> = (read.iter().enumerate())
+        .filter(|(y, _)| *y != r.this)
+        .filter_map(|(y, m)| Some((format!("rule:{}|", r.names[y]), m.as_ref()?)))
+        .flat_map(|(theirs, m)| {
+            let keys = m.keys().filter(move |f| f.starts_with(&theirs));
+            keys.map(|f| Value::from(f.as_str())).collect::<Vec<_>>()
+        })
+        .collect();
+    if fields.is_empty() {
+        return;
+    }
+    let key = hash(prefix, &q.name, "gen");
+    if let Err(e) = eval(rt, own, SCRIPT, vec![key], step("note", fields)).await {
+        tracing::debug!(target: "fleetlimit", limit = &*q.name, error = %e, "the other regions' rules not noted");
+    }
 }
 
 /// Adds what this instance counted in interval `epoch` to its region's
@@ -240,6 +303,8 @@ struct Seen {
     shares: HashMap<String, String>,
     demand: HashMap<String, String>,
     generation: Generation,
+    /// Its `gen` hash (the rules it published).
+    gen_hash: HashMap<String, String>,
 }
 
 impl Seen {
@@ -307,17 +372,29 @@ async fn cycle(
         let keys = vec![h("share"), demand_key.clone(), h("gen")];
         let v = eval(rt, link.as_ref()?, SCRIPT, keys, step("read", [0.into()])).await;
         let mut it = v.ok()?.into_array().into_iter().map(map);
+        let (shares, demand, gen_hash) = (
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+        );
         Some(Seen {
-            shares: it.next().unwrap_or_default(),
-            demand: it.next().unwrap_or_default(),
-            generation: Generation::read(&it.next().unwrap_or_default()),
+            shares,
+            demand,
+            generation: Generation::read(&gen_hash),
+            gen_hash,
         })
     });
     let mut seen: Vec<Option<Seen>> = join_all(reads).await;
+    let rules: Vec<Option<HashMap<String, String>>> = (seen.iter_mut())
+        .map(|s| Some(std::mem::take(&mut s.as_mut()?.gen_hash)))
+        .collect();
+    note(rt, quota, own, prefix, &rules).await;
+    let split = quota.split_now();
     seen[x] = Some(Seen {
         shares,
         demand,
         generation,
+        gen_hash: HashMap::new(),
     });
     // A region whose Redis restarted with none of its instances left to
     // notice: this one knew its older generation.
@@ -341,7 +418,7 @@ async fn cycle(
     };
     for ((key, y), n) in handed.landed {
         if let Some(s) = seen[y].as_mut() {
-            let now = s.share(&key, quota.split[y]);
+            let now = s.share(&key, split[y]);
             s.shares
                 .insert(key, now.saturating_add(n).min(WHOLE).to_string());
         }
@@ -389,13 +466,13 @@ async fn cycle(
         let shares: Vec<Option<u32>> = seen
             .iter()
             .enumerate()
-            .map(|(y, s)| s.as_ref().map(|s| s.share(key, quota.split[y])))
+            .map(|(y, s)| s.as_ref().map(|s| s.share(key, split[y])))
             .collect();
         let offered: Vec<u64> = seen
             .iter()
             .map(|s| s.as_ref().map_or(0, |s| s.demand(key)))
             .collect();
-        let targets = targets(&shares, &offered, &quota.split);
+        let targets = targets(&shares, &offered, &split);
         let (Some(have), Some(want)) = (shares[x], targets[x]) else {
             continue;
         };

@@ -76,16 +76,22 @@ pub(super) async fn mark(rt: &Runtime, link: &Pool, key: &str, id: &str) -> bool
     matches!(marked, Ok(Value::Integer(1)))
 }
 
-/// The limit's full burst in µs, as the checks send it.
-pub(super) fn burst(rule: Rule) -> Option<f64> {
-    let Rule::TokenBucket {
-        capacity,
-        refill_per_sec,
-    } = rule
-    else {
-        return None;
+/// The limit's full burst in µs, as the checks send it: the larger of
+/// its rule's and the fleet's smaller rule's, while the regions' rules
+/// differ (a rescale or an emptying on a larger burst than the bucket's
+/// loses tokens, never makes any).
+pub(super) fn burst(quota: &Quota) -> Option<f64> {
+    let of = |rule: Rule| {
+        let Rule::TokenBucket {
+            capacity,
+            refill_per_sec,
+        } = rule
+        else {
+            return None;
+        };
+        Some(LeanArgs::new(capacity, refill_per_sec, 1.0).args().1)
     };
-    Some(LeanArgs::new(capacity, refill_per_sec, 1.0).args().1)
+    Some(of(quota.rule)?.max(of(quota.rule_now(quota.rule))?))
 }
 
 /// Claims `keys` (unclaimed here) in generation `id`; nothing when a
@@ -101,7 +107,7 @@ pub(super) async fn claim(
 ) {
     let r = &rt.regions;
     let x = r.this;
-    let Some(burst) = burst(quota.rule) else {
+    let Some(burst) = burst(quota) else {
         return;
     };
     if keys.is_empty() {
@@ -151,7 +157,7 @@ pub(super) async fn claim(
     }
     let mut claimed = 0u64;
     for (i, &key) in keys.iter().enumerate() {
-        let mut held = i128::from(quota.split[x]);
+        let mut held = i128::from(quota.split_now()[x]);
         let mut args: Vec<Value> = Vec::new();
         for (y, rows) in fenced.iter().enumerate() {
             let Some(rows) = rows.as_ref().filter(|_| y != x) else {

@@ -32,7 +32,7 @@ pub(super) async fn give(rt: &Runtime, quota: &Quota, own: &Pool, prefix: &str, 
         g.key.into(),
         g.read.into(),
         i64::from(g.new).into(),
-        i64::from(quota.default).into(),
+        i64::from(quota.split_now()[r.this]).into(),
         g.generation.into(),
         hold_us.into(),
     ];
@@ -77,7 +77,8 @@ pub(super) async fn push(
     let from = &*r.names[r.this];
     let share_key = || vec![hash(prefix, &quota.name, "share")];
     let got_key = hash(prefix, &quota.name, &format!("got:{key}|{from}"));
-    let burst = super::generation::burst(quota.rule)?;
+    let burst = super::generation::burst(quota)?;
+    let split = quota.split_now();
     for _ in 0..3 {
         let peek = step("peek", [key.into(), got_key.as_str().into()]);
         let v = eval(rt, link, SCRIPT, share_key(), peek).await.ok()?;
@@ -97,7 +98,7 @@ pub(super) async fn push(
             return Some(0);
         }
         let before = if share_read.is_empty() {
-            quota.split[y]
+            split[y]
         } else {
             ppm(&share_read)
         };
@@ -120,7 +121,7 @@ pub(super) async fn push(
             share_read.into(),
             got_read.into(),
             i64::from(after).into(),
-            i64::from(quota.split[y]).into(),
+            i64::from(split[y]).into(),
             from.into(),
             generation.into(),
         ];

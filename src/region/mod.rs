@@ -34,6 +34,7 @@
 
 use std::sync::Arc;
 
+mod agreement;
 #[cfg(feature = "redis")]
 mod calls;
 #[cfg(feature = "redis")]

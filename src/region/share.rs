@@ -18,6 +18,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
+use super::agreement::{Agreement, fingerprint};
 use crate::algorithm::Rule;
 use crate::config::Regions;
 use crate::route::{Global, Limit, WHOLE};
@@ -91,6 +92,8 @@ pub(crate) struct Quota {
     pub(crate) split: Box<[u32]>,
     /// This region's share of a key with none recorded.
     pub(crate) default: u32,
+    /// This region's index.
+    this: usize,
     view: ArcSwap<View>,
     demand: Mutex<HashMap<Box<str>, u64>>,
     /// Its quota moves from this region, for the `metrics` facade.
@@ -98,6 +101,10 @@ pub(crate) struct Quota {
     /// Given or held but not yet received, at its last cycle (in
     /// millionths of the limit).
     pub(crate) in_flight: AtomicU64,
+    /// Its rule as this instance publishes it (`agreement.rs`).
+    pub(crate) fingerprint: Box<str>,
+    /// When it last warned that the regions' rules differ (Unix ms).
+    pub(crate) warned: AtomicU64,
 }
 
 /// The shares read at one moment.
@@ -109,6 +116,8 @@ struct View {
     trusted_until: Option<Instant>,
     /// The generation of the region's exchange state they were read in.
     generation: super::Generation,
+    /// The fleet's smaller rule, while the regions' rules differ.
+    agreement: Option<Arc<Agreement>>,
 }
 
 impl Quota {
@@ -118,10 +127,13 @@ impl Quota {
             rule: l.rule,
             split: g.split.clone(),
             default: g.split[regions.this],
+            this: regions.this,
             view: ArcSwap::default(),
             demand: Mutex::default(),
             metrics: crate::metrics::QuotaMetrics::new(&regions.names[regions.this], &l.name),
             in_flight: AtomicU64::new(0),
+            fingerprint: fingerprint(l.rule, &g.split, regions).into(),
+            warned: AtomicU64::new(0),
         }
     }
 
@@ -130,11 +142,12 @@ impl Quota {
     /// `local` policy's estimate, never for Redis's decision).
     pub(crate) fn share(&self, key: &str) -> Result<u32, u32> {
         let view = self.view.load();
-        // After a restart, a key not claimed yet is held by no one here.
-        let absent = if view.generation.restart {
-            0
-        } else {
-            self.default
+        // After a restart, a key not claimed yet is held by no one here;
+        // while the regions' rules differ, the least split.
+        let absent = match &view.agreement {
+            _ if view.generation.restart => 0,
+            Some(a) => a.split[self.this],
+            None => self.default,
         };
         let share = view.shares.get(key).copied().unwrap_or(absent);
         if view.trusted_until.is_none_or(|t| Instant::now() >= t) {
@@ -148,7 +161,7 @@ impl Quota {
     pub(crate) fn set_view(
         &self,
         shares: HashMap<Box<str>, u32>,
-        generation: super::Generation,
+        (generation, agreement): (super::Generation, Option<Agreement>),
         sent: Instant,
         trust: Duration,
     ) -> super::Generation {
@@ -156,8 +169,27 @@ impl Quota {
             shares,
             trusted_until: Some(sent + trust),
             generation,
+            agreement: agreement.map(Arc::new),
         }));
         old.generation.clone()
+    }
+
+    /// The rule requests are decided with: `rule`, or the fleet's smaller
+    /// one while the regions' rules differ.
+    pub(crate) fn rule_now(&self, rule: Rule) -> Rule {
+        self.view.load().agreement.as_ref().map_or(rule, |a| a.rule)
+    }
+
+    /// The fleet's smaller rule and least splits, while they differ.
+    pub(crate) fn agreement(&self) -> Option<Arc<Agreement>> {
+        self.view.load().agreement.clone()
+    }
+
+    /// Each region's split as this region counts it now (the least any
+    /// region's rule gives it, while they differ).
+    pub(crate) fn split_now(&self) -> Box<[u32]> {
+        self.agreement()
+            .map_or_else(|| self.split.clone(), |a| a.split.clone())
     }
 
     /// The generation of the last view read (empty: none yet).
