@@ -28,9 +28,11 @@ const SPLIT: u64 = 333_333;
 
 struct Fleet {
     servers: Vec<RedisServer>,
-    _links: Vec<Vec<Option<Relay>>>,
+    links: Vec<Vec<Option<Relay>>>,
     apps: Vec<[Router; 2]>,
     prefix: String,
+    /// Each region's configuration (for the admin tools).
+    configs: Vec<fleetlimit::Config>,
 }
 
 impl Fleet {
@@ -46,6 +48,7 @@ impl Fleet {
             .collect();
         let prefix = prefix(test);
         let mut apps = Vec::new();
+        let mut configs = Vec::new();
         for x in 0..3 {
             let mut exchange = String::new();
             for (y, name) in NAMES.iter().enumerate() {
@@ -77,6 +80,7 @@ on_redis_error = "closed"
                 this = NAMES[x],
                 interval = INTERVAL.as_millis(),
             );
+            configs.push(redis_config(&servers[x], &prefix, "250ms", &body));
             let mut two = Vec::new();
             for _ in 0..2 {
                 let cfg = redis_config(&servers[x], &prefix, "250ms", &body);
@@ -87,10 +91,30 @@ on_redis_error = "closed"
         }
         Self {
             servers,
-            _links: links,
+            links,
             apps,
             prefix,
+            configs,
         }
+    }
+
+    /// Cuts (or heals) every exchange link to and from region `x`.
+    fn isolate(&self, x: usize, cut: bool) {
+        for (y, row) in self.links.iter().enumerate() {
+            for (z, relay) in row.iter().enumerate() {
+                if let Some(r) = relay.as_ref().filter(|_| y == x || z == x) {
+                    if cut { r.cut() } else { r.heal() }
+                }
+            }
+        }
+    }
+
+    /// Field `field` of region `x`'s exchange hash `part` (`None`: none).
+    fn hget(&self, x: usize, part: &str, field: &str) -> Option<String> {
+        let hash = format!("{}:regions:{{api}}:{part}", self.prefix);
+        let v = self.servers[x].cli(&["HGET", &hash, field])?;
+        let v = v.trim();
+        (!v.is_empty()).then(|| v.to_owned())
     }
 
     /// Every region's share of API key `value`, in parts per million, as
@@ -354,4 +378,152 @@ async fn regions_that_disagree_on_a_limit_decide_with_the_smaller_rule() {
         "figures: rules differ (c at 100/100, a and b at 50/50): {admitted} admitted in {} ms",
         (INTERVAL * 8).as_millis()
     );
+}
+
+/// The leading whole number of `<n>` or `<n>:<µs>` (0: none).
+fn amount(v: Option<String>) -> u64 {
+    v.and_then(|v| v.split(':').next()?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `inspect` of a global limit answers as the layer decides: from this
+/// region's share (0 tokens once that share is spent, where the whole
+/// limit's bucket would look full), and shows the quota in flight to and
+/// from each region as the exchange's own records have it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
+    let fleet = Fleet::start("regions-inspect", [(BURST, RATE); 3]).await;
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    // a asks, b and c do not: a takes nearly all, b and c keep 2 % each.
+    drive(
+        &fleet,
+        "seen",
+        [2.0 * RATE, 0.0, 0.0],
+        INTERVAL * 3,
+        &answers,
+    )
+    .await;
+    let key = header_key(&fleet.prefix, "api", "seen");
+    let b_share = fleet
+        .hget(1, "share", &key)
+        .map_or(SPLIT, |v| v.parse().unwrap());
+    assert!(b_share < 100_000, "b gave its share away: {b_share}");
+    // b spends its share at once.
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "seen")]);
+        statuses.push(send(&fleet.apps[1][i % 2], req).await.status().as_u16());
+    }
+    let spent = Instant::now();
+    assert!(statuses.contains(&429), "b's share spent: {statuses:?}");
+    let admin = fleetlimit::admin::Admin::connect(&fleet.configs[1])
+        .await
+        .unwrap();
+    let buckets = admin.inspect("seen", Some("api")).await.unwrap();
+    let elapsed = spent.elapsed().as_secs_f64();
+    let b = serde_json::to_value(&buckets[0]).unwrap();
+    let remaining = b["remaining"].as_f64().unwrap();
+    // Less than a token, but for what b's share refilled meanwhile.
+    let refilled = b_share as f64 / 1e6 * RATE * elapsed;
+    eprintln!(
+        "figures: inspect in b after its share ({b_share} ppm) was spent ({statuses:?}): {remaining:.3} tokens ({refilled:.3} refilled)"
+    );
+    // Read under b's share: at most its part of the burst (the whole
+    // limit's bucket would say up to 50), and less than a whole token once
+    // spent, but for what the share refilled meanwhile.
+    assert!(remaining <= b_share as f64 / 1e6 * BURST + 1e-6, "{b}");
+    assert!(remaining < 1.0 + refilled, "{b}");
+    assert_eq!(b["global"]["ppm"].as_u64(), Some(b_share), "{b}");
+
+    // c asks: a gives it quota; the links to c are cut once a holds some
+    // for it, so the quota stays in flight.
+    let c_asks = {
+        let fleet_apps = fleet.apps[2].clone();
+        let answers = Arc::clone(&answers);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / (1.6 * RATE)));
+            let end = Instant::now() + INTERVAL * 4;
+            let mut i = 0;
+            // Bounded by its end.
+            while Instant::now() < end {
+                tick.tick().await;
+                let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "seen")]);
+                let _ = send(&fleet_apps[i % 2], req).await;
+                i += 1;
+            }
+            drop(answers);
+        })
+    };
+    let field = format!("{key}|c");
+    let began = Instant::now();
+    // Bounded: four intervals.
+    while fleet.hget(0, "held", &field).is_none() && began.elapsed() < INTERVAL * 4 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        fleet.hget(0, "held", &field).is_some(),
+        "a never gave c quota"
+    );
+    fleet.isolate(2, true);
+    c_asks.await.unwrap();
+    // Every layer gone, the exchange stops: its records stand still.
+    let Fleet {
+        servers,
+        links,
+        apps,
+        prefix,
+        configs,
+    } = fleet;
+    drop(apps);
+    tokio::time::sleep(INTERVAL * 2).await;
+    let fleet = Fleet {
+        servers,
+        links,
+        apps: Vec::new(),
+        prefix,
+        configs,
+    };
+    fleet.isolate(2, false);
+    // What the records say is in flight between each pair.
+    let names = ["a", "b", "c"];
+    let flight = |x: usize, y: usize| {
+        let to = |r: &str| format!("{key}|{r}");
+        let got = format!("{}:regions:{{api}}:got:{key}|{}", fleet.prefix, names[x]);
+        let got = fleet.servers[y]
+            .cli(&["GET", &got])
+            .map(|v| v.trim().to_owned());
+        amount(fleet.hget(x, "held", &to(names[y])))
+            + amount(fleet.hget(x, "pending", &to(names[y])))
+                .saturating_sub(amount(got.filter(|v| !v.is_empty())))
+    };
+    let a_to_c = flight(0, 2);
+    assert!(a_to_c > 0, "nothing in flight from a to c");
+    for x in [0usize, 2] {
+        let admin = fleetlimit::admin::Admin::connect(&fleet.configs[x])
+            .await
+            .unwrap();
+        let buckets = admin.inspect("seen", Some("api")).await.unwrap();
+        let g = serde_json::to_value(&buckets[0]).unwrap()["global"].clone();
+        let flights = g["flights"].as_array().unwrap();
+        for f in flights {
+            let y = names.iter().position(|n| f["region"] == *n).unwrap();
+            assert_eq!(
+                f["to_ppm"].as_u64(),
+                Some(flight(x, y)),
+                "{} to {}: {g}",
+                names[x],
+                names[y]
+            );
+            assert_eq!(
+                f["from_ppm"].as_u64(),
+                Some(flight(y, x)),
+                "{} from {}: {g}",
+                names[x],
+                names[y]
+            );
+            assert!(f["ago_ms"].as_u64().is_some(), "{g}");
+        }
+        assert_eq!(flights.len(), 2, "{g}");
+    }
+    eprintln!("figures: inspect: {a_to_c} ppm in flight from a to c, as the records say");
 }

@@ -150,7 +150,7 @@ pub(crate) struct QuotaMetrics;
 
 impl QuotaMetrics {
     #[inline(always)]
-    pub(crate) fn new(_region: &str, _limit: &Arc<str>) -> Self {
+    pub(crate) fn new(_region: &str, _limit: &Arc<str>, _regions: &[Arc<str>]) -> Self {
         Self
     }
     #[inline(always)]
@@ -163,4 +163,8 @@ impl QuotaMetrics {
     pub(crate) fn claimed(&self, _: u64) {}
     #[inline(always)]
     pub(crate) fn rules_differ(&self, _: usize) {}
+    #[inline(always)]
+    pub(crate) fn shares_held(&self, _: usize) {}
+    #[inline(always)]
+    pub(crate) fn stale(&self, _: usize, _: f64) {}
 }

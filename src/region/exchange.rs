@@ -35,9 +35,10 @@ use tokio::time::Instant;
 
 use super::Generation;
 use super::agreement::{AGE, agree, field, report};
-use super::calls::{SCRIPT, eval, hash, options, ppm, quarter, step, step_for};
+use super::calls::{SCRIPT, eval, hash, join_all, map, options, ppm, quarter, step, step_for};
+use super::contact::note;
 use super::generation::{candidate, claim, mark, noticed, shared_keys};
-use super::handoff::{Gift, give, push};
+use super::handoff::{Gift, give, hand_over};
 use super::share::{Quota, Runtime};
 use super::targets::{split_excess, targets};
 use crate::config::RedisSettings;
@@ -168,18 +169,6 @@ async fn run(
     }
 }
 
-/// A `HGETALL` answer as a map.
-fn map(v: Value) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let mut it = v.into_array().into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        if let (Some(k), Some(v)) = (k.as_string(), v.as_string()) {
-            out.insert(k, v);
-        }
-    }
-    out
-}
-
 /// Reads this region's shares of every global limit into the views;
 /// whether its generation changed (its Redis restarted empty).
 async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
@@ -206,7 +195,8 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(k, v)| (k.into_boxed_str(), ppm(&v)))
-                    .collect();
+                    .collect::<HashMap<_, _>>();
+                q.metrics.shares_held(shares.len());
                 let gen_hash = it.next().unwrap_or_default();
                 let generation = Generation::read(&gen_hash);
                 let agreement = agree(q, &rt.regions, gen_hash.keys());
@@ -221,34 +211,6 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
         }
     }
     restarted
-}
-
-/// Copies into this region's `gen` hash the rules the other regions
-/// published in theirs (`read[y]`: region y's, as read), so this region's
-/// instances see them.
-async fn note(
-    rt: &Runtime,
-    q: &Quota,
-    own: &Pool,
-    prefix: &str,
-    read: &[Option<HashMap<String, String>>],
-) {
-    let r = &rt.regions;
-    let fields: Vec<Value> = (read.iter().enumerate())
-        .filter(|(y, _)| *y != r.this)
-        .filter_map(|(y, m)| Some((format!("rule:{}|", r.names[y]), m.as_ref()?)))
-        .flat_map(|(theirs, m)| {
-            let keys = m.keys().filter(move |f| f.starts_with(&theirs));
-            keys.map(|f| Value::from(f.as_str())).collect::<Vec<_>>()
-        })
-        .collect();
-    if fields.is_empty() {
-        return;
-    }
-    let key = hash(prefix, &q.name, "gen");
-    if let Err(e) = eval(rt, own, SCRIPT, vec![key], step("note", fields)).await {
-        tracing::debug!(target: "fleetlimit", limit = &*q.name, error = %e, "the other regions' rules not noted");
-    }
 }
 
 /// Adds what this instance counted in interval `epoch` to its region's
@@ -319,14 +281,6 @@ impl Seen {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     }
-}
-
-/// The leading number of `"<n>:<µs>"`.
-fn amount(v: &str) -> u64 {
-    v.split(':')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(0)
 }
 
 /// One cycle of one global limit (see the module's text).
@@ -495,96 +449,18 @@ async fn cycle(
         }
     }
     claim(rt, quota, own, links, prefix, &gen_id, &unclaimed).await;
-}
-
-/// What a cycle's release and pushes left.
-struct Handed {
-    /// Held, and released but not received (in millionths).
-    in_flight: u64,
-    /// Still held after the release: `<key>|<to>` → `<ppm>:<µs>`.
-    held: HashMap<String, String>,
-    /// The pending fields (`<key>|<to>`) not acknowledged.
-    unacked: Vec<String>,
-    /// What landed in this cycle: (key, region) → millionths.
-    landed: Vec<((String, usize), u32)>,
-}
-
-/// Releases what was held long enough, pushes every total not yet
-/// acknowledged (`None`: the release failed).
-async fn hand_over(
-    rt: &Runtime,
-    quota: &Quota,
-    own: &Pool,
-    links: &[Option<Pool>],
-    prefix: &str,
-    generation: &str,
-) -> Option<Handed> {
-    let r = &rt.regions;
-    let h = |part: &str| hash(prefix, &quota.name, part);
-    let release = step("release", [Value::from(h("given:"))]);
-    let keys = vec![h("held"), h("pending")];
-    let pending = eval(rt, own, SCRIPT, keys.clone(), release).await.ok()?;
-    // What is still held after the release.
-    let read = eval(rt, own, SCRIPT, keys, step("read", [0.into()])).await;
-    let held = read.ok().and_then(|v| v.into_array().into_iter().next());
-    let held = held.map(map).unwrap_or_default();
-    let mut out = Handed {
-        in_flight: held.values().map(|v| amount(v)).sum(),
-        held,
-        unacked: Vec::new(),
-        landed: Vec::new(),
-    };
-    for (field, v) in map(pending) {
-        let Some((key, to)) = field.rsplit_once('|') else {
-            continue;
-        };
-        let total = amount(&v);
+    // A receiver whose Redis restarted refuses pushes of a key until it
+    // claims it: once more a quarter interval later, not an interval.
+    let to_restarted = handed.unacked.iter().any(|f| {
+        let to = f.rsplit_once('|').map_or("", |(_, to)| to);
         let y = r.names.iter().position(|n| **n == *to);
-        let link = y.and_then(|y| Some((y, links[y].as_ref()?)));
-        let received = match link {
-            Some((y, link)) => push(rt, quota, link, prefix, generation, (key, y, total))
-                .await
-                .map(|n| (y, n)),
-            None => None,
-        };
-        if let Some((y, n)) = received {
-            if n > 0 {
-                out.landed.push(((key.to_owned(), y), n));
-            }
-            let args = step("ack", [field.into(), total.to_string().into()]);
-            let _ = eval(rt, own, SCRIPT, vec![h("pending")], args).await;
-        } else {
-            out.in_flight += total;
-            out.unacked.push(field);
-        }
+        y.and_then(|y| seen[y].as_ref())
+            .is_some_and(|s| s.generation.restart)
+    });
+    if to_restarted {
+        tokio::time::sleep(quarter(rt)).await;
+        let _ = hand_over(rt, quota, own, links, prefix, &gen_id).await;
     }
-    Some(out)
-}
-
-/// Every future's output, in order, all polled together (a region's
-/// read waits for no other's).
-pub(super) async fn join_all<F: std::future::Future>(
-    futs: impl Iterator<Item = F>,
-) -> Vec<F::Output> {
-    let mut futs: Vec<_> = futs.map(|f| Some(Box::pin(f))).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        for (f, o) in futs.iter_mut().zip(&mut out) {
-            if let Some(fut) = f {
-                if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
-                    *o = Some(v);
-                    *f = None;
-                }
-            }
-        }
-        if futs.iter().all(Option::is_none) {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    out.into_iter().flatten().collect()
 }
 
 #[cfg(test)]

@@ -146,7 +146,7 @@ pub(super) async fn claim(
             .collect();
         (rows.len() == keys.len()).then_some(rows)
     });
-    let fenced = super::exchange::join_all(fences).await;
+    let fenced = super::calls::join_all(fences).await;
     if fenced
         .iter()
         .enumerate()

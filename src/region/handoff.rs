@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use fred::clients::Pool;
 use fred::types::Value;
 
-use super::calls::{RESCALE, SCRIPT, eval, hash, ppm, quarter, step};
+use std::collections::HashMap;
+
+use super::calls::{RESCALE, SCRIPT, amount, eval, hash, map, ppm, quarter, step};
 use super::share::{Quota, Runtime};
 use crate::route::WHOLE;
 
@@ -64,7 +66,7 @@ pub(super) async fn give(rt: &Runtime, quota: &Quota, own: &Pool, prefix: &str, 
 /// and once it has seen a newer generation of this region than
 /// `generation` (this one's Redis restarted since this cycle read it).
 /// Returns what `y` added (0: it had it already) once it holds the whole
-/// total; `None` while it does not.
+/// total; else the total `y` was last read holding (0: not read).
 pub(super) async fn push(
     rt: &Runtime,
     quota: &Quota,
@@ -72,16 +74,19 @@ pub(super) async fn push(
     prefix: &str,
     generation: &str,
     (key, y, total): (&str, usize, u64),
-) -> Option<u32> {
+) -> Result<u32, u64> {
     let r = &rt.regions;
     let from = &*r.names[r.this];
     let share_key = || vec![hash(prefix, &quota.name, "share")];
     let got_key = hash(prefix, &quota.name, &format!("got:{key}|{from}"));
-    let burst = super::generation::burst(quota)?;
+    let burst = super::generation::burst(quota).ok_or(0u64)?;
+    let mut seen = 0;
     let split = quota.split_now();
     for _ in 0..3 {
         let peek = step("peek", [key.into(), got_key.as_str().into()]);
-        let v = eval(rt, link, SCRIPT, share_key(), peek).await.ok()?;
+        let v = eval(rt, link, SCRIPT, share_key(), peek)
+            .await
+            .map_err(|_| seen)?;
         let mut it = v
             .into_array()
             .into_iter()
@@ -92,10 +97,11 @@ pub(super) async fn push(
         let got: u64 = if got_read.is_empty() {
             0
         } else {
-            got_read.parse().ok()?
+            got_read.parse().map_err(|_| seen)?
         };
+        seen = got;
         if total <= got {
-            return Some(0);
+            return Ok(0);
         }
         let before = if share_read.is_empty() {
             split[y]
@@ -113,7 +119,7 @@ pub(super) async fn push(
         ];
         eval(rt, link, RESCALE, vec![key.to_owned()], args)
             .await
-            .ok()?;
+            .map_err(|_| seen)?;
         let args = [
             key.into(),
             got_key.as_str().into(),
@@ -131,8 +137,77 @@ pub(super) async fn push(
             hash(prefix, &quota.name, "seen"),
         ];
         if let Ok(Value::Integer(1)) = eval(rt, link, SCRIPT, keys, step("apply", args)).await {
-            return Some(after - before);
+            return Ok(after - before);
         }
     }
-    None
+    Err(seen)
+}
+
+/// What a cycle's release and pushes left.
+pub(super) struct Handed {
+    /// Held, and released but not received (in millionths).
+    pub(super) in_flight: u64,
+    /// Still held after the release: `<key>|<to>` → `<ppm>:<µs>`.
+    pub(super) held: HashMap<String, String>,
+    /// The pending fields (`<key>|<to>`) not acknowledged.
+    pub(super) unacked: Vec<String>,
+    /// What landed in this cycle: (key, region) → millionths.
+    pub(super) landed: Vec<((String, usize), u32)>,
+}
+
+/// Releases what was held long enough, pushes every total not yet
+/// acknowledged (`None`: the release failed).
+pub(super) async fn hand_over(
+    rt: &Runtime,
+    quota: &Quota,
+    own: &Pool,
+    links: &[Option<Pool>],
+    prefix: &str,
+    generation: &str,
+) -> Option<Handed> {
+    let r = &rt.regions;
+    let h = |part: &str| hash(prefix, &quota.name, part);
+    let release = step("release", [Value::from(h("given:"))]);
+    let keys = vec![h("held"), h("pending")];
+    let pending = eval(rt, own, SCRIPT, keys.clone(), release).await.ok()?;
+    // What is still held after the release.
+    let read = eval(rt, own, SCRIPT, keys, step("read", [0.into()])).await;
+    let held = read.ok().and_then(|v| v.into_array().into_iter().next());
+    let held = held.map(map).unwrap_or_default();
+    let mut out = Handed {
+        in_flight: held.values().map(|v| amount(v)).sum(),
+        held,
+        unacked: Vec::new(),
+        landed: Vec::new(),
+    };
+    for (field, v) in map(pending) {
+        let Some((key, to)) = field.rsplit_once('|') else {
+            continue;
+        };
+        let total = amount(&v);
+        let y = r.names.iter().position(|n| **n == *to);
+        let link = y.and_then(|y| Some((y, links[y].as_ref()?)));
+        let received = match link {
+            Some((y, link)) => push(rt, quota, link, prefix, generation, (key, y, total))
+                .await
+                .map(|n| (y, n)),
+            None => Err(0),
+        };
+        match received {
+            Ok((y, n)) => {
+                if n > 0 {
+                    out.landed.push(((key.to_owned(), y), n));
+                }
+                let args = step("ack", [field.into(), total.to_string().into()]);
+                let _ = eval(rt, own, SCRIPT, vec![h("pending")], args).await;
+            }
+            // What the receiver was not seen to hold (all of the total
+            // when it could not be read).
+            Err(got) => {
+                out.in_flight += total.saturating_sub(got);
+                out.unacked.push(field);
+            }
+        }
+    }
+    Some(out)
 }

@@ -38,6 +38,8 @@ mod agreement;
 #[cfg(feature = "redis")]
 mod calls;
 #[cfg(feature = "redis")]
+mod contact;
+#[cfg(feature = "redis")]
 mod exchange;
 #[cfg(feature = "redis")]
 mod generation;

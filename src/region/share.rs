@@ -105,6 +105,9 @@ pub(crate) struct Quota {
     pub(crate) fingerprint: Box<str>,
     /// When it last warned that the regions' rules differ (Unix ms).
     pub(crate) warned: AtomicU64,
+    /// When this instance's cycles last reached each region.
+    #[cfg(feature = "redis")]
+    pub(crate) contacts: super::contact::Contacts,
 }
 
 /// The shares read at one moment.
@@ -130,10 +133,16 @@ impl Quota {
             this: regions.this,
             view: ArcSwap::default(),
             demand: Mutex::default(),
-            metrics: crate::metrics::QuotaMetrics::new(&regions.names[regions.this], &l.name),
+            metrics: crate::metrics::QuotaMetrics::new(
+                &regions.names[regions.this],
+                &l.name,
+                &regions.names,
+            ),
             in_flight: AtomicU64::new(0),
             fingerprint: fingerprint(l.rule, &g.split, regions).into(),
             warned: AtomicU64::new(0),
+            #[cfg(feature = "redis")]
+            contacts: super::contact::Contacts::new(regions.names.len()),
         }
     }
 
