@@ -527,3 +527,70 @@ async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
     }
     eprintln!("figures: inspect: {a_to_c} ppm in flight from a to c, as the records say");
 }
+
+/// The bound docs/regions.md gives a region with no live instance to give
+/// its shares back: no rule published for 2 intervals, then the next
+/// cycle of the first live region (an interval at most) gives them on its
+/// behalf, held ⅞ interval and pushed at the cycle after (an interval),
+/// read by the receivers' views within a quarter.
+const STRANDED: Duration = INTERVAL
+    .saturating_mul(4)
+    .saturating_add(INTERVAL.saturating_mul(2).checked_div(4).unwrap());
+
+/// Every instance of region c stops: within the documented bound its
+/// share of a key is back with a and b, and a and b admit at least 90 %
+/// of the limit after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_with_no_live_instance_gives_its_share_back() {
+    let mut fleet = Fleet::start("regions-gone", [(BURST, RATE); 3]).await;
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let all = [0.8 * RATE; 3];
+    drive(&fleet, "gone", all, INTERVAL * 3, &answers).await;
+    let before = fleet.shares("gone");
+    assert!(before[2].unwrap() > 100_000, "c holds its part: {before:?}");
+    // Every instance of c gone (its Redis stays up).
+    fleet.apps[2] = [Router::new(), Router::new()];
+    let stopped = Instant::now();
+    let after = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fleet = Arc::new(fleet);
+    let sampler = sample_shares(&fleet, "gone", INTERVAL / 4, Arc::clone(&stop));
+    let rates = [1.2 * RATE, 1.2 * RATE, 0.0];
+    drive(&fleet, "gone", rates, STRANDED + WINDOW * 6, &after).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.join().unwrap();
+    let back = samples
+        .iter()
+        .find(|(_, s)| s[2].is_some_and(|c| c < 10_000))
+        .map(|(t, _)| *t - stopped);
+    eprintln!(
+        "figures: c stopped holding {} ppm: back with a and b after {back:?} (bound {STRANDED:?})",
+        before[2].unwrap()
+    );
+    let back = back.unwrap_or_else(|| panic!("c's share never came back: {samples:?}"));
+    // Back with a and b, not lost on the way.
+    let last = samples.last().unwrap().1.clone();
+    let ab = last[0].unwrap() + last[1].unwrap();
+    assert!(ab >= 1_000_000 - 10_000, "a and b hold {ab} ppm ({last:?})");
+    assert!(
+        back <= STRANDED,
+        "c's share came back after {back:?}, over {STRANDED:?}"
+    );
+    // a and b, after the bound: at least 90 % of the limit a window.
+    let answers = after.lock().unwrap().clone();
+    let from = stopped + STRANDED;
+    let windows = 5;
+    let mut counts = vec![0u64; windows];
+    for a in answers.iter().filter(|a| a.status == 200 && a.at >= from) {
+        let w = ((a.at - from).as_secs_f64() / WINDOW.as_secs_f64()) as usize;
+        if w < windows {
+            counts[w] += 1;
+        }
+    }
+    let least = 0.9 * RATE * WINDOW.as_secs_f64();
+    assert!(
+        counts.iter().all(|&c| c as f64 >= least),
+        "a and b after the bound: {counts:?}, under {least}"
+    );
+    assert_bound_every_run(&answers, BURST, RATE, "a and b");
+}

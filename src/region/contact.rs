@@ -49,12 +49,22 @@ pub(super) async fn note(
     read: &[Option<HashMap<String, String>>],
 ) {
     let r = &rt.regions;
+    // Only what their instances published lately: a region with none
+    // left keeps none of its rules in the others' hashes.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let fresh = (r.interval * super::agreement::AGE).as_millis();
     let mut fields: Vec<Value> = (read.iter().enumerate())
         .filter(|(y, _)| *y != r.this)
         .filter_map(|(y, m)| Some((format!("rule:{}|", r.names[y]), m.as_ref()?)))
         .flat_map(|(theirs, m)| {
-            let keys = m.keys().filter(move |f| f.starts_with(&theirs));
-            keys.map(|f| Value::from(f.as_str())).collect::<Vec<_>>()
+            let keys = m.iter().filter(move |(f, ms)| {
+                let at = ms.parse::<u128>().unwrap_or(0);
+                f.starts_with(&theirs) && now.saturating_sub(at) <= fresh
+            });
+            keys.map(|(f, _)| Value::from(f.as_str()))
+                .collect::<Vec<_>>()
         })
         .collect();
     for (y, m) in read.iter().enumerate() {

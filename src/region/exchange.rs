@@ -40,6 +40,7 @@ use super::contact::note;
 use super::generation::{candidate, claim, mark, noticed, shared_keys};
 use super::handoff::{Gift, give, hand_over};
 use super::share::{Quota, Runtime};
+use super::stranded::{live, on_behalf, stranded};
 use super::targets::{split_excess, targets};
 use crate::config::RedisSettings;
 use crate::route::WHOLE;
@@ -161,7 +162,13 @@ async fn run(
         tokio::spawn(async move {
             let epoch = tick / 4 - 1;
             for quota in rt.quotas.iter() {
-                cycle(&rt, quota, &own, &links, &prefix, epoch).await;
+                let mine = (rt.regions.this, &own, &links[..]);
+                for y in cycle(&rt, quota, mine, &prefix, epoch).await {
+                    let Some((link, others)) = on_behalf(&rt, &own, &links, y) else {
+                        continue;
+                    };
+                    let _ = cycle(&rt, quota, (y, &link, &others), &prefix, epoch).await;
+                }
             }
             rt.stats.cycles.fetch_add(1, Ordering::Relaxed);
             rt.metrics.cycle();
@@ -283,17 +290,19 @@ impl Seen {
     }
 }
 
-/// One cycle of one global limit (see the module's text).
+/// One cycle of one global limit (see the module's text), for region
+/// `x`: this one, or one with no live instance (`own`: its Redis, `links`:
+/// every other's). Returns, for this region's own cycle, the regions that
+/// this one should run the cycle of (`stranded.rs`).
 async fn cycle(
     rt: &Runtime,
     quota: &Quota,
-    own: &Pool,
-    links: &[Option<Pool>],
+    (x, own, links): (usize, &Pool, &[Option<Pool>]),
     prefix: &str,
     epoch: u64,
-) {
+) -> Vec<usize> {
     let r = &rt.regions;
-    let x = r.this;
+    let own_cycle = x == r.this;
     let name = &*quota.name;
     let h = |part: &str| hash(prefix, name, part);
     let demand_key = h(&format!("demand:{epoch}"));
@@ -307,10 +316,14 @@ async fn cycle(
         h("seen"),
         demand_key.clone(),
     ];
-    let known = quota.generation().id;
+    let known = if own_cycle {
+        quota.generation().id
+    } else {
+        "".into()
+    };
     let args = [5.into(), 4.into(), (*known).into(), candidate().into()];
     let Ok(v) = eval(rt, own, SCRIPT, own_keys, step("read", args)).await else {
-        return;
+        return Vec::new();
     };
     let mut it = v.into_array().into_iter().map(map);
     // Held and pending are read to be kept alive; the release reads them.
@@ -342,7 +355,10 @@ async fn cycle(
     let rules: Vec<Option<HashMap<String, String>>> = (seen.iter_mut())
         .map(|s| Some(std::mem::take(&mut s.as_mut()?.gen_hash)))
         .collect();
-    note(rt, quota, own, prefix, &rules).await;
+    let live = live(rt, x, &rules);
+    if own_cycle {
+        note(rt, quota, own, prefix, &rules).await;
+    }
     let split = quota.split_now();
     seen[x] = Some(Seen {
         shares,
@@ -367,8 +383,8 @@ async fn cycle(
     // 2. Release what was held long enough; push every total not yet
     //    acknowledged. First, so that a key whose quota landed is weighed
     //    again in this cycle, with what landed.
-    let Some(handed) = hand_over(rt, quota, own, links, prefix, &gen_id).await else {
-        return;
+    let Some(handed) = hand_over(rt, quota, (x, own, links), prefix, &gen_id).await else {
+        return Vec::new();
     };
     for ((key, y), n) in handed.landed {
         if let Some(s) = seen[y].as_mut() {
@@ -377,8 +393,10 @@ async fn cycle(
                 .insert(key, now.saturating_add(n).min(WHOLE).to_string());
         }
     }
-    quota.in_flight.store(handed.in_flight, Ordering::Relaxed);
-    quota.metrics.in_flight(handed.in_flight);
+    if own_cycle {
+        quota.in_flight.store(handed.in_flight, Ordering::Relaxed);
+        quota.metrics.in_flight(handed.in_flight);
+    }
 
     // 3. Keys to consider: asked for anywhere, or away from the split here;
     //    none with a hand-off of this region's under way.
@@ -426,7 +444,7 @@ async fn cycle(
             .iter()
             .map(|s| s.as_ref().map_or(0, |s| s.demand(key)))
             .collect();
-        let targets = targets(&shares, &offered, &split);
+        let targets = targets(&shares, &offered, &split, &live);
         let (Some(have), Some(want)) = (shares[x], targets[x]) else {
             continue;
         };
@@ -439,6 +457,7 @@ async fn cycle(
         if total > 0 {
             let read = mine.shares.get(key).map_or("", String::as_str);
             let gift = Gift {
+                x,
                 key,
                 read,
                 generation: &gen_id,
@@ -448,7 +467,9 @@ async fn cycle(
             give(rt, quota, own, prefix, gift).await;
         }
     }
-    claim(rt, quota, own, links, prefix, &gen_id, &unclaimed).await;
+    if own_cycle {
+        claim(rt, quota, own, links, prefix, &gen_id, &unclaimed).await;
+    }
     // A receiver whose Redis restarted refuses pushes of a key until it
     // claims it: once more a quarter interval later, not an interval.
     let to_restarted = handed.unacked.iter().any(|f| {
@@ -459,7 +480,12 @@ async fn cycle(
     });
     if to_restarted {
         tokio::time::sleep(quarter(rt)).await;
-        let _ = hand_over(rt, quota, own, links, prefix, &gen_id).await;
+        let _ = hand_over(rt, quota, (x, own, links), prefix, &gen_id).await;
+    }
+    if own_cycle {
+        stranded(r, &live, &seen)
+    } else {
+        Vec::new()
     }
 }
 
@@ -470,7 +496,7 @@ mod tests {
     #[test]
     fn one_region_asking_gets_nearly_all() {
         let s = [Some(333_333), Some(333_333), Some(333_333)];
-        let t = targets(&s, &[100, 0, 0], &[333_333; 3]);
+        let t = targets(&s, &[100, 0, 0], &[333_333; 3], &[true; 3]);
         let a = t[0].unwrap();
         assert!(a >= 950_000, "{a}");
         assert!(t.iter().flatten().map(|&x| u64::from(x)).sum::<u64>() <= 999_999);
@@ -479,24 +505,33 @@ mod tests {
     #[test]
     fn demand_splits_in_proportion() {
         let s = [Some(333_333), Some(333_333), Some(333_333)];
-        let t = targets(&s, &[60, 30, 10], &[333_333; 3]);
+        let t = targets(&s, &[60, 30, 10], &[333_333; 3], &[true; 3]);
         assert_eq!(t, vec![Some(599_999), Some(299_999), Some(99_999)]);
     }
 
     #[test]
     fn nobody_asking_goes_back_to_the_split() {
         let s = [Some(900_000), Some(50_000), Some(50_000)];
-        let t = targets(&s, &[0, 0, 0], &[500_000, 300_000, 200_000]);
+        let t = targets(&s, &[0, 0, 0], &[500_000, 300_000, 200_000], &[true; 3]);
         assert_eq!(t, vec![Some(500_000), Some(300_000), Some(200_000)]);
     }
 
     #[test]
     fn an_unreachable_region_keeps_its_share_out_of_the_sum() {
         let s = [Some(300_000), Some(300_000), None];
-        let t = targets(&s, &[10, 0, 1000], &[333_333; 3]);
+        let t = targets(&s, &[10, 0, 1000], &[333_333; 3], &[true; 3]);
         assert_eq!(t[2], None);
         let sum: u32 = t.iter().flatten().sum();
         assert!(sum <= 600_000, "{sum}");
+    }
+
+    #[test]
+    fn a_region_with_no_live_instance_is_weighed_nothing() {
+        let s = [Some(300_000), Some(300_000), Some(400_000)];
+        let t = targets(&s, &[10, 10, 0], &[333_333; 3], &[true, true, false]);
+        assert_eq!(t, vec![Some(500_000), Some(500_000), Some(0)]);
+        let t = targets(&s, &[0, 0, 0], &[333_333; 3], &[true, true, false]);
+        assert_eq!(t, vec![Some(500_000), Some(500_000), Some(0)]);
     }
 
     #[test]

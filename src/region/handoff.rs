@@ -16,6 +16,9 @@ use crate::route::WHOLE;
 /// Step 2's hand-off of `key`: this region's share lowered to `new`, if
 /// it is still `read` (as stored) in `generation`, and `gifts` held.
 pub(super) struct Gift<'a> {
+    /// The region whose share it is (this one, or one with no live
+    /// instance, on its behalf).
+    pub(super) x: usize,
     pub(super) key: &'a str,
     pub(super) read: &'a str,
     pub(super) generation: &'a str,
@@ -34,7 +37,7 @@ pub(super) async fn give(rt: &Runtime, quota: &Quota, own: &Pool, prefix: &str, 
         g.key.into(),
         g.read.into(),
         i64::from(g.new).into(),
-        i64::from(quota.split_now()[r.this]).into(),
+        i64::from(quota.split_now()[g.x]).into(),
         g.generation.into(),
         hold_us.into(),
     ];
@@ -47,7 +50,8 @@ pub(super) async fn give(rt: &Runtime, quota: &Quota, own: &Pool, prefix: &str, 
         hash(prefix, &quota.name, "held"),
         hash(prefix, &quota.name, "gen"),
     ];
-    if let Ok(Value::Integer(1)) = eval(rt, own, SCRIPT, keys, step("give", args)).await {
+    let given = eval(rt, own, SCRIPT, keys, step("give", args)).await;
+    if matches!(given, Ok(Value::Integer(1))) && g.x == r.this {
         let moved: u32 = g.gifts.iter().map(|g| g.1).sum();
         rt.stats
             .moved
@@ -71,12 +75,10 @@ pub(super) async fn push(
     rt: &Runtime,
     quota: &Quota,
     link: &Pool,
-    prefix: &str,
+    (from, prefix): (&str, &str),
     generation: &str,
     (key, y, total): (&str, usize, u64),
 ) -> Result<u32, u64> {
-    let r = &rt.regions;
-    let from = &*r.names[r.this];
     let share_key = || vec![hash(prefix, &quota.name, "share")];
     let got_key = hash(prefix, &quota.name, &format!("got:{key}|{from}"));
     let burst = super::generation::burst(quota).ok_or(0u64)?;
@@ -160,12 +162,12 @@ pub(super) struct Handed {
 pub(super) async fn hand_over(
     rt: &Runtime,
     quota: &Quota,
-    own: &Pool,
-    links: &[Option<Pool>],
+    (x, own, links): (usize, &Pool, &[Option<Pool>]),
     prefix: &str,
     generation: &str,
 ) -> Option<Handed> {
     let r = &rt.regions;
+    let from = &*r.names[x];
     let h = |part: &str| hash(prefix, &quota.name, part);
     let release = step("release", [Value::from(h("given:"))]);
     let keys = vec![h("held"), h("pending")];
@@ -188,7 +190,7 @@ pub(super) async fn hand_over(
         let y = r.names.iter().position(|n| **n == *to);
         let link = y.and_then(|y| Some((y, links[y].as_ref()?)));
         let received = match link {
-            Some((y, link)) => push(rt, quota, link, prefix, generation, (key, y, total))
+            Some((y, link)) => push(rt, quota, link, (from, prefix), generation, (key, y, total))
                 .await
                 .map(|n| (y, n)),
             None => Err(0),

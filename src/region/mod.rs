@@ -47,6 +47,8 @@ mod generation;
 mod handoff;
 mod share;
 #[cfg(feature = "redis")]
+mod stranded;
+#[cfg(feature = "redis")]
 mod targets;
 
 #[cfg(feature = "redis")]
