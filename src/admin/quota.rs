@@ -101,6 +101,21 @@ fn amount(v: Option<&str>) -> u64 {
         .unwrap_or(0)
 }
 
+/// A share as the limiter reads it from its region's hash (`stored`: the
+/// key's field, `None` when there is none): the configured split
+/// `default` when there is none, the stored count of parts per million
+/// (at most [`WHOLE`]), and anything else as 0 (as the exchange reads
+/// it); with where it came from.
+pub(crate) fn read_share(stored: Option<&str>, default: u32) -> (u32, &'static str) {
+    match stored {
+        None => (default, "split"),
+        Some(s) => match crate::region::stored_share(s) {
+            Some(n) => (n, "stored"),
+            None => (0, "unreadable"),
+        },
+    }
+}
+
 /// This region's share of `key` in global limit `l`, without the flights.
 pub(crate) async fn share(
     pool: &Pool,
@@ -116,11 +131,7 @@ pub(crate) async fn share(
     let restart = text(pool, "HGET", vec![p("gen"), "restart".into()]).await?;
     let (ppm, source) = match stored.as_deref() {
         None if restart.is_some() => (0, "unclaimed"),
-        None => (g.split[r.this], "split"),
-        Some(s) => match crate::region::stored_share(s) {
-            Some(n) => (n, "stored"),
-            None => (0, "unreadable"),
-        },
+        stored => read_share(stored, g.split[r.this]),
     };
     Ok(Some(Held {
         region: r.names[r.this].to_string(),

@@ -60,7 +60,9 @@ pub(crate) fn field(regions: &Regions, fp: &str) -> String {
 }
 
 /// A fingerprint's numbers: capacity, refill, split by region name.
-fn parse(fp: &str) -> Option<(f64, f64, Vec<(&str, u32)>)> {
+type Numbers<'a> = (f64, f64, Vec<(&'a str, u32)>);
+
+fn parse(fp: &str) -> Option<Numbers<'_>> {
     let mut it = fp.split(' ');
     if it.next()? != "token_bucket" {
         return None;

@@ -307,6 +307,7 @@ fn decision(id: &str, fields: &[(String, String)], key_id: &str) -> Option<Recor
 
 #[cfg(test)]
 mod tests {
+    use super::super::quota::read_share;
     use super::*;
 
     #[test]
