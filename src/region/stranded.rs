@@ -3,7 +3,9 @@
 //! each view read (`agreement.rs`), every quarter interval, with the time
 //! of its region's Redis: that is the region's heartbeat, read by every
 //! cycle with the rest of the region's `gen` hash. A region none of whose
-//! instances published for [`DEAD`] intervals has none alive: its target
+//! instances published for [`DEAD`] intervals has none alive (one with no
+//! rule at all is not taken for dead: its Redis may have just restarted
+//! empty, and its instances publish again within a quarter): its target
 //! weight is 0 (not the floor a region asking nothing keeps), and the
 //! first live region, in the configuration's order, that reaches it runs
 //! its cycle on its behalf, on its Redis: the same compare-and-set steps
@@ -49,7 +51,10 @@ pub(super) fn live(rt: &Runtime, x: usize, rules: &[Option<HashMap<String, Strin
                 .filter(|(f, _)| f.starts_with(&theirs))
                 .filter_map(|(_, ms)| ms.parse::<u128>().ok())
                 .max();
-            newest.is_some_and(|t| now.saturating_sub(t) <= dead_after)
+            // None published at all: a Redis restarted (its instances
+            // publish at their next read) or a region never started; only
+            // a region whose rules went old is taken for dead.
+            newest.is_none_or(|t| now.saturating_sub(t) <= dead_after)
         })
         .collect()
 }
