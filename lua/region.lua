@@ -12,8 +12,8 @@
 --   got:<key>|<from> the total this region received from a region
 --   demand:<epoch>   hash: store key → what was asked in that interval
 --   gen              hash: `rule:<region>|<fingerprint>` → ms of its last
---                    publication (src/region/agreement.rs); `id`, this
---                    Redis's generation of the exchange's
+--                    publication (src/region/agreement.rs); `born`, ms
+--                    of its creation; `id`, this Redis's generation of the exchange's
 --                    state (created when first read); `restart` = 1 when
 --                    it replaced one an instance or a region knew: then a
 --                    key absent from `share` is unclaimed (decided as 0)
@@ -42,7 +42,9 @@
 --   apply    KEYS: share, gen, seen; ARGV: key, got key, total, share as
 --            read, got as read, new share, default share, giver, giver's
 --            generation → 1, or 0 when either changed, the key is
---            unclaimed, or the giver's generation is older than one seen
+--            unclaimed, there is no generation yet (a Redis restarted
+--            empty, not read by its instances yet), or the giver's
+--            generation is older than one seen
 --   fence    KEYS: seen; ARGV: claimer, its generation, given prefix, got
 --            prefix, then keys → { given, got } per key (toward and from
 --            the claimer), after recording its generation (older ones'
@@ -82,7 +84,7 @@ if step == 'read' then
     local gen, known = KEYS[g], ARGV[5]
     local id = redis.call('HGET', gen, 'id')
     if not id then
-      redis.call('HSET', gen, 'id', ARGV[6])
+      redis.call('HSET', gen, 'id', ARGV[6], 'born', math.floor(now() / 1000))
       redis.call('PEXPIRE', gen, ttl)
     end
     if known ~= '' and known ~= (id or ARGV[6]) then
@@ -162,7 +164,9 @@ elseif step == 'apply' then
   local key, got = ARGV[3], ARGV[4]
   if (redis.call('HGET', KEYS[1], key) or '') ~= ARGV[6] then return 0 end
   if (redis.call('GET', got) or '') ~= ARGV[7] then return 0 end
-  if unclaimed(key, KEYS[2]) then return 0 end
+  -- No generation: a Redis restarted empty that none of its instances
+  -- has read yet (they mark it a restart): nothing is counted before.
+  if not redis.call('HGET', KEYS[2], 'id') or unclaimed(key, KEYS[2]) then return 0 end
   local seen = redis.call('HGET', KEYS[3], ARGV[10])
   if seen and seen ~= ARGV[11] then return 0 end
   redis.call('HSET', KEYS[3], ARGV[10], ARGV[11])

@@ -426,6 +426,11 @@ async fn cycle(
         .map(String::as_str)
         .filter_map(|f| Some(f.rsplit_once('|')?.0))
         .collect();
+    // A Redis restarted less than two intervals ago lost this region's
+    // demand with it: it would look idle and give its quota away.
+    let young = mine.generation.restart
+        && unix_ms()
+            < mine.generation.born + u64::try_from((r.interval * 2).as_millis()).unwrap_or(0);
     let mut unclaimed = Vec::new();
     for key in keys {
         if busy.contains(key) {
@@ -449,7 +454,7 @@ async fn cycle(
             continue;
         };
         let excess = have.saturating_sub(want);
-        if excess < HYSTERESIS {
+        if excess < HYSTERESIS || young {
             continue;
         }
         let gifts = split_excess(excess, &shares, &targets);

@@ -41,6 +41,7 @@ impl Generation {
         Self {
             id: m.get("id").map_or("", String::as_str).into(),
             restart: m.contains_key("restart"),
+            born: m.get("born").and_then(|b| b.parse().ok()).unwrap_or(0),
         }
     }
 }

@@ -62,6 +62,8 @@ pub(crate) use self::share::{Runtime, stored_share};
 pub(crate) struct Generation {
     pub(crate) id: Arc<str>,
     pub(crate) restart: bool,
+    /// When it was created (Unix ms, Redis's clock; 0: not known).
+    pub(crate) born: u64,
 }
 
 /// What this instance's exchange did since its layer was built (public
