@@ -31,8 +31,9 @@ struct Fleet {
     links: Vec<Vec<Option<Relay>>>,
     apps: Vec<[Router; 2]>,
     prefix: String,
-    /// Each region's configuration (for the admin tools).
+    /// Each region's configuration (for the admin tools), and its text.
     configs: Vec<fleetlimit::Config>,
+    sources: Vec<String>,
 }
 
 impl Fleet {
@@ -49,6 +50,7 @@ impl Fleet {
         let prefix = prefix(test);
         let mut apps = Vec::new();
         let mut configs = Vec::new();
+        let mut sources = Vec::new();
         for x in 0..3 {
             let mut exchange = String::new();
             for (y, name) in NAMES.iter().enumerate() {
@@ -81,6 +83,10 @@ on_redis_error = "closed"
                 interval = INTERVAL.as_millis(),
             );
             configs.push(redis_config(&servers[x], &prefix, "250ms", &body));
+            sources.push(format!(
+                "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n{body}",
+                servers[x].url()
+            ));
             let mut two = Vec::new();
             for _ in 0..2 {
                 let cfg = redis_config(&servers[x], &prefix, "250ms", &body);
@@ -95,6 +101,7 @@ on_redis_error = "closed"
             apps,
             prefix,
             configs,
+            sources,
         }
     }
 
@@ -492,6 +499,7 @@ async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
         apps,
         prefix,
         configs,
+        sources,
     } = fleet;
     drop(apps);
     tokio::time::sleep(INTERVAL * 2).await;
@@ -501,6 +509,7 @@ async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
         apps: Vec::new(),
         prefix,
         configs,
+        sources,
     };
     fleet.isolate(2, false);
     // What the records say is in flight between each pair.
@@ -544,6 +553,37 @@ async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
         }
         assert_eq!(flights.len(), 2, "{g}");
     }
+    // The command line, in words and as JSON (explain too).
+    let file = temp_file("regions-inspect", "a.toml", &fleet.sources[0]);
+    let file = file.to_str().unwrap();
+    let (code, out, err) = run_cli(
+        &["inspect", "seen", "--limit", "api", "--config", file],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("global: region a holds"), "{out}");
+    let line = format!(
+        "with region c: in flight to it {a_to_c} ppm, from it {} ppm; last exchange",
+        flight(2, 0)
+    );
+    assert!(out.contains(&line), "{line}: {out}");
+    let args = [
+        "explain", "seen", "--limit", "api", "--config", file, "--json",
+    ];
+    let (code, out, err) = run_cli(&args, &[]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let c = v["global"]["flights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["region"] == "c")
+        .cloned()
+        .unwrap();
+    assert_eq!(c["to_ppm"].as_u64(), Some(a_to_c), "{v}");
+    let (code, out, err) = run_cli(&args[..6], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&line), "{line}: {out}");
     eprintln!("figures: inspect: {a_to_c} ppm in flight from a to c, as the records say");
 }
 
