@@ -530,6 +530,132 @@ limits = ["api"]
     }
 }
 
+/// Regions that disagree on a global limit's numbers (b's instance at
+/// burst 40 / 40 a second, a's at 20/20, b started last as in a rolling
+/// change): within 2 intervals each region's gauge says how many regions'
+/// rules differ from its own, by limit and region (docs/regions.md).
+#[tokio::test]
+async fn regions_whose_rules_differ_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let servers = [RedisServer::start(), RedisServer::start()];
+    let prefix = support::prefix("region-rules");
+    let exchange = format!(
+        "a = \"{}\"\nb = \"{}\"\n",
+        servers[0].url(),
+        servers[1].url()
+    );
+    let mut layers = Vec::new();
+    for ((server, this), n) in servers.iter().zip(["a", "b"]).zip([20, 40]) {
+        let body = format!(
+            r#"
+[regions]
+this = "{this}"
+interval = "400ms"
+
+[regions.exchange]
+{exchange}
+[limits.api]
+key = "header:x-api-key"
+capacity = {n}
+refill = "{n}/s"
+scope = "global"
+
+[default]
+limits = ["api"]
+"#
+        );
+        let cfg = support::redis_config(server, &prefix, "250ms", &body);
+        layers.push(RateLimitLayer::new(cfg).await.unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let s = snapshot(&snapshotter);
+    for region in ["a", "b"] {
+        let labels = [("limit", "api"), ("region", region)];
+        assert_eq!(
+            value(&s, "fleetlimit_region_rules_differ", &labels),
+            1.0,
+            "{region}"
+        );
+    }
+}
+
+/// Regions, on the days that are not good: region b's Redis restarted
+/// empty is counted by b's instance (a new generation, and the key claimed
+/// from a's records), then b's Redis gone is counted by a's as stale.
+#[tokio::test]
+async fn a_restart_and_a_stale_region_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let servers = [RedisServer::start(), RedisServer::start()];
+    let prefix = support::prefix("region-restart");
+    let exchange = format!(
+        "a = \"{}\"\nb = \"{}\"\n",
+        servers[0].url(),
+        servers[1].url()
+    );
+    let mut apps = Vec::new();
+    for (server, this) in servers.iter().zip(["a", "b"]) {
+        let body = format!(
+            r#"
+[regions]
+this = "{this}"
+interval = "400ms"
+
+[regions.exchange]
+{exchange}
+[limits.api]
+key = "header:x-api-key"
+capacity = 20
+refill = "20/s"
+scope = "global"
+
+[default]
+limits = ["api"]
+"#
+        );
+        let cfg = support::redis_config(server, &prefix, "250ms", &body);
+        apps.push(support::ok_routes(
+            RateLimitLayer::new(cfg).await.unwrap(),
+            ["/"],
+        ));
+    }
+    let interval = std::time::Duration::from_millis(400);
+    let api = |region: &'static str| [("limit", "api"), ("region", region)];
+    // The key asked in both regions, so that b's cycle meets it.
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+    for i in 0..60 {
+        tick.tick().await;
+        if i == 20 {
+            servers[1].restart();
+        }
+        statuses(&apps[i % 2], "/", "k", 1).await;
+    }
+    let s = snapshot(&snapshotter);
+    let changed = value(&s, "fleetlimit_region_generation_changes_total", &api("b"));
+    assert!(changed >= 1.0, "b's new generation: {changed}");
+    assert!(
+        value(&s, "fleetlimit_region_claims_total", &api("b")) >= 1.0,
+        "b claimed the key"
+    );
+    assert_eq!(
+        value(&s, "fleetlimit_region_generation_changes_total", &api("a")),
+        0.0
+    );
+    // b's Redis gone: a's cycle no longer reaches it.
+    servers[1].kill();
+    tokio::time::sleep(interval * 5).await;
+    let s = snapshot(&snapshotter);
+    let with = |w: &'static str| [("limit", "api"), ("region", "a"), ("with", w)];
+    let stale = value(&s, "fleetlimit_region_exchange_stale_seconds", &with("b"));
+    assert!(
+        stale >= (interval * 3).as_secs_f64(),
+        "a has not reached b for {stale} s"
+    );
+}
+
 /// The Prometheus text of `/metrics`: the value of the sample `name` with
 /// exactly `labels` (0 when absent).
 fn scraped(ex: &Example, name: &str, labels: &[(&str, &str)]) -> f64 {

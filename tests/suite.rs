@@ -64,6 +64,7 @@ mod refund_handle;
 mod refund_windows;
 mod refused_cache;
 mod regions;
+mod regions_hardened;
 mod reload;
 mod reload_safety;
 mod reset_reach;

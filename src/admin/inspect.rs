@@ -39,6 +39,10 @@ pub struct BucketInfo {
     pub(crate) state: String,
     pub(crate) invalid: bool,
     pub(crate) remaining: f64,
+    /// A global limit's: this region's share of the key (the bucket above
+    /// is read under it, as the layer decides), and its quota in flight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) global: Option<super::quota::Held>,
 }
 
 impl BucketInfo {
@@ -105,14 +109,22 @@ impl Admin {
         // Token buckets are stored as a time (GCRA): read them on Redis's clock.
         let now_us = super::time::redis_now_us(pool).await?;
         for (l, key) in keys_of(config, value, limit) {
+            // A global limit's bucket here is this region's share of it.
+            let mut global = super::quota::share(pool, config, l, &key).await?;
+            let rule = global.as_ref().map_or(l.rule, |g| l.rule.quota(g.ppm));
             // One key's type or value never fails the others' report.
-            let b = read_bucket(pool, &l.rule, &key, now_us)
+            let b = read_bucket(pool, &rule, &key, now_us)
                 .await
                 .unwrap_or_else(|e| {
                     let state = format!("could not be read: {}", super::printable(&e.to_string()));
-                    (None, -2, state, false, l.rule.capacity())
+                    (None, -2, state, false, rule.capacity())
                 });
             let (raw, pttl, state, invalid, remaining) = b;
+            // The flights after the bucket: they may wait on other regions.
+            if let Some(g) = global.as_mut() {
+                let now_ms = (now_us / 1000.0) as u64;
+                g.flights = super::quota::flights(pool, config, l, &key, now_ms).await?;
+            }
             out.push(BucketInfo {
                 limit: l.name.to_string(),
                 key,
@@ -121,6 +133,7 @@ impl Admin {
                 state,
                 invalid,
                 remaining,
+                global,
             });
         }
         if out.is_empty() {

@@ -42,6 +42,7 @@ use crate::store::{RedisStore, StoreError};
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod explain;
 mod inspect;
+mod quota;
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 mod shed;
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
@@ -54,6 +55,7 @@ mod top;
 #[cfg(feature = "cli")]
 pub(crate) use explain::TimeRange;
 pub use inspect::BucketInfo;
+pub(crate) use quota::global_words;
 #[cfg(feature = "cli")]
 pub(crate) use sweep::SweepOptions;
 #[cfg(feature = "cli")]

@@ -22,7 +22,9 @@
 //! before it and each degraded decision marked (the limit needs
 //! `record = true`; see docs/operations.md, "Defending a 429"). For a
 //! global limit (`scope = "global"`) it also prints this region's share of
-//! the key (read from the region's Redis) and reads the bucket under it.
+//! the key (read from the region's Redis) and reads the bucket under it,
+//! as `inspect` does, with the quota in flight to and from each region and
+//! the last exchange with each (docs/regions.md, "Seeing the quota").
 //!
 //! `top` shows what the fleet is doing, refreshed every `--interval`: the
 //! live instances (the fleet heartbeat), per limit the keys exhausted or
@@ -169,6 +171,7 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
                     printable(&b.key),
                     b.state
                 ));
+                out.push_str(&admin::global_words(&b));
             }
             write_out(out.as_bytes())
         }

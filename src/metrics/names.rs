@@ -23,6 +23,11 @@ pub(crate) const REGION_REBALANCED: &str = "fleetlimit_region_rebalanced_total";
 pub(crate) const REGION_IN_FLIGHT: &str = "fleetlimit_region_quota_in_flight";
 pub(crate) const REGION_CALLS: &str = "fleetlimit_region_exchange_calls_total";
 pub(crate) const REGION_CYCLES: &str = "fleetlimit_region_exchange_cycles_total";
+pub(crate) const REGION_GENERATIONS: &str = "fleetlimit_region_generation_changes_total";
+pub(crate) const REGION_CLAIMS: &str = "fleetlimit_region_claims_total";
+pub(crate) const REGION_RULES_DIFFER: &str = "fleetlimit_region_rules_differ";
+pub(crate) const REGION_SHARES_HELD: &str = "fleetlimit_region_shares_held";
+pub(crate) const REGION_STALE: &str = "fleetlimit_region_exchange_stale_seconds";
 
 /// The help texts, given to the recorder with each set of handles
 /// (a recorder keeps the last; they never change).
@@ -122,6 +127,31 @@ pub(super) fn describe() {
         REGION_CALLS,
         Unit::Count,
         "Calls the regions' exchange made to any region's Redis"
+    );
+    describe_counter!(
+        REGION_GENERATIONS,
+        Unit::Count,
+        "Times this instance found its region's Redis in a new generation of the exchange's state (restarted empty)"
+    );
+    describe_gauge!(
+        REGION_SHARES_HELD,
+        Unit::Count,
+        "Keys of a global limit whose share in this region is recorded (away from the split), at the last view read"
+    );
+    describe_gauge!(
+        REGION_STALE,
+        Unit::Seconds,
+        "Seconds since this instance's cycle last reached another region's Redis (label with)"
+    );
+    describe_gauge!(
+        REGION_RULES_DIFFER,
+        Unit::Count,
+        "Regions whose rule of a global limit differs from this instance's (decided with the smaller while above 0)"
+    );
+    describe_counter!(
+        REGION_CLAIMS,
+        Unit::Count,
+        "Keys of a global limit this region claimed after its Redis restarted, from the other regions' records"
     );
     describe_counter!(
         REGION_CYCLES,

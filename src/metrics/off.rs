@@ -150,11 +150,21 @@ pub(crate) struct QuotaMetrics;
 
 impl QuotaMetrics {
     #[inline(always)]
-    pub(crate) fn new(_region: &str, _limit: &Arc<str>) -> Self {
+    pub(crate) fn new(_region: &str, _limit: &Arc<str>, _regions: &[Arc<str>]) -> Self {
         Self
     }
     #[inline(always)]
     pub(crate) fn gave(&self, _: u64) {}
     #[inline(always)]
     pub(crate) fn in_flight(&self, _: u64) {}
+    #[inline(always)]
+    pub(crate) fn generation_changed(&self) {}
+    #[inline(always)]
+    pub(crate) fn claimed(&self, _: u64) {}
+    #[inline(always)]
+    pub(crate) fn rules_differ(&self, _: usize) {}
+    #[inline(always)]
+    pub(crate) fn shares_held(&self, _: usize) {}
+    #[inline(always)]
+    pub(crate) fn stale(&self, _: usize, _: f64) {}
 }

@@ -420,19 +420,38 @@ pub(crate) struct QuotaMetrics {
     moved: Counter,
     rebalanced: Counter,
     in_flight: Gauge,
+    generations: Counter,
+    claims: Counter,
+    rules_differ: Gauge,
+    shares_held: Gauge,
+    /// Per region (this one's unused).
+    stale: Box<[Gauge]>,
 }
 
 impl QuotaMetrics {
-    pub(crate) fn new(region: &str, limit: &Arc<str>) -> Self {
+    pub(crate) fn new(region: &str, limit: &Arc<str>, regions: &[Arc<str>]) -> Self {
         describe();
         let labels = [
             ("limit", SharedString::from(Arc::clone(limit))),
             ("region", SharedString::from(Arc::<str>::from(region))),
         ];
+        let stale = regions
+            .iter()
+            .map(|with| {
+                let mut l = labels.to_vec();
+                l.push(("with", SharedString::from(Arc::clone(with))));
+                ::metrics::gauge!(REGION_STALE, &l)
+            })
+            .collect();
         Self {
             moved: ::metrics::counter!(REGION_MOVED, &labels),
             rebalanced: ::metrics::counter!(REGION_REBALANCED, &labels),
             in_flight: ::metrics::gauge!(REGION_IN_FLIGHT, &labels),
+            generations: ::metrics::counter!(REGION_GENERATIONS, &labels),
+            claims: ::metrics::counter!(REGION_CLAIMS, &labels),
+            rules_differ: ::metrics::gauge!(REGION_RULES_DIFFER, &labels),
+            shares_held: ::metrics::gauge!(REGION_SHARES_HELD, &labels),
+            stale,
         }
     }
 
@@ -445,5 +464,32 @@ impl QuotaMetrics {
     /// Quota under way at this cycle, in millionths of the limit.
     pub(crate) fn in_flight(&self, ppm: u64) {
         self.in_flight.set(ppm as f64);
+    }
+
+    /// This region's Redis was found in a new generation.
+    pub(crate) fn generation_changed(&self) {
+        self.generations.increment(1);
+    }
+
+    /// `n` keys claimed after a restart.
+    pub(crate) fn claimed(&self, n: u64) {
+        self.claims.increment(n);
+    }
+
+    /// Keys whose share here is recorded.
+    pub(crate) fn shares_held(&self, n: usize) {
+        self.shares_held.set(n as f64);
+    }
+
+    /// Seconds since region `y` was last reached.
+    pub(crate) fn stale(&self, y: usize, secs: f64) {
+        if let Some(g) = self.stale.get(y) {
+            g.set(secs);
+        }
+    }
+
+    /// How many regions' rules differ from this instance's, now.
+    pub(crate) fn rules_differ(&self, n: usize) {
+        self.rules_differ.set(n as f64);
     }
 }

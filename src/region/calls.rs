@@ -2,6 +2,7 @@
 //! writes (`handoff.rs`): the scripts, the hashes' names, one `EVAL` under
 //! a quarter interval's timeout, and `region.lua`'s arguments.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -85,4 +86,50 @@ pub(super) fn step_for(
 /// decides on a share it cannot read as one).
 pub(super) fn ppm(s: &str) -> u32 {
     stored_share(s).unwrap_or(0)
+}
+
+/// A `HGETALL` answer as a map.
+pub(super) fn map(v: Value) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut it = v.into_array().into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        if let (Some(k), Some(v)) = (k.as_string(), v.as_string()) {
+            out.insert(k, v);
+        }
+    }
+    out
+}
+
+/// The leading number of `"<n>:<µs>"`.
+pub(super) fn amount(v: &str) -> u64 {
+    v.split(':')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every future's output, in order, all polled together (a region's
+/// read waits for no other's).
+pub(super) async fn join_all<F: std::future::Future>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut futs: Vec<_> = futs.map(|f| Some(Box::pin(f))).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (f, o) in futs.iter_mut().zip(&mut out) {
+            if let Some(fut) = f {
+                if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
+                    *o = Some(v);
+                    *f = None;
+                }
+            }
+        }
+        if futs.iter().all(Option::is_none) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
 }

@@ -32,19 +32,39 @@
 //!   cumulative, so a push repeated or lost is harmless: quota in flight is
 //!   missing for a while, never counted twice.
 
+use std::sync::Arc;
+
+mod agreement;
 #[cfg(feature = "redis")]
 mod calls;
 #[cfg(feature = "redis")]
+mod contact;
+#[cfg(feature = "redis")]
 mod exchange;
+#[cfg(feature = "redis")]
+mod generation;
 #[cfg(feature = "redis")]
 mod handoff;
 mod share;
+#[cfg(feature = "redis")]
+mod stranded;
 #[cfg(feature = "redis")]
 mod targets;
 
 #[cfg(feature = "redis")]
 pub(crate) use self::exchange::start;
 pub(crate) use self::share::{Runtime, stored_share};
+
+/// A generation of a region's exchange state (`docs/regions.md`): the id
+/// its Redis was given when that state was first written, and whether it
+/// replaced one that was lost (a key not claimed since is held by nobody).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Generation {
+    pub(crate) id: Arc<str>,
+    pub(crate) restart: bool,
+    /// When it was created (Unix ms, Redis's clock; 0: not known).
+    pub(crate) born: u64,
+}
 
 /// What this instance's exchange did since its layer was built (public
 /// as [`Stats`](crate::layer::Stats)'s `region_*`, which says what each

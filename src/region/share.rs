@@ -18,6 +18,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
+use super::agreement::{Agreement, fingerprint};
 use crate::algorithm::Rule;
 use crate::config::Regions;
 use crate::route::{Global, Limit, WHOLE};
@@ -91,6 +92,8 @@ pub(crate) struct Quota {
     pub(crate) split: Box<[u32]>,
     /// This region's share of a key with none recorded.
     pub(crate) default: u32,
+    /// This region's index.
+    this: usize,
     view: ArcSwap<View>,
     demand: Mutex<HashMap<Box<str>, u64>>,
     /// Its quota moves from this region, for the `metrics` facade.
@@ -98,6 +101,13 @@ pub(crate) struct Quota {
     /// Given or held but not yet received, at its last cycle (in
     /// millionths of the limit).
     pub(crate) in_flight: AtomicU64,
+    /// Its rule as this instance publishes it (`agreement.rs`).
+    pub(crate) fingerprint: Box<str>,
+    /// When it last warned that the regions' rules differ (Unix ms).
+    pub(crate) warned: AtomicU64,
+    /// When this instance's cycles last reached each region.
+    #[cfg(feature = "redis")]
+    pub(crate) contacts: super::contact::Contacts,
 }
 
 /// The shares read at one moment.
@@ -107,6 +117,10 @@ struct View {
     shares: HashMap<Box<str>, u32>,
     /// Until when they may be used (`None`: never read yet).
     trusted_until: Option<Instant>,
+    /// The generation of the region's exchange state they were read in.
+    generation: super::Generation,
+    /// The fleet's smaller rule, while the regions' rules differ.
+    agreement: Option<Arc<Agreement>>,
 }
 
 impl Quota {
@@ -116,10 +130,19 @@ impl Quota {
             rule: l.rule,
             split: g.split.clone(),
             default: g.split[regions.this],
+            this: regions.this,
             view: ArcSwap::default(),
             demand: Mutex::default(),
-            metrics: crate::metrics::QuotaMetrics::new(&regions.names[regions.this], &l.name),
+            metrics: crate::metrics::QuotaMetrics::new(
+                &regions.names[regions.this],
+                &l.name,
+                &regions.names,
+            ),
             in_flight: AtomicU64::new(0),
+            fingerprint: fingerprint(l.rule, &g.split, regions).into(),
+            warned: AtomicU64::new(0),
+            #[cfg(feature = "redis")]
+            contacts: super::contact::Contacts::new(regions.names.len()),
         }
     }
 
@@ -128,19 +151,59 @@ impl Quota {
     /// `local` policy's estimate, never for Redis's decision).
     pub(crate) fn share(&self, key: &str) -> Result<u32, u32> {
         let view = self.view.load();
-        let share = view.shares.get(key).copied().unwrap_or(self.default);
+        // After a restart, a key not claimed yet is held by no one here;
+        // while the regions' rules differ, the least split.
+        let absent = match &view.agreement {
+            _ if view.generation.restart => 0,
+            Some(a) => a.split[self.this],
+            None => self.default,
+        };
+        let share = view.shares.get(key).copied().unwrap_or(absent);
         if view.trusted_until.is_none_or(|t| Instant::now() >= t) {
             return Err(share);
         }
         Ok(share)
     }
 
-    /// Replaces the view with shares read by a call sent at `sent`.
-    pub(crate) fn set_view(&self, shares: HashMap<Box<str>, u32>, sent: Instant, trust: Duration) {
-        self.view.store(Arc::new(View {
+    /// Replaces the view with shares read by a call sent at `sent`, in
+    /// `generation`; returns the generation the view had before.
+    pub(crate) fn set_view(
+        &self,
+        shares: HashMap<Box<str>, u32>,
+        (generation, agreement): (super::Generation, Option<Agreement>),
+        sent: Instant,
+        trust: Duration,
+    ) -> super::Generation {
+        let old = self.view.swap(Arc::new(View {
             shares,
             trusted_until: Some(sent + trust),
+            generation,
+            agreement: agreement.map(Arc::new),
         }));
+        old.generation.clone()
+    }
+
+    /// The rule requests are decided with: `rule`, or the fleet's smaller
+    /// one while the regions' rules differ.
+    pub(crate) fn rule_now(&self, rule: Rule) -> Rule {
+        self.view.load().agreement.as_ref().map_or(rule, |a| a.rule)
+    }
+
+    /// The fleet's smaller rule and least splits, while they differ.
+    pub(crate) fn agreement(&self) -> Option<Arc<Agreement>> {
+        self.view.load().agreement.clone()
+    }
+
+    /// Each region's split as this region counts it now (the least any
+    /// region's rule gives it, while they differ).
+    pub(crate) fn split_now(&self) -> Box<[u32]> {
+        self.agreement()
+            .map_or_else(|| self.split.clone(), |a| a.split.clone())
+    }
+
+    /// The generation of the last view read (empty: none yet).
+    pub(crate) fn generation(&self) -> super::Generation {
+        self.view.load().generation.clone()
     }
 
     /// Counts a request of `cost` for `key` in this interval's demand.

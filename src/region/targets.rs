@@ -7,9 +7,17 @@ const FLOOR: f64 = 0.02;
 
 /// Each region's target share of a key: the reachable regions' total,
 /// split in proportion to what each was asked (at least [`FLOOR`] of it
-/// each), or as the configuration splits it when nobody asked.
-/// Unreachable regions (`None`) keep what they hold and get no target.
-pub(crate) fn targets(shares: &[Option<u32>], offered: &[u64], split: &[u32]) -> Vec<Option<u32>> {
+/// each, but a region with no live instance), or as the configuration
+/// splits it when nobody asked (nothing to a region with no live
+/// instance, when another has one). Unreachable regions (`None`) keep what
+/// they hold and get no target.
+pub(crate) fn targets(
+    shares: &[Option<u32>],
+    offered: &[u64],
+    split: &[u32],
+    live: &[bool],
+) -> Vec<Option<u32>> {
+    let any_live = (0..shares.len()).any(|i| shares[i].is_some() && live.get(i) != Some(&false));
     let total: u64 = shares.iter().flatten().map(|&s| u64::from(s)).sum();
     let asked: u64 = shares
         .iter()
@@ -18,7 +26,9 @@ pub(crate) fn targets(shares: &[Option<u32>], offered: &[u64], split: &[u32]) ->
         .map(|(_, &n)| n)
         .sum();
     let weight = |i: usize| -> f64 {
-        if asked == 0 {
+        if live.get(i) == Some(&false) && any_live {
+            0.0
+        } else if asked == 0 {
             f64::from(split[i])
         } else {
             (offered[i] as f64 / asked as f64).max(FLOOR)

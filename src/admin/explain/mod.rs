@@ -16,7 +16,6 @@ use super::{Admin, keys_of, printable};
 use crate::algorithm::{INVALID_STATE, Rule, Stored};
 use crate::key::StoreKey;
 use crate::record::stream_key;
-use crate::route::WHOLE;
 use crate::store::StoreError;
 use crate::store::redis::reply::map_err;
 
@@ -95,17 +94,19 @@ impl Admin {
             .or_else(|| config.plan_assignments.0.get(value).map(|p| p.to_string()));
         let policy = l.rule_for(plan.as_deref());
         // A global limit's bucket here is this region's share of it.
-        let share = match (&l.global, &config.regions) {
-            (Some(g), Some(r)) => {
-                let hash = share_hash(&config.key_prefix, &l.name);
-                let stored = read_stored_share(pool, &hash, &key, &l.name).await?;
-                Some((r, read_share(stored.as_deref(), g.split[r.this]), stored))
+        let share = match (
+            super::quota::share(pool, config, l, &key).await?,
+            &config.regions,
+        ) {
+            (Some(mut held), Some(r)) => {
+                held.flights = super::quota::flights(pool, config, l, &key, now_ms).await?;
+                Some((r, held))
             }
             _ => None,
         };
         let rule = share
             .as_ref()
-            .map_or(policy, |(_, (ppm, _), _)| policy.quota(*ppm));
+            .map_or(policy, |(_, held)| policy.quota(held.ppm));
         let (raw, pttl): (Option<Vec<u8>>, i64) = if rule.is_concurrency() {
             (None, -2)
         } else {
@@ -119,18 +120,9 @@ impl Admin {
             }
         };
         let (global, state_text) = match share {
-            Some((r, (ppm, source), stored)) => {
-                let region = r.names[r.this].to_string();
+            Some((r, held)) => {
                 let regions = r.names.iter().map(|n| n.to_string()).collect();
-                let g = region_share(
-                    region,
-                    regions,
-                    (ppm, source, stored),
-                    &rule,
-                    &raw,
-                    pttl,
-                    now_us,
-                );
+                let g = region_share(regions, held, &rule, &raw, pttl, now_us);
                 (Some(g.0), g.1)
             }
             None => (None, state(&rule, raw.as_deref(), pttl, now_us)),
@@ -151,58 +143,11 @@ impl Admin {
     }
 }
 
-/// The hash holding a global limit's shares in this region (the
-/// exchange's, `src/region/exchange.rs`).
-fn share_hash(prefix: &str, limit: &str) -> String {
-    format!("{prefix}:regions:{{{limit}}}:share")
-}
-
-/// The stored share of `key` in `hash` (`None`: none); a `hash` of
-/// another type is an error: the limiter cannot read the region's shares
-/// of `limit` either, and decides its keys as on a Redis failure.
-async fn read_stored_share(
-    pool: &fred::clients::Pool,
-    hash: &str,
-    key: &str,
-    limit: &str,
-) -> Result<Option<String>, StoreError> {
-    let hget = CustomCommand::new_static("HGET", ClusterHash::FirstKey, false);
-    let args: Vec<Value> = vec![hash.into(), key.into()];
-    match pool.custom::<Value, _>(hget, args).await {
-        Ok(Value::Null) => Ok(None),
-        // Not text (bytes that are not UTF-8): the limiter's read of the
-        // hash skips the field, as if none were stored.
-        Ok(v) => Ok(v.as_string()),
-        Err(e) if e.details().starts_with("WRONGTYPE") => Err(StoreError::Protocol(format!(
-            "{} is not a hash: this region's shares of limit {} cannot be read (the limiter \
-             decides its keys as on a Redis failure)",
-            printable(hash),
-            printable(limit)
-        ))),
-        Err(e) => Err(map_err(e)),
-    }
-}
-
-/// A share as the limiter reads it from its region's hash (`stored`: the
-/// key's field, `None` when there is none): the configured split
-/// `default` when there is none, the stored count of parts per million
-/// (at most [`WHOLE`]), and anything else as 0 (as the exchange reads it); with where it came from.
-fn read_share(stored: Option<&str>, default: u32) -> (u32, &'static str) {
-    match stored {
-        None => (default, "split"),
-        Some(s) => match crate::region::stored_share(s) {
-            Some(n) => (n, "stored"),
-            None => (0, "unreadable"),
-        },
-    }
-}
-
 /// A global key's share in this region and its bucket under that share
 /// (`rule`: the limit's rule for the share), with the bucket in words.
 fn region_share(
-    region: String,
     regions: Vec<String>,
-    (ppm, source, stored): (u32, &'static str, Option<String>),
+    held: super::quota::Held,
     rule: &Rule,
     raw: &Option<Vec<u8>>,
     pttl: i64,
@@ -240,15 +185,16 @@ fn region_share(
         "{tokens:.2} of {} tokens ({bucket}): region {} can admit {remaining} more request(s) \
          of this caller now",
         num(capacity),
-        printable(&region),
+        printable(&held.region),
     );
     let share = RegionShare {
-        region,
+        region: held.region,
         regions,
-        ppm,
-        percent: f64::from(ppm) * 100.0 / f64::from(WHOLE),
-        source,
-        stored,
+        ppm: held.ppm,
+        percent: held.percent,
+        source: held.source,
+        stored: held.stored,
+        flights: held.flights,
         capacity,
         refill_per_sec,
         remaining,
@@ -361,6 +307,7 @@ fn decision(id: &str, fields: &[(String, String)], key_id: &str) -> Option<Recor
 
 #[cfg(test)]
 mod tests {
+    use super::super::quota::read_share;
     use super::*;
 
     #[test]

@@ -53,12 +53,17 @@ pub(crate) struct RegionShare {
     /// The same, in percent.
     pub(crate) percent: f64,
     /// Where the share comes from: `split` (none stored: the configured
-    /// split), `stored`, or `unreadable` (a stored value that is not a
-    /// whole number of parts per million: the limiter reads it as 0).
+    /// split), `stored`, `unclaimed` (none stored since this region's
+    /// Redis restarted: 0 until the exchange claims it), or `unreadable`
+    /// (a stored value that is not a whole number of parts per million:
+    /// the limiter reads it as 0).
     pub(crate) source: &'static str,
     /// The stored value, as stored (`None`: none).
     #[serde(serialize_with = "crate::admin::shown::opt")]
     pub(crate) stored: Option<String>,
+    /// Per other region: the key's quota in flight to and from it, and
+    /// the last exchange with it.
+    pub(crate) flights: Vec<crate::admin::quota::Flight>,
     /// The share's burst: the limit's capacity × the share.
     pub(crate) capacity: f64,
     /// The share's refill, per second: the limit's refill × the share.

@@ -221,6 +221,11 @@ fn write_share(f: &mut fmt::Formatter<'_>, g: &RegionShare) -> fmt::Result {
     )?;
     match g.source {
         "split" => writeln!(f, " (none stored: the configured split)"),
+        "unclaimed" => writeln!(
+            f,
+            " (none stored since region {region}'s Redis restarted: it holds none of this \
+             caller's quota until its exchange claims it from the other regions' records)"
+        ),
         "unreadable" => writeln!(
             f,
             " (its stored share {:?} is not a whole number of parts per million: the limiter \
@@ -229,7 +234,8 @@ fn write_share(f: &mut fmt::Formatter<'_>, g: &RegionShare) -> fmt::Result {
             printable(g.stored.as_deref().unwrap_or(""))
         ),
         _ => writeln!(f, " (stored in region {region}'s Redis)"),
-    }
+    }?;
+    f.write_str(&crate::admin::quota::words(&g.flights, "  "))
 }
 
 fn show_remaining(r: Option<u64>) -> String {

@@ -56,7 +56,7 @@ pub(in crate::pipeline) fn rules(
                         p.quota_unknown = true;
                         last
                     });
-                    stored = rule.quota(share);
+                    stored = q.rule_now(rule).quota(share);
                 }
                 None => p.quota_unknown = true,
             }
