@@ -12,10 +12,9 @@
 //! dropped: a fleet that agrees again decides with its rule again.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use super::share::Quota;
 use crate::algorithm::Rule;
 use crate::config::Regions;
 
@@ -77,17 +76,17 @@ fn parse(fp: &str) -> Option<Numbers<'_>> {
     Some((capacity, refill.parse().ok()?, split?))
 }
 
-/// The fleet's rules of `quota`, from the `rule:` fields of a `gen` hash
-/// (`None`: every fingerprint is this instance's own).
+/// The fleet's rules of limit `name` (its rule, split and fingerprint
+/// `own` as this instance has them), from the `rule:` fields of a `gen`
+/// hash (`None`: every fingerprint is this instance's own).
 pub(crate) fn agree<'a>(
-    quota: &Quota,
+    (name, rule, split, own): (&str, Rule, &[u32], &str),
     regions: &Regions,
     fields: impl Iterator<Item = &'a String>,
 ) -> Option<Agreement> {
-    let own = &*quota.fingerprint;
     let mut capacity = f64::INFINITY;
     let mut refill = f64::INFINITY;
-    let mut split: Vec<u32> = quota.split.to_vec();
+    let mut split: Vec<u32> = split.to_vec();
     let mut differ = BTreeSet::new();
     for f in fields {
         let Some((region, fp)) = f.strip_prefix("rule:").and_then(|f| f.split_once('|')) else {
@@ -99,7 +98,7 @@ pub(crate) fn agree<'a>(
         // Not a fingerprint fleetlimit writes: ignored (a fault the size
         // of its cause), said at debug level.
         let Some((c, r, s)) = parse(fp) else {
-            tracing::debug!(target: "fleetlimit", limit = &*quota.name, field = f, "not a rule's fingerprint: ignored");
+            tracing::debug!(target: "fleetlimit", limit = name, field = f, "not a rule's fingerprint: ignored");
             continue;
         };
         differ.insert(region);
@@ -116,7 +115,7 @@ pub(crate) fn agree<'a>(
     let Rule::TokenBucket {
         capacity: c,
         refill_per_sec: r,
-    } = quota.rule
+    } = rule
     else {
         return None;
     };
@@ -130,11 +129,16 @@ pub(crate) fn agree<'a>(
     })
 }
 
-/// Says (a warning, at most once a minute per limit and instance, and a
-/// gauge) whether the fleet's rules of `quota` differ.
-pub(crate) fn report(quota: &Quota, regions: &Regions, agreement: Option<&Agreement>) {
+/// Says (a warning, at most once a minute per limit and instance, when it
+/// last did in `warned`, and a gauge) whether the fleet's rules of limit
+/// `name` differ.
+pub(crate) fn report(
+    (name, metrics, warned): (&str, &crate::metrics::QuotaMetrics, &AtomicU64),
+    regions: &Regions,
+    agreement: Option<&Agreement>,
+) {
     let differ = agreement.map_or(0, |a| a.differ.len());
-    quota.metrics.rules_differ(differ);
+    metrics.rules_differ(differ);
     let Some(a) = agreement else {
         return;
     };
@@ -145,13 +149,12 @@ pub(crate) fn report(quota: &Quota, regions: &Regions, agreement: Option<&Agreem
             .as_millis(),
     )
     .unwrap_or(u64::MAX);
-    let last = quota.warned.load(Relaxed);
+    let last = warned.load(Relaxed);
     let every = u64::try_from(WARN_EVERY.as_millis()).unwrap_or(u64::MAX);
     if last != 0 && now.saturating_sub(last) < every {
         return;
     }
-    if quota
-        .warned
+    if warned
         .compare_exchange(last, now, Relaxed, Relaxed)
         .is_err()
     {
@@ -166,7 +169,7 @@ pub(crate) fn report(quota: &Quota, regions: &Regions, agreement: Option<&Agreem
     };
     tracing::warn!(
         target: "fleetlimit",
-        limit = &*quota.name,
+        limit = name,
         region = &*regions.names[regions.this],
         differ = %a.differ.join(","),
         capacity,

@@ -6,7 +6,6 @@
 //! most once a minute per limit and region.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -20,23 +19,6 @@ use super::share::{Quota, Runtime};
 pub(crate) const STALE: u32 = 3;
 /// The least time between two staleness warnings of one region.
 const WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// When this instance's cycles last reached each region, and last warned
-/// of it (indexed as the configuration's regions).
-#[derive(Debug)]
-pub(crate) struct Contacts {
-    since: Instant,
-    seen: Mutex<Vec<(Option<Instant>, Option<Instant>)>>,
-}
-
-impl Contacts {
-    pub(crate) fn new(regions: usize) -> Self {
-        Self {
-            since: Instant::now(),
-            seen: Mutex::new(vec![(None, None); regions]),
-        }
-    }
-}
 
 /// Copies into this region's `gen` hash the rules the other regions
 /// published in theirs (`read[y]`: region y's, as read; `None`:

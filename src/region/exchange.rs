@@ -206,8 +206,10 @@ async fn refresh(rt: &Runtime, own: &Pool, prefix: &str) -> bool {
                 q.metrics.shares_held(shares.len());
                 let gen_hash = it.next().unwrap_or_default();
                 let generation = Generation::read(&gen_hash);
-                let agreement = agree(q, &rt.regions, gen_hash.keys());
-                report(q, &rt.regions, agreement.as_ref());
+                let own = (&*q.name, q.rule, &*q.split, &*q.fingerprint);
+                let agreement = agree(own, &rt.regions, gen_hash.keys());
+                let said = (&*q.name, &q.metrics, &q.warned);
+                report(said, &rt.regions, agreement.as_ref());
                 let view = (generation.clone(), agreement);
                 let old = q.set_view(shares, view, sent, rt.trusted_for());
                 restarted |= noticed(rt, q, &old, &generation);

@@ -107,7 +107,7 @@ pub(crate) struct Quota {
     pub(crate) warned: AtomicU64,
     /// When this instance's cycles last reached each region.
     #[cfg(feature = "redis")]
-    pub(crate) contacts: super::contact::Contacts,
+    pub(crate) contacts: Contacts,
 }
 
 /// The shares read at one moment.
@@ -142,7 +142,7 @@ impl Quota {
             fingerprint: fingerprint(l.rule, &g.split, regions).into(),
             warned: AtomicU64::new(0),
             #[cfg(feature = "redis")]
-            contacts: super::contact::Contacts::new(regions.names.len()),
+            contacts: Contacts::new(regions.names.len()),
         }
     }
 
@@ -247,6 +247,26 @@ impl Rule {
             },
             // Refused by the configuration: global limits are token buckets.
             other => other,
+        }
+    }
+}
+
+/// When this instance's cycles last reached each region, and last warned
+/// of it (indexed as the configuration's regions).
+/// (`contact.rs` keeps them.)
+#[cfg(feature = "redis")]
+#[derive(Debug)]
+pub(crate) struct Contacts {
+    pub(super) since: Instant,
+    pub(super) seen: Mutex<Vec<(Option<Instant>, Option<Instant>)>>,
+}
+
+#[cfg(feature = "redis")]
+impl Contacts {
+    pub(crate) fn new(regions: usize) -> Self {
+        Self {
+            since: Instant::now(),
+            seen: Mutex::new(vec![(None, None); regions]),
         }
     }
 }
