@@ -63,12 +63,12 @@ impl Item {
     }
 
     /// Whole requests a full limit holds.
-    fn quota_requests(&self) -> u64 {
+    pub(crate) fn quota_requests(&self) -> u64 {
         requests(self.quota, self.per)
     }
 
     /// Whole requests left, when known.
-    fn requests_left(&self) -> Option<u64> {
+    pub(crate) fn requests_left(&self) -> Option<u64> {
         self.state.map(|(r, _)| requests(r + self.slack, self.per))
     }
 
@@ -155,6 +155,12 @@ impl RateHeaders {
             it.state = Some((s.remaining, s.reset));
         }
         self.reported = self.binding();
+    }
+
+    /// The item `X-RateLimit-*` report (Envoy's descriptor status, `rls/`).
+    #[cfg(feature = "rls")]
+    pub(crate) fn reported(&self) -> Option<&Item> {
+        self.items.get(self.reported)
     }
 
     /// Whole requests left in the reported limit, whoever decided (for logs).
@@ -314,7 +320,7 @@ fn whole_down(x: f64) -> u64 {
 /// `X-RateLimit-Reset`: rounded up, so a client waiting that long finds
 /// the bucket full.
 /// Saturated to `0..=u64::MAX` (NaN: 0), without libm.
-pub(super) fn whole_secs(secs: f64) -> u64 {
+pub(crate) fn whole_secs(secs: f64) -> u64 {
     let down = secs as u64;
     if (down as f64) < secs {
         down.saturating_add(1)

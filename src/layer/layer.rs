@@ -76,6 +76,12 @@ impl RateLimitLayer {
         ReloadHandle::new(&self.live)
     }
 
+    /// What its clones share: the running limiter (`rls/` decides on it).
+    #[cfg(feature = "rls")]
+    pub(crate) fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+
     /// The store deciding requests.
     #[must_use]
     pub fn store(&self) -> &Arc<dyn Store> {

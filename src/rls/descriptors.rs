@@ -1,0 +1,165 @@
+//! Protocol → plan: a `RateLimitRequest` checked against the bounds, each
+//! descriptor matched to its `[[descriptors]]` rule and made into the
+//! request the rule's limits read (an `as` entry's value as the header,
+//! client address or account the layer would find), with its cost.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::ConnectInfo;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use http::{HeaderValue, Request};
+use tonic::Status;
+
+use crate::Account;
+use crate::config::{DescriptorRule, EntryIs};
+
+/// Most descriptors one request may carry (Envoy sends one per rate limit
+/// action of the route: a handful).
+pub(super) const MAX_DESCRIPTORS: usize = 64;
+/// Most entries one descriptor may carry.
+pub(super) const MAX_ENTRIES: usize = 32;
+/// The longest entry key or value, in bytes. A longer value is no key a
+/// limit can use: refused rather than hashed, so nobody pays for it.
+pub(super) const MAX_VALUE: usize = 4096;
+
+/// A descriptor made ready for the limiter.
+pub(super) enum Asked {
+    /// It matches no rule: answered `OK`, as Envoy's own service does.
+    NoRule,
+    /// Rule `rule` (its index among the limiter's), the request its
+    /// limits read, and its cost (`None`: the rule's own).
+    Rule {
+        rule: usize,
+        req: Request<()>,
+        cost: Option<u32>,
+    },
+}
+
+/// The request checked against the bounds: `INVALID_ARGUMENT` names the
+/// first thing wrong (what envoyproxy/ratelimit refuses too: an empty
+/// domain, no descriptor).
+pub(super) fn check(r: &RateLimitRequest) -> Result<(), Status> {
+    let bad = |m: String| Err(Status::invalid_argument(m));
+    if r.domain.is_empty() {
+        return bad("rate limit domain must not be empty".into());
+    }
+    if r.domain.len() > MAX_VALUE {
+        return bad(format!("domain longer than {MAX_VALUE} bytes"));
+    }
+    if r.descriptors.is_empty() {
+        return bad("rate limit descriptor list must not be empty".into());
+    }
+    if r.descriptors.len() > MAX_DESCRIPTORS {
+        return bad(format!("more than {MAX_DESCRIPTORS} descriptors"));
+    }
+    for (i, d) in r.descriptors.iter().enumerate() {
+        if d.entries.is_empty() {
+            return bad(format!("descriptor {i} has no entry"));
+        }
+        if d.entries.len() > MAX_ENTRIES {
+            return bad(format!(
+                "descriptor {i} has more than {MAX_ENTRIES} entries"
+            ));
+        }
+        for e in &d.entries {
+            if e.key.is_empty() {
+                return bad(format!("descriptor {i} has an entry without a key"));
+            }
+            if e.key.len() > MAX_VALUE || e.value.len() > MAX_VALUE {
+                return bad(format!(
+                    "descriptor {i}: entry {:.64} has a key or value longer than {MAX_VALUE} bytes",
+                    e.key
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Descriptor `d` of a checked request to `domain`, among `rules` (the
+/// limiter's, in order): the most specific rule it matches (the most
+/// entries given by value; the first written of equals), made into what
+/// the limiter decides. `hits`: the request's `hits_addend` (0: unset).
+pub(super) fn ask<'r>(
+    rules: impl Iterator<Item = &'r DescriptorRule>,
+    domain: &str,
+    d: &RateLimitDescriptor,
+    hits: u32,
+) -> Result<Asked, Status> {
+    let mut best: Option<(usize, usize, &DescriptorRule)> = None;
+    for (i, rule) in rules.enumerate() {
+        if let Some(fixed) = matches(rule, domain, &d.entries) {
+            if best.is_none_or(|(_, f, _)| fixed > f) {
+                best = Some((i, fixed, rule));
+            }
+        }
+    }
+    let Some((i, _, rule)) = best else {
+        return Ok(Asked::NoRule);
+    };
+    let cost = match &d.hits_addend {
+        Some(h) => Some(u32::try_from(h.value).map_err(|_| {
+            Status::invalid_argument(format!("hits_addend {} is above 4294967295", h.value))
+        })?),
+        None => (hits > 0).then_some(hits),
+    };
+    Ok(Asked::Rule {
+        rule: i,
+        req: request(rule, &d.entries)?,
+        cost,
+    })
+}
+
+/// How many of `rule`'s entries are fixed values, when `entries` match it:
+/// the same keys in the same order, and those values.
+fn matches(rule: &DescriptorRule, domain: &str, entries: &[Entry]) -> Option<usize> {
+    if *rule.domain != *domain || rule.entries.len() != entries.len() {
+        return None;
+    }
+    let mut fixed = 0;
+    for (want, e) in rule.entries.iter().zip(entries) {
+        if *want.key != *e.key {
+            return None;
+        }
+        if let EntryIs::Value(v) = &want.is {
+            if **v != *e.value {
+                return None;
+            }
+            fixed += 1;
+        }
+    }
+    Some(fixed)
+}
+
+/// The request `rule`'s limits read: each `as` entry's value where the
+/// layer would find it, so that both charge the same key.
+fn request(rule: &DescriptorRule, entries: &[Entry]) -> Result<Request<()>, Status> {
+    let mut req = Request::new(());
+    for (want, e) in rule.entries.iter().zip(entries) {
+        let bad = |what: &str| {
+            Status::invalid_argument(format!("descriptor entry {:.64}: {what}", e.key))
+        };
+        if !matches!(want.is, EntryIs::Value(_)) && e.value.is_empty() {
+            return Err(bad("empty value"));
+        }
+        match &want.is {
+            EntryIs::Value(_) => {}
+            EntryIs::Ip => {
+                let ip: IpAddr = (e.value.parse()).map_err(|_| bad("not an IP address"))?;
+                let peer = SocketAddr::new(ip, 0);
+                req.extensions_mut().insert(ConnectInfo(peer));
+            }
+            EntryIs::Header(h) => {
+                let v = HeaderValue::from_bytes(e.value.as_bytes())
+                    .map_err(|_| bad("a control character in the value"))?;
+                req.headers_mut().insert(h.clone(), v);
+            }
+            EntryIs::Account => {
+                req.extensions_mut().insert(Account::new(e.value.as_str()));
+            }
+        }
+    }
+    Ok(req)
+}

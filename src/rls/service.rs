@@ -1,0 +1,102 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: each
+//! descriptor asked of the running limiter (`descriptors.rs`), decided
+//! by the layer's own steps, answered (`answer.rs`).
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use http::HeaderMap;
+use tonic::{Request, Response, Status};
+
+use super::answer::{Answer, answer};
+use super::descriptors::{self, Asked};
+use crate::pipeline::Decided;
+use crate::reload::Live;
+
+/// The service: the layer's running limiter, reloaded as the layer's is.
+pub(super) struct RateLimiter {
+    pub(super) live: Arc<Live>,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimiter {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let r = request.into_inner();
+        descriptors::check(&r)?;
+        // One configuration for the whole call, as a layer's request.
+        let limiter = Arc::clone(&*self.live.load());
+        let mut answers = Vec::with_capacity(r.descriptors.len());
+        for d in &r.descriptors {
+            let rules = limiter.descriptor_rules();
+            let answered = match descriptors::ask(rules, &r.domain, d, r.hits_addend)? {
+                Asked::NoRule => Answer::unlimited(),
+                Asked::Rule { rule, req, cost } => {
+                    let decision = match limiter.handle_descriptor(rule, &req, cost) {
+                        Decided::Unlimited => None,
+                        Decided::Now(d) => Some(d),
+                        Decided::Later(f) => Some(f.await),
+                    };
+                    match decision {
+                        None => Answer::unlimited(),
+                        Some(decision) => {
+                            let Some(rule) = limiter.descriptor_rules().nth(rule) else {
+                                return Err(Status::unavailable(
+                                    "the configuration changed; retry",
+                                ));
+                            };
+                            answer(rule, cost, decision)?
+                        }
+                    }
+                }
+            };
+            answers.push(answered);
+        }
+        Ok(Response::new(respond(answers)))
+    }
+}
+
+/// The call's answer: `OVER_LIMIT` when a descriptor is, and the header
+/// fields of the descriptor a client must heed: the first one over its
+/// limit, else the one with the fewest requests left.
+fn respond(answers: Vec<Answer>) -> RateLimitResponse {
+    let over = answers.iter().position(Answer::over_limit);
+    let shown = over.or_else(|| {
+        let known = answers.iter().enumerate();
+        let known = known.filter_map(|(i, a)| Some((a.left?, i)));
+        known.min().map(|(_, i)| i)
+    });
+    let headers = shown
+        .map(|i| fields(&answers[i].headers))
+        .unwrap_or_default();
+    let code = if over.is_some() {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    RateLimitResponse {
+        overall_code: code as i32,
+        statuses: answers.into_iter().map(|a| a.status).collect(),
+        response_headers_to_add: headers.clone(),
+        request_headers_to_add: headers,
+        ..RateLimitResponse::default()
+    }
+}
+
+/// Header fields as Envoy's `HeaderValue`s.
+fn fields(h: &HeaderMap) -> Vec<HeaderValue> {
+    h.iter()
+        .filter_map(|(k, v)| {
+            Some(HeaderValue {
+                key: k.as_str().to_owned(),
+                value: v.to_str().ok()?.to_owned(),
+                ..HeaderValue::default()
+            })
+        })
+        .collect()
+}
