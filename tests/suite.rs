@@ -67,6 +67,7 @@ mod regions;
 mod reload;
 mod reload_safety;
 mod reset_reach;
+mod rls;
 mod rolling_upgrade;
 mod script_flush;
 mod shadow;
