@@ -243,6 +243,11 @@ async fn bad_input_is_invalid_argument_and_charges_nobody() {
     assert!(invalid(rls.ask(request("edge", many)).await));
     assert!(invalid(rls.ask(api_key("")).await));
     assert!(invalid(rls.ask(api_key("a\u{1}b")).await));
+    // A bad descriptor beside a good one: the call is refused whole, and
+    // the good one is not charged.
+    let mut two = api_key("k");
+    two.descriptors.push(api_key("").descriptors.remove(0));
+    assert!(invalid(rls.ask(two).await));
     // A descriptor no rule names: OK, and nothing charged.
     let other = request("edge", vec![entry("generic_key", "other")]);
     let r = rls.ask(other).await.unwrap();

@@ -24,17 +24,15 @@ pub(super) const MAX_ENTRIES: usize = 32;
 /// limit can use: refused rather than hashed, so nobody pays for it.
 pub(super) const MAX_VALUE: usize = 4096;
 
-/// A descriptor made ready for the limiter.
-pub(super) enum Asked {
-    /// It matches no rule: answered `OK`, as Envoy's own service does.
-    NoRule,
-    /// Rule `rule` (its index among the limiter's), the request its
-    /// limits read, and its cost (`None`: the rule's own).
-    Rule {
-        rule: usize,
-        req: Request<()>,
-        cost: Option<u32>,
-    },
+/// A descriptor made ready for the limiter: rule `rule` (its index among
+/// the limiter's), the request its limits read, and its cost (`None`: the
+/// rule's own).
+pub(super) struct Asked<'r> {
+    pub(super) rule: usize,
+    /// That rule.
+    pub(super) of: &'r DescriptorRule,
+    pub(super) req: Request<()>,
+    pub(super) cost: Option<u32>,
 }
 
 /// The request checked against the bounds: `INVALID_ARGUMENT` names the
@@ -81,13 +79,15 @@ pub(super) fn check(r: &RateLimitRequest) -> Result<(), Status> {
 /// Descriptor `d` of a checked request to `domain`, among `rules` (the
 /// limiter's, in order): the most specific rule it matches (the most
 /// entries given by value; the first written of equals), made into what
-/// the limiter decides. `hits`: the request's `hits_addend` (0: unset).
+/// the limiter decides; `None` when it matches no rule (answered `OK`, as
+/// Envoy's own service does). `hits`: the request's `hits_addend` (0:
+/// unset).
 pub(super) fn ask<'r>(
     rules: impl Iterator<Item = &'r DescriptorRule>,
     domain: &str,
     d: &RateLimitDescriptor,
     hits: u32,
-) -> Result<Asked, Status> {
+) -> Result<Option<Asked<'r>>, Status> {
     let mut best: Option<(usize, usize, &DescriptorRule)> = None;
     for (i, rule) in rules.enumerate() {
         if let Some(fixed) = matches(rule, domain, &d.entries) {
@@ -97,7 +97,7 @@ pub(super) fn ask<'r>(
         }
     }
     let Some((i, _, rule)) = best else {
-        return Ok(Asked::NoRule);
+        return Ok(None);
     };
     let cost = match &d.hits_addend {
         Some(h) => Some(u32::try_from(h.value).map_err(|_| {
@@ -105,11 +105,12 @@ pub(super) fn ask<'r>(
         })?),
         None => (hits > 0).then_some(hits),
     };
-    Ok(Asked::Rule {
+    Ok(Some(Asked {
         rule: i,
+        of: rule,
         req: request(rule, &d.entries)?,
         cost,
-    })
+    }))
 }
 
 /// How many of `rule`'s entries are fixed values, when `entries` match it:

@@ -14,8 +14,8 @@
 //! | `answer.rs` | a descriptor's decision → its status and the layer's header fields |
 //! | `service.rs` | `ShouldRateLimit`: each descriptor asked and answered |
 //!
-//! It stops gracefully on SIGTERM (and Ctrl-C): calls in flight are
-//! answered, then it exits 0. SIGHUP reloads the file as
+//! It stops gracefully on SIGTERM (and Ctrl-C): its health turns
+//! `NOT_SERVING`, calls in flight are answered, then it exits 0. SIGHUP reloads the file as
 //! [`ReloadHandle::reload_file`](crate::reload::ReloadHandle::reload_file)
 //! does for the layer: a file that does not load, or that the reload
 //! guard refuses, leaves the running configuration in place.
@@ -80,6 +80,11 @@ pub(crate) async fn serve(config: &Path, listen: SocketAddr) -> Result<(), (u8, 
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
+        // Health checks that come before the listener closes send Envoy
+        // elsewhere, as envoyproxy/ratelimit does on SIGTERM.
+        health
+            .set_not_serving::<RateLimitServiceServer<RateLimiter>>()
+            .await;
         eprintln!("fleetlimit rls: stopping");
     };
     Server::builder()

@@ -31,31 +31,32 @@ impl RateLimitService for RateLimiter {
         descriptors::check(&r)?;
         // One configuration for the whole call, as a layer's request.
         let limiter = Arc::clone(&*self.live.load());
-        let mut answers = Vec::with_capacity(r.descriptors.len());
-        for d in &r.descriptors {
-            let rules = limiter.descriptor_rules();
-            let answered = match descriptors::ask(rules, &r.domain, d, r.hits_addend)? {
-                Asked::NoRule => Answer::unlimited(),
-                Asked::Rule { rule, req, cost } => {
-                    let decision = match limiter.handle_descriptor(rule, &req, cost) {
-                        Decided::Unlimited => None,
-                        Decided::Now(d) => Some(d),
-                        Decided::Later(f) => Some(f.await),
-                    };
-                    match decision {
-                        None => Answer::unlimited(),
-                        Some(decision) => {
-                            let Some(rule) = limiter.descriptor_rules().nth(rule) else {
-                                return Err(Status::unavailable(
-                                    "the configuration changed; retry",
-                                ));
-                            };
-                            answer(rule, cost, decision)?
-                        }
-                    }
-                }
+        // Every descriptor made ready before any is charged: a bad one
+        // refuses the call with nothing spent.
+        let asked = (r.descriptors.iter())
+            .map(|d| descriptors::ask(limiter.descriptor_rules(), &r.domain, d, r.hits_addend))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut answers = Vec::with_capacity(asked.len());
+        for a in asked {
+            let Some(Asked {
+                rule,
+                of,
+                req,
+                cost,
+            }) = a
+            else {
+                answers.push(Answer::unlimited());
+                continue;
             };
-            answers.push(answered);
+            let decision = match limiter.handle_descriptor(rule, &req, cost) {
+                Decided::Unlimited => {
+                    answers.push(Answer::unlimited());
+                    continue;
+                }
+                Decided::Now(d) => d,
+                Decided::Later(f) => f.await,
+            };
+            answers.push(answer(of, cost, decision)?);
         }
         Ok(Response::new(respond(answers)))
     }
