@@ -37,8 +37,16 @@ use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::reload::Live;
 use crate::{Config, RateLimitLayer};
 use service::RateLimiter;
+
+/// The service on a layer's running limiter (`RateLimitLayer::rls_service`).
+pub(crate) fn service(live: &Arc<Live>) -> RateLimitServiceServer<RateLimiter> {
+    RateLimitServiceServer::new(RateLimiter {
+        live: Arc::clone(live),
+    })
+}
 
 /// Serves until SIGTERM; `Err((exit status, message))` when it cannot
 /// start (2: the configuration; 1: the address).
@@ -55,9 +63,7 @@ pub(crate) async fn serve(config: &Path, listen: SocketAddr) -> Result<(), (u8, 
     health
         .set_serving::<RateLimitServiceServer<RateLimiter>>()
         .await;
-    let service = RateLimitServiceServer::new(RateLimiter {
-        live: Arc::clone(layer.live()),
-    });
+    let service = layer.rls_service();
     let mut hangup = signal(SignalKind::hangup()).map_err(|e| (1, e.to_string()))?;
     let mut term = signal(SignalKind::terminate()).map_err(|e| (1, e.to_string()))?;
     let reload = layer.reload_handle();

@@ -17,7 +17,7 @@ use crate::pipeline::Decided;
 use crate::reload::Live;
 
 /// The service: the layer's running limiter, reloaded as the layer's is.
-pub(super) struct RateLimiter {
+pub(crate) struct RateLimiter {
     pub(super) live: Arc<Live>,
 }
 
