@@ -164,3 +164,80 @@ fn request(rule: &DescriptorRule, entries: &[Entry]) -> Result<Request<()>, Stat
     }
     Ok(req)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        let entries = entries.iter().map(|(k, v)| Entry {
+            key: (*k).into(),
+            value: (*v).into(),
+        });
+        RateLimitDescriptor {
+            entries: entries.collect(),
+            ..RateLimitDescriptor::default()
+        }
+    }
+
+    /// envoyproxy/ratelimit's example 3: an IP's own rule wins over the
+    /// rule of any IP; same keys in the same order, or no rule.
+    #[test]
+    fn the_most_specific_rule_wins_and_nothing_else_matches() {
+        let cfg = Config::from_toml_str(
+            r#"
+            [limits.per-ip]
+            key = "ip"
+            capacity = 10
+            refill = "10/s"
+            [limits.blocked]
+            key = "global"
+            capacity = 1
+            refill = "1/d"
+            [[descriptors]]
+            domain = "edge"
+            entries = [{ key = "remote_address", as = "ip" }]
+            limits = ["per-ip"]
+            [[descriptors]]
+            domain = "edge"
+            entries = [{ key = "remote_address", value = "50.0.0.5" }]
+            limits = ["blocked"]
+            "#,
+        )
+        .unwrap();
+        let rules = || cfg.descriptors.iter().map(|r| &**r);
+        let rule_of = |domain: &str, d: &[(&str, &str)]| {
+            ask(rules(), domain, &descriptor(d), 0)
+                .unwrap()
+                .map(|a| (a.rule, a.cost))
+        };
+        assert_eq!(
+            rule_of("edge", &[("remote_address", "50.0.0.5")]),
+            Some((1, None))
+        );
+        assert_eq!(
+            rule_of("edge", &[("remote_address", "50.0.0.1")]),
+            Some((0, None))
+        );
+        assert_eq!(rule_of("other", &[("remote_address", "50.0.0.1")]), None);
+        let two = [("remote_address", "50.0.0.1"), ("x", "y")];
+        assert_eq!(rule_of("edge", &two), None);
+        let Some(a) = ask(rules(), "edge", &descriptor(&two[..1]), 7).unwrap() else {
+            panic!("a rule");
+        };
+        assert_eq!(a.cost, Some(7));
+        let ConnectInfo(peer) = a.req.extensions().get::<ConnectInfo<SocketAddr>>().unwrap();
+        assert_eq!(peer.ip().to_string(), "50.0.0.1");
+        let bad = ask(
+            rules(),
+            "edge",
+            &descriptor(&[("remote_address", "nope")]),
+            0,
+        );
+        assert_eq!(
+            bad.err().map(|s| s.code()),
+            Some(tonic::Code::InvalidArgument)
+        );
+    }
+}
