@@ -921,4 +921,18 @@ fn descriptors_fail_at_start_up_where_written() {
     let e = Config::from_toml_file(&path).unwrap_err().to_string();
     let e = e.replace(&path.display().to_string(), "domain.toml");
     assert_eq!(e, "domain.toml:15:10: domain must not be empty");
+    // What needs the request's end or its handler cannot be a
+    // descriptor's: Envoy's protocol says nothing after its answer.
+    let src = format!(
+        "{}\n[limits.slots]\nkey = \"header:x-api-key\"\nalgorithm = \"concurrency\"\nmax_in_flight = 5\n\
+         \n[[descriptors]]\ndomain = \"edge\"\n{good}\nlimits = [\"per-key\", \"slots\"]\n",
+        GOOD
+    );
+    let path = file_with("slots.toml", &src);
+    let e = Config::from_toml_file(&path).unwrap_err().to_string();
+    let e = e.replace(&path.display().to_string(), "slots.toml");
+    assert!(
+        e.starts_with("slots.toml:22:22: limit \"slots\" counts requests in flight"),
+        "{e}"
+    );
 }

@@ -20,7 +20,7 @@ use super::place::Place;
 use super::route::RouteConfig;
 use super::validate::Validator;
 use crate::key::KeySource;
-use crate::route::{FailurePolicy, Limit, Policy};
+use crate::route::{FailurePolicy, Limit, OnExceed, Policy};
 
 /// A `[[descriptors]]` entry as the file writes it.
 #[derive(Clone, Debug, Deserialize)]
@@ -142,6 +142,14 @@ impl Validator<'_> {
                 policy: self.policy(limits, &route, &at, &label)?,
             };
             for (j, l) in rule.policy.limits.iter().enumerate() {
+                if let Some(why) = after_the_answer(l) {
+                    let msg = format!(
+                        "limit {:?} {why}, and Envoy's protocol says nothing after its answer: \
+                         a descriptor cannot use it",
+                        l.name
+                    );
+                    return Err(self.err(at.field("limits").field(&j.to_string()), msg));
+                }
                 if !rule.provides(&l.key) {
                     let msg = format!(
                         "limit {:?} is keyed by {}, which no entry of this descriptor provides \
@@ -206,6 +214,22 @@ impl Validator<'_> {
             key: e.key.as_str().into(),
             is,
         })
+    }
+}
+
+/// What a limit needs of the request after its decision, which a
+/// descriptor's call cannot give: the end of the request (a concurrency
+/// slot), the handler's status (`count = "failures"`), the handler itself
+/// (`on_exceed = "delay"` or `"challenge"`).
+fn after_the_answer(l: &Limit) -> Option<&'static str> {
+    if l.rule.is_concurrency() {
+        Some("counts requests in flight (its slot is given back when the request ends)")
+    } else if l.failures.is_some() {
+        Some("counts failures (the handler's status gives a success back)")
+    } else if l.on_exceed != OnExceed::Refuse {
+        Some("escalates (`on_exceed`: the handler delays or challenges)")
+    } else {
+        None
     }
 }
 
