@@ -1,7 +1,7 @@
 """`fleetlimit rls` asked by a client nobody here wrote: Envoy's generated
 protos from PyPI's xds-protos over grpcio, the header fields parsed by
-http-sf (RFC 9651). Starts its own redis-server and `fleetlimit rls`
-processes on free loopback ports.
+http-sf (RFC 9651). Starts its own redis-server ($FLEETLIMIT_REDIS_SERVER,
+as the Rust tests) and `fleetlimit rls` processes on free loopback ports.
 
     python3 tests/rls_client/test_rls.py PATH/TO/fleetlimit
 
@@ -115,7 +115,7 @@ class Redis:
     def __init__(self, workdir):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            [os.environ.get("FLEETLIMIT_REDIS_SERVER", "redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", workdir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
