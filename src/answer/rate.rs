@@ -2,8 +2,8 @@
 //! legacy fields report, the IETF items, and the numbers as clients read
 //! them (whole requests of the route's cost, seconds rounded up).
 
+use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use http::header::HeaderValue;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -204,15 +204,15 @@ impl RateHeaders {
         Some([flags, it.quota_requests(), left, reset, window])
     }
 
-    pub(crate) fn write(&self, h: &mut HeaderMap) {
+    pub(crate) fn write(&self, h: &mut impl Fields) {
         if self.style.legacy() {
             if let Some(it) = self.items.get(self.reported) {
-                h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(it.quota_requests()));
+                h.put(&X_RATELIMIT_LIMIT, limit_value(it.quota_requests()));
                 if let (Some(left), Some((_, reset)), false) =
                     (it.requests_left(), it.state, self.local)
                 {
-                    h.insert(X_RATELIMIT_REMAINING.clone(), number(left));
-                    h.insert(X_RATELIMIT_RESET.clone(), number(whole_secs(reset)));
+                    h.put(&X_RATELIMIT_REMAINING, number(left));
+                    h.put(&X_RATELIMIT_RESET, number(whole_secs(reset)));
                 }
             }
         }
@@ -220,7 +220,7 @@ impl RateHeaders {
             let shown = || self.items.iter().filter(|it| !it.shadow);
             let kept = self.policy.as_deref().cloned();
             if let Some(v) = kept.or_else(|| policy_value(&self.items)) {
-                h.insert(RATELIMIT_POLICY.clone(), v);
+                h.put(&RATELIMIT_POLICY, v);
             }
             if self.local {
                 return;
@@ -235,9 +235,22 @@ impl RateHeaders {
                 }
             }
             if let Some(v) = now.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
-                h.insert(RATELIMIT.clone(), v);
+                h.put(&RATELIMIT, v);
             }
         }
+    }
+}
+
+/// Where [`RateHeaders::write`] writes its fields, each name once: a
+/// response's headers, or (`rls/`) Envoy's list of fields to add, built
+/// without a map in between.
+pub(crate) trait Fields {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue);
+}
+
+impl Fields for HeaderMap {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.insert(name.clone(), value);
     }
 }
 

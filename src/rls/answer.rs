@@ -4,27 +4,28 @@
 //! write for it. A failure the rule's policy does not absorb is a gRPC
 //! error for the whole call, so Envoy's `failure_mode_deny` decides.
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue as Field;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use http::header::RETRY_AFTER;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderName, HeaderValue};
 use tonic::Status;
 
 use crate::RefusalReason;
 use crate::answer::headers::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
-use crate::answer::{Item, whole_secs};
+use crate::answer::{Fields, Item, whole_secs};
 use crate::config::DescriptorRule;
 use crate::pipeline::Decision;
 
 /// One descriptor's answer: its status, and the header fields the layer
-/// would write for it.
+/// would write for it, as Envoy's.
 pub(super) struct Answer {
     pub(super) status: DescriptorStatus,
-    pub(super) headers: HeaderMap,
+    pub(super) fields: Vec<Field>,
     /// Whole requests left of the reported limit (`None`: not known).
     pub(super) left: Option<u64>,
 }
@@ -37,7 +38,7 @@ impl Answer {
                 code: Code::Ok as i32,
                 ..DescriptorStatus::default()
             },
-            headers: HeaderMap::new(),
+            fields: Vec::new(),
             left: None,
         }
     }
@@ -62,14 +63,15 @@ pub(super) fn answer(
                 // fails): no numbers to report.
                 return Ok(Answer::unlimited());
             };
-            let mut headers = HeaderMap::new();
-            h.write(&mut headers);
+            // At most the five fields of both styles.
+            let mut fields = Vec::with_capacity(5);
+            h.write(&mut fields);
             let item = h.reported();
             let left = h.remaining();
             let reset = item.and_then(|it| it.state).map(|(_, t)| whole_secs(t));
             Ok(Answer {
                 status: status(Code::Ok, item, left, reset),
-                headers,
+                fields,
                 left,
             })
         }
@@ -78,12 +80,10 @@ pub(super) fn answer(
                 let limit = (r.limit.as_ref())
                     .and_then(|name| rule.policy.limits.iter().find(|l| l.name == *name));
                 let item = limit.map(|l| Item::new(&l.name, &l.rule, false, cost));
-                let mut headers = r.headers;
-                headers.retain_rate_fields();
                 let left = Some(r.remaining.unwrap_or(0));
                 Ok(Answer {
                     status: status(Code::OverLimit, item.as_ref(), left, r.retry),
-                    headers,
+                    fields: rate_fields(&r.headers),
                     left,
                 })
             }
@@ -161,29 +161,37 @@ fn current_limit(it: &Item) -> RateLimit {
     }
 }
 
-/// Keeps a refusal's rate-limit fields and `Retry-After` (not its problem
-/// body's `Content-Type`).
-trait RateFields {
-    fn retain_rate_fields(&mut self);
+/// A refusal's rate-limit fields and `Retry-After` (not its problem
+/// body's `Content-Type`), in this order.
+fn rate_fields(h: &http::HeaderMap) -> Vec<Field> {
+    let names: [&HeaderName; 6] = [
+        &X_RATELIMIT_LIMIT,
+        &X_RATELIMIT_REMAINING,
+        &X_RATELIMIT_RESET,
+        &RATELIMIT_POLICY,
+        &RATELIMIT,
+        &RETRY_AFTER,
+    ];
+    let mut fields = Vec::with_capacity(names.len());
+    for n in names {
+        if let Some(v) = h.get(n) {
+            fields.put(n, v.clone());
+        }
+    }
+    fields
 }
 
-impl RateFields for HeaderMap {
-    fn retain_rate_fields(&mut self) {
-        let names: [&HeaderName; 6] = [
-            &X_RATELIMIT_LIMIT,
-            &X_RATELIMIT_REMAINING,
-            &X_RATELIMIT_RESET,
-            &RATELIMIT_POLICY,
-            &RATELIMIT,
-            &RETRY_AFTER,
-        ];
-        let mut kept = HeaderMap::with_capacity(names.len());
-        for n in names {
-            if let Some(v) = self.remove(n) {
-                kept.insert(n.clone(), v);
-            }
+/// The layer's fields written straight as Envoy's (a value that is not
+/// visible ASCII, which the layer never writes, left out).
+impl Fields for Vec<Field> {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue) {
+        if let Ok(v) = value.to_str() {
+            self.push(Field {
+                key: name.as_str().to_owned(),
+                value: v.to_owned(),
+                ..Field::default()
+            });
         }
-        *self = kept;
     }
 }
 

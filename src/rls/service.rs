@@ -4,11 +4,9 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use http::HeaderMap;
 use tonic::{Request, Response, Status};
 
 use super::answer::{Answer, answer};
@@ -65,15 +63,15 @@ impl RateLimitService for RateLimiter {
 /// The call's answer: `OVER_LIMIT` when a descriptor is, and the header
 /// fields of the descriptor a client must heed: the first one over its
 /// limit, else the one with the fewest requests left.
-fn respond(answers: Vec<Answer>) -> RateLimitResponse {
+fn respond(mut answers: Vec<Answer>) -> RateLimitResponse {
     let over = answers.iter().position(Answer::over_limit);
     let shown = over.or_else(|| {
         let known = answers.iter().enumerate();
         let known = known.filter_map(|(i, a)| Some((a.left?, i)));
         known.min().map(|(_, i)| i)
     });
-    let headers = shown
-        .map(|i| fields(&answers[i].headers))
+    let fields = shown
+        .map(|i| std::mem::take(&mut answers[i].fields))
         .unwrap_or_default();
     let code = if over.is_some() {
         Code::OverLimit
@@ -83,21 +81,8 @@ fn respond(answers: Vec<Answer>) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: code as i32,
         statuses: answers.into_iter().map(|a| a.status).collect(),
-        response_headers_to_add: headers.clone(),
-        request_headers_to_add: headers,
+        request_headers_to_add: fields.clone(),
+        response_headers_to_add: fields,
         ..RateLimitResponse::default()
     }
-}
-
-/// Header fields as Envoy's `HeaderValue`s.
-fn fields(h: &HeaderMap) -> Vec<HeaderValue> {
-    h.iter()
-        .filter_map(|(k, v)| {
-            Some(HeaderValue {
-                key: k.as_str().to_owned(),
-                value: v.to_str().ok()?.to_owned(),
-                ..HeaderValue::default()
-            })
-        })
-        .collect()
 }
