@@ -2,8 +2,8 @@
 //! legacy fields report, the IETF items, and the numbers as clients read
 //! them (whole requests of the route's cost, seconds rounded up).
 
-use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
+use http::header::{HeaderName, HeaderValue};
 use std::fmt::Write as _;
 use std::sync::Arc;
 

@@ -42,10 +42,6 @@ impl Answer {
             left: None,
         }
     }
-
-    pub(super) fn over_limit(&self) -> bool {
-        self.status.code == Code::OverLimit as i32
-    }
 }
 
 /// The answer to `decision` of a descriptor of `rule` at `cost` (`None`:

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
@@ -34,55 +34,89 @@ impl RateLimitService for RateLimiter {
         let asked = (r.descriptors.iter())
             .map(|d| descriptors::ask(limiter.descriptor_rules(), &r.domain, d, r.hits_addend))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut answers = Vec::with_capacity(asked.len());
+        let mut statuses = Vec::with_capacity(asked.len());
+        let mut shown: Option<(bool, Answer)> = None;
         for a in asked {
-            let Some(Asked {
-                rule,
-                of,
-                req,
-                cost,
-            }) = a
-            else {
-                answers.push(Answer::unlimited());
-                continue;
+            let mut answer = match a {
+                None => Answer::unlimited(),
+                Some(Asked {
+                    rule,
+                    of,
+                    req,
+                    cost,
+                }) => match limiter.handle_descriptor(rule, &req, cost) {
+                    Decided::Unlimited => Answer::unlimited(),
+                    Decided::Now(d) => answer(of, cost, d)?,
+                    Decided::Later(f) => answer(of, cost, f.await)?,
+                },
             };
-            let decision = match limiter.handle_descriptor(rule, &req, cost) {
-                Decided::Unlimited => {
-                    answers.push(Answer::unlimited());
-                    continue;
-                }
-                Decided::Now(d) => d,
-                Decided::Later(f) => f.await,
-            };
-            answers.push(answer(of, cost, decision)?);
+            let over = answer.status.code == Code::OverLimit as i32;
+            statuses.push(std::mem::take(&mut answer.status));
+            if heeded(over, answer.left, shown.as_ref()) {
+                shown = Some((over, answer));
+            }
         }
-        Ok(Response::new(respond(answers)))
+        Ok(Response::new(respond(statuses, shown)))
     }
 }
 
-/// The call's answer: `OVER_LIMIT` when a descriptor is, and the header
-/// fields of the descriptor a client must heed: the first one over its
-/// limit, else the one with the fewest requests left.
-fn respond(mut answers: Vec<Answer>) -> RateLimitResponse {
-    let over = answers.iter().position(Answer::over_limit);
-    let shown = over.or_else(|| {
-        let known = answers.iter().enumerate();
-        let known = known.filter_map(|(i, a)| Some((a.left?, i)));
-        known.min().map(|(_, i)| i)
-    });
-    let fields = shown
-        .map(|i| std::mem::take(&mut answers[i].fields))
-        .unwrap_or_default();
-    let code = if over.is_some() {
-        Code::OverLimit
-    } else {
-        Code::Ok
-    };
+/// Whether a client must heed an answer (`over` its limit, `left`
+/// requests left) rather than `shown`, the one shown so far: the first
+/// descriptor over its limit, else the first with the fewest left.
+fn heeded(over: bool, left: Option<u64>, shown: Option<&(bool, Answer)>) -> bool {
+    match shown {
+        None => over || left.is_some(),
+        Some((true, _)) => false,
+        Some((false, s)) => over || matches!((left, s.left), (Some(l), Some(m)) if l < m),
+    }
+}
+
+/// The call's answer: `OVER_LIMIT` when the descriptor shown is (the
+/// first over its limit is), and its header fields.
+fn respond(statuses: Vec<DescriptorStatus>, shown: Option<(bool, Answer)>) -> RateLimitResponse {
+    let (over, fields) = shown.map_or((false, Vec::new()), |(over, a)| (over, a.fields));
+    let code = if over { Code::OverLimit } else { Code::Ok };
     RateLimitResponse {
         overall_code: code as i32,
-        statuses: answers.into_iter().map(|a| a.status).collect(),
+        statuses,
         request_headers_to_add: fields.clone(),
         response_headers_to_add: fields,
         ..RateLimitResponse::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The descriptor whose fields are shown, of answers (over its limit,
+    /// requests left) in order.
+    fn shown(answers: &[(bool, Option<u64>)]) -> Option<usize> {
+        let mut shown: Option<(bool, Answer)> = None;
+        let mut at = None;
+        for (i, &(over, left)) in answers.iter().enumerate() {
+            if heeded(over, left, shown.as_ref()) {
+                let mut a = Answer::unlimited();
+                a.left = left;
+                shown = Some((over, a));
+                at = Some(i);
+            }
+        }
+        at
+    }
+
+    #[test]
+    fn the_first_over_its_limit_is_shown_else_the_first_with_fewest_left() {
+        assert_eq!(shown(&[(false, None), (false, None)]), None);
+        assert_eq!(
+            shown(&[(false, Some(5)), (false, Some(2)), (false, Some(2))]),
+            Some(1)
+        );
+        assert_eq!(
+            shown(&[(false, Some(0)), (true, Some(0)), (true, Some(0))]),
+            Some(1)
+        );
+        assert_eq!(shown(&[(true, Some(3)), (false, Some(0))]), Some(0));
+        assert_eq!(shown(&[(false, None), (false, Some(9))]), Some(1));
     }
 }
