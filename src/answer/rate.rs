@@ -207,12 +207,12 @@ impl RateHeaders {
     pub(crate) fn write(&self, h: &mut impl Fields) {
         if self.style.legacy() {
             if let Some(it) = self.items.get(self.reported) {
-                h.put(&X_RATELIMIT_LIMIT, limit_value(it.quota_requests()));
+                h.put_number(&X_RATELIMIT_LIMIT, it.quota_requests(), limit_value);
                 if let (Some(left), Some((_, reset)), false) =
                     (it.requests_left(), it.state, self.local)
                 {
-                    h.put(&X_RATELIMIT_REMAINING, number(left));
-                    h.put(&X_RATELIMIT_RESET, number(whole_secs(reset)));
+                    h.put_number(&X_RATELIMIT_REMAINING, left, number);
+                    h.put_number(&X_RATELIMIT_RESET, whole_secs(reset), number);
                 }
             }
         }
@@ -246,11 +246,19 @@ impl RateHeaders {
 /// without a map in between.
 pub(crate) trait Fields {
     fn put(&mut self, name: &HeaderName, value: HeaderValue);
+    /// The number `n`; `value` makes it a header value (the shared values
+    /// of [`number`] or [`limit_value`]), where a sink needs one.
+    fn put_number(&mut self, name: &HeaderName, n: u64, value: fn(u64) -> HeaderValue);
 }
 
 impl Fields for HeaderMap {
     fn put(&mut self, name: &HeaderName, value: HeaderValue) {
         self.insert(name.clone(), value);
+    }
+
+    #[inline]
+    fn put_number(&mut self, name: &HeaderName, n: u64, value: fn(u64) -> HeaderValue) {
+        self.insert(name.clone(), value(n));
     }
 }
 

@@ -189,6 +189,15 @@ impl Fields for Vec<Field> {
             });
         }
     }
+
+    /// Its digits, without a header value in between.
+    fn put_number(&mut self, name: &HeaderName, n: u64, _: fn(u64) -> HeaderValue) {
+        self.push(Field {
+            key: name.as_str().to_owned(),
+            value: itoa::Buffer::new().format(n).to_owned(),
+            ..Field::default()
+        });
+    }
 }
 
 #[cfg(test)]
