@@ -32,7 +32,20 @@
 //! - `global` (feature `redis`): `redis` with the limit global
 //!   (`scope = "global"`, `[regions]` of two, this one on that Redis, the
 //!   other's link unreachable, interval 60 s): a region's share looked up
-//!   and its demand counted per request, beside the same script call.
+//!   and its demand counted per request, beside the same script call;
+//! - `echo`, `echo-bare` and `rls` (feature `rls`): `ShouldRateLimit`
+//!   calls over loopback from envoy-types' tonic client, one at a time, to
+//!   a tonic server in this process: `echo`, a service answering a clone
+//!   of one prebuilt answer of the same shape and sizes as `rls`'s (a
+//!   status with the limit, what is left and the reset; three header
+//!   fields for the response and the request); `echo-bare`, one answering
+//!   `OK` and an empty status; `rls`, `RateLimitLayer::rls_service` on the
+//!   in-process store with the `layer` mode's huge limit as a
+//!   `[[descriptors]]` entry keyed by the descriptor's `api_key`, 10,000
+//!   keys cycled. `rls − echo` is a decision through the server (the
+//!   adapter and the layer's steps; the protocol's own work on the answer
+//!   is in both), to compare with `layer − bare`. Counted as the Redis modes are (the whole
+//!   process: client and server are tasks of one runtime).
 //!
 //! Run under valgrind, the count does not depend on what else the machine
 //! is doing:
@@ -45,8 +58,8 @@
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!     --toggle-collect='instructions::requests*' $B $mode $n 2>&1 | grep Collected
 //! done; done
-//! # Redis modes: the whole process (its other threads work too)
-//! for mode in redis peer global; do for n in 10000 30000; do
+//! # Redis and gRPC modes: the whole process (its other threads work too)
+//! for mode in redis peer global echo echo-bare rls; do for n in 10000 30000; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B $mode $n 2>&1 | grep Collected
 //! done; done
 //! ```
@@ -139,6 +152,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    #[cfg(feature = "rls")]
+    if matches!(mode.as_str(), "echo" | "echo-bare" | "rls") {
+        rt.block_on(over_grpc(&mode, huge, n));
+        return;
+    }
     #[cfg(feature = "redis")]
     let server =
         matches!(mode.as_str(), "redis" | "peer" | "global").then(redis::RedisServer::start);
@@ -253,7 +271,7 @@ fn main() {
             }
             other => panic!(
                 "unknown mode {other:?}: bare, layer, governor, refused, remembered, \
-                 two, shadow, refund, failures, lease, redis, peer or global"
+                 two, shadow, refund, failures, lease, redis, peer, global, echo, echo-bare or rls"
             ),
         };
         let keys: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
@@ -308,3 +326,130 @@ async fn requests(app: Router, keys: Vec<String>, n: usize, expect: StatusCode) 
 /// The Redis modes' pool size (fleetlimit's and the peer's).
 #[cfg(feature = "redis")]
 const POOL: usize = 4;
+
+/// A `ShouldRateLimit` that decides nothing: it answers a clone of one
+/// prebuilt response, whatever is asked.
+#[cfg(feature = "rls")]
+struct Echo(envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse);
+
+#[cfg(feature = "rls")]
+#[tonic::async_trait]
+impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService
+    for Echo
+{
+    async fn should_rate_limit(
+        &self,
+        _: tonic::Request<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest>,
+    ) -> Result<
+        tonic::Response<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>,
+        tonic::Status,
+    > {
+        Ok(tonic::Response::new(self.0.clone()))
+    }
+}
+
+/// What `Echo` answers to one descriptor: `OK` and one status, bare
+/// (`full` false), or (`full`) of the same shape and sizes as the `rls`
+/// mode's answer: the limit, what is left, the reset, and the three
+/// `X-RateLimit-*` fields as response and request headers.
+#[cfg(feature = "rls")]
+fn echoed(full: bool) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse {
+    use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        Code, DescriptorStatus, RateLimit,
+    };
+    use envoy_types::pb::google::protobuf::Duration;
+    let mut status = DescriptorStatus {
+        code: Code::Ok as i32,
+        ..DescriptorStatus::default()
+    };
+    let mut headers = Vec::new();
+    if full {
+        status.current_limit = Some(RateLimit {
+            name: "k".into(),
+            requests_per_unit: 1_000_000,
+            unit: Unit::Second as i32,
+        });
+        status.limit_remaining = 999_999_999;
+        status.duration_until_reset = Some(Duration {
+            seconds: 1,
+            nanos: 0,
+        });
+        let field = |key: &str, value: &str| HeaderValue {
+            key: key.into(),
+            value: value.into(),
+            ..HeaderValue::default()
+        };
+        headers = vec![
+            field("x-ratelimit-limit", "1000000000"),
+            field("x-ratelimit-remaining", "999999999"),
+            field("x-ratelimit-reset", "1"),
+        ];
+    }
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: vec![status],
+        response_headers_to_add: headers.clone(),
+        request_headers_to_add: headers,
+        ..RateLimitResponse::default()
+    }
+}
+
+/// `n` calls over loopback to `Echo` (`echo`: the full answer;
+/// `echo-bare`: the bare one), or (`rls`) to the layer's service with the
+/// limit `numbers` on each descriptor's `api_key`, keys cycled.
+#[cfg(feature = "rls")]
+async fn over_grpc(mode: &str, numbers: &str, n: usize) {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+    use tonic::transport::Server;
+    use tonic::transport::server::TcpIncoming;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("its address");
+    let incoming = TcpIncoming::from(listener);
+    if mode == "rls" {
+        let cfg = Config::from_toml_str(&format!(
+            "[limits.k]\nkey = \"header:x-api-key\"\n{numbers}\n[[descriptors]]\n\
+             domain = \"edge\"\nentries = [{{ key = \"api_key\", as = \"header:x-api-key\" }}]\n\
+             limits = [\"k\"]\n"
+        ))
+        .expect("a valid configuration");
+        let layer = RateLimitLayer::new(cfg).await.expect("the layer");
+        let server = Server::builder().add_service(layer.rls_service());
+        tokio::spawn(server.serve_with_incoming(incoming));
+    } else {
+        let echo = RateLimitServiceServer::new(Echo(echoed(mode == "echo")));
+        let server = Server::builder().add_service(echo);
+        tokio::spawn(server.serve_with_incoming(incoming));
+    }
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connected");
+    let expected = echoed(mode != "echo-bare");
+    let keys: Vec<String> = (0..10_000).map(|i| format!("key-{i}")).collect();
+    for i in 0..n {
+        let req = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "api_key".into(),
+                    value: keys[i % keys.len()].clone(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        let res = client.should_rate_limit(req).await.expect("an answer");
+        let res = res.into_inner();
+        // `rls` answers what `echo` does: the same shape and sizes.
+        assert_eq!(res, expected);
+    }
+}

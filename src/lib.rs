@@ -123,6 +123,8 @@ pub mod reload;
 mod request;
 #[cfg(feature = "redis")]
 mod reset;
+#[cfg(feature = "rls")]
+mod rls;
 mod route;
 pub mod shed;
 pub mod store;

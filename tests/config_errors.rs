@@ -848,3 +848,91 @@ fn a_split_names_known_regions_with_fractions_adding_up_to_1_at_most() {
     let src = REGIONS.replace("ap = 0.2", "ap = 0.1");
     assert!(Config::from_toml_str(&src).is_ok());
 }
+
+/// `GOOD` with a `[[descriptors]]` entry (Envoy's rate limit service)
+/// whose `entries` line is `entries`, and more below it.
+fn descriptor_error(name: &str, entries: &str, more: &str) -> String {
+    let src = format!(
+        "{GOOD}\n[[descriptors]]\ndomain = \"edge\"\n{entries}\nlimits = [\"per-key\"]\n{more}"
+    );
+    let path = file_with(name, &src);
+    let err = Config::from_toml_file(&path).unwrap_err();
+    err.to_string().replace(&path.display().to_string(), name)
+}
+
+#[test]
+fn descriptors_fail_at_start_up_where_written() {
+    let good = r#"entries = [{ key = "api_key", as = "header:x-api-key" }]"#;
+    assert!(
+        Config::from_toml_file(file_with(
+            "d.toml",
+            &format!(
+                "{GOOD}\n[[descriptors]]\ndomain = \"edge\"\n{good}\nlimits = [\"per-key\"]\n"
+            )
+        ))
+        .is_ok()
+    );
+    let cases = [
+        (
+            r#"entries = [{ key = "api_key" }]"#,
+            "",
+            "neither.toml:16:12: entry \"api_key\" needs `value` (the value it must have) or `as`",
+        ),
+        (
+            r#"entries = [{ key = "api_key", as = "cookie:sid" }]"#,
+            "",
+            "as.toml:16:36: entry \"api_key\": `as = \"cookie:sid\"` must be \"ip\", \"header:<name>\" or \"account\"",
+        ),
+        (
+            r#"entries = [{ key = "remote_address", as = "ip" }]"#,
+            "",
+            "provides.toml:17:11: limit \"per-key\" is keyed by header x-api-key, which no entry of this descriptor provides",
+        ),
+        (
+            r#"entries = [{ key = "k", value = "v", as = "ip" }]"#,
+            "",
+            "both.toml:16:43: entry \"k\" has both `value` and `as`: give one",
+        ),
+        (
+            good,
+            "path = \"/\"\n",
+            "field.toml:18:1: unknown field `path`",
+        ),
+        (
+            good,
+            "\n[[descriptors]]\ndomain = \"edge\"\nentries = [{ key = \"api_key\", as = \"header:x-api-key\" }]\nlimits = []\n",
+            "twice.toml:19:1: descriptor edge [api_key=as header:x-api-key] is listed twice",
+        ),
+    ];
+    let names = [
+        "neither.toml",
+        "as.toml",
+        "provides.toml",
+        "both.toml",
+        "field.toml",
+        "twice.toml",
+    ];
+    for ((entries, more, want), name) in cases.into_iter().zip(names) {
+        let e = descriptor_error(name, entries, more);
+        assert!(e.starts_with(want), "{name}: {e}");
+    }
+    let src = format!("{GOOD}\n[[descriptors]]\ndomain = \"\"\n{good}\nlimits = [\"per-key\"]\n");
+    let path = file_with("domain.toml", &src);
+    let e = Config::from_toml_file(&path).unwrap_err().to_string();
+    let e = e.replace(&path.display().to_string(), "domain.toml");
+    assert_eq!(e, "domain.toml:15:10: domain must not be empty");
+    // What needs the request's end or its handler cannot be a
+    // descriptor's: Envoy's protocol says nothing after its answer.
+    let src = format!(
+        "{}\n[limits.slots]\nkey = \"header:x-api-key\"\nalgorithm = \"concurrency\"\nmax_in_flight = 5\n\
+         \n[[descriptors]]\ndomain = \"edge\"\n{good}\nlimits = [\"per-key\", \"slots\"]\n",
+        GOOD
+    );
+    let path = file_with("slots.toml", &src);
+    let e = Config::from_toml_file(&path).unwrap_err().to_string();
+    let e = e.replace(&path.display().to_string(), "slots.toml");
+    assert!(
+        e.starts_with("slots.toml:22:22: limit \"slots\" counts requests in flight"),
+        "{e}"
+    );
+}

@@ -68,6 +68,7 @@ mod regions_hardened;
 mod reload;
 mod reload_safety;
 mod reset_reach;
+mod rls;
 mod rolling_upgrade;
 mod script_flush;
 mod shadow;

@@ -3,7 +3,7 @@
 //! them (whole requests of the route's cost, seconds rounded up).
 
 use http::HeaderMap;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -63,12 +63,12 @@ impl Item {
     }
 
     /// Whole requests a full limit holds.
-    fn quota_requests(&self) -> u64 {
+    pub(crate) fn quota_requests(&self) -> u64 {
         requests(self.quota, self.per)
     }
 
     /// Whole requests left, when known.
-    fn requests_left(&self) -> Option<u64> {
+    pub(crate) fn requests_left(&self) -> Option<u64> {
         self.state.map(|(r, _)| requests(r + self.slack, self.per))
     }
 
@@ -157,6 +157,12 @@ impl RateHeaders {
         self.reported = self.binding();
     }
 
+    /// The item `X-RateLimit-*` report (Envoy's descriptor status, `rls/`).
+    #[cfg(feature = "rls")]
+    pub(crate) fn reported(&self) -> Option<&Item> {
+        self.items.get(self.reported)
+    }
+
     /// Whole requests left in the reported limit, whoever decided (for logs).
     pub(crate) fn left(&self) -> u64 {
         self.items
@@ -198,15 +204,15 @@ impl RateHeaders {
         Some([flags, it.quota_requests(), left, reset, window])
     }
 
-    pub(crate) fn write(&self, h: &mut HeaderMap) {
+    pub(crate) fn write(&self, h: &mut impl Fields) {
         if self.style.legacy() {
             if let Some(it) = self.items.get(self.reported) {
-                h.insert(X_RATELIMIT_LIMIT.clone(), limit_value(it.quota_requests()));
+                h.put_number(&X_RATELIMIT_LIMIT, it.quota_requests(), limit_value);
                 if let (Some(left), Some((_, reset)), false) =
                     (it.requests_left(), it.state, self.local)
                 {
-                    h.insert(X_RATELIMIT_REMAINING.clone(), number(left));
-                    h.insert(X_RATELIMIT_RESET.clone(), number(whole_secs(reset)));
+                    h.put_number(&X_RATELIMIT_REMAINING, left, number);
+                    h.put_number(&X_RATELIMIT_RESET, whole_secs(reset), number);
                 }
             }
         }
@@ -214,7 +220,7 @@ impl RateHeaders {
             let shown = || self.items.iter().filter(|it| !it.shadow);
             let kept = self.policy.as_deref().cloned();
             if let Some(v) = kept.or_else(|| policy_value(&self.items)) {
-                h.insert(RATELIMIT_POLICY.clone(), v);
+                h.put(&RATELIMIT_POLICY, v);
             }
             if self.local {
                 return;
@@ -229,9 +235,30 @@ impl RateHeaders {
                 }
             }
             if let Some(v) = now.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
-                h.insert(RATELIMIT.clone(), v);
+                h.put(&RATELIMIT, v);
             }
         }
+    }
+}
+
+/// Where [`RateHeaders::write`] writes its fields, each name once: a
+/// response's headers, or (`rls/`) Envoy's list of fields to add, built
+/// without a map in between.
+pub(crate) trait Fields {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue);
+    /// The number `n`; `value` makes it a header value (the shared values
+    /// of [`number`] or [`limit_value`]), where a sink needs one.
+    fn put_number(&mut self, name: &HeaderName, n: u64, value: fn(u64) -> HeaderValue);
+}
+
+impl Fields for HeaderMap {
+    fn put(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.insert(name.clone(), value);
+    }
+
+    #[inline]
+    fn put_number(&mut self, name: &HeaderName, n: u64, value: fn(u64) -> HeaderValue) {
+        self.insert(name.clone(), value(n));
     }
 }
 
@@ -314,7 +341,7 @@ fn whole_down(x: f64) -> u64 {
 /// `X-RateLimit-Reset`: rounded up, so a client waiting that long finds
 /// the bucket full.
 /// Saturated to `0..=u64::MAX` (NaN: 0), without libm.
-pub(super) fn whole_secs(secs: f64) -> u64 {
+pub(crate) fn whole_secs(secs: f64) -> u64 {
     let down = secs as u64;
     if (down as f64) < secs {
         down.saturating_add(1)

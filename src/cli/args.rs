@@ -32,6 +32,19 @@ pub(crate) struct Target {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
+    /// Serve Envoy's rate limit service (envoy.service.ratelimit.v3) and
+    /// grpc.health.v1, deciding `[[descriptors]]` with the layer's steps
+    /// (docs/rls.md). Reloads the file on SIGHUP; stops on SIGTERM.
+    #[cfg(feature = "rls")]
+    Rls {
+        /// The configuration file (TOML).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The address to listen on (`127.0.0.1:0`: a free port, said on
+        /// stdout).
+        #[arg(long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+    },
     /// Validate a configuration and print its routes and limits.
     CheckConfig {
         /// The configuration file (TOML).

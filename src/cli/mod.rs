@@ -12,6 +12,7 @@
 //! fleetlimit shed PRESSURE --for DURATION --config FILE [--redis URL]
 //! fleetlimit top --config FILE [--redis URL] [--once] [--interval 1s]
 //!                [--sample 1000] [--rows 5] [--window 10s]
+//! fleetlimit rls --config FILE --listen ADDR      (feature `rls`)
 //! fleetlimit completions SHELL
 //! fleetlimit --help | --version | COMMAND --help
 //! ```
@@ -105,10 +106,15 @@ fn load(t: &Target) -> Result<Config, String> {
 pub fn main() -> ExitCode {
     // Usage errors exit 2 with clap's message; --help and --version exit 0.
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // A server uses every core; the other commands are one conversation.
+    #[cfg(feature = "rls")]
+    let mut builder = match cli.command {
+        Command::Rls { .. } => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    #[cfg(not(feature = "rls"))]
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("fleetlimit: cannot start the runtime: {e}");
@@ -128,6 +134,8 @@ async fn run(command: Command) -> Result<(), (u8, String)> {
     let usage = |e: String| (2, e);
     let failed = |e: crate::StoreError| (1, e.to_string());
     match command {
+        #[cfg(feature = "rls")]
+        Command::Rls { config, listen } => crate::rls::serve(&config, listen).await,
         Command::CheckConfig { file } => {
             let cfg = Config::from_toml_file(&file).map_err(|e| usage(e.to_string()))?;
             if cfg.limits_nothing() {

@@ -159,6 +159,7 @@ impl ConfigBuilder {
             Some(r) => Some(v.policy(&limits, r, &at(&["default"]), "default")?),
             None => None,
         };
+        let descriptors = v.descriptors(&limits, &self.descriptors)?;
         let memory_max_keys = self.memory.max_keys.unwrap_or(DEFAULT_MEMORY_KEYS);
         v.at_least_one("max_keys", memory_max_keys, at(&["memory", "max_keys"]))?;
         let plan_cache_ttl = self.plan_cache.ttl.unwrap_or(DEFAULT_PLAN_CACHE_TTL);
@@ -184,6 +185,7 @@ impl ConfigBuilder {
             limits,
             routes,
             default_route,
+            descriptors,
             plan_assignments: Hidden(plan_assignments),
             plan_cache_ttl,
             plan_cache_keys,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::Hidden;
 use super::de;
+use super::descriptors::DescriptorConfig;
 use super::limit::LimitConfig;
 use super::numbers::Numbers;
 use super::regions::RegionsConfig;
@@ -67,6 +68,9 @@ pub struct ConfigBuilder {
     /// The policy of routes not listed.
     #[serde(default, rename = "default", deserialize_with = "route::default_route")]
     pub(super) default_route: Option<RouteConfig>,
+    /// `[[descriptors]]`: Envoy's rate limit service's rules (docs/rls.md).
+    #[serde(default)]
+    pub(super) descriptors: Vec<DescriptorConfig>,
     #[serde(default)]
     pub(super) escalation: Escalation,
     /// Load shedding (`None`: off).

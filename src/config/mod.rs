@@ -11,6 +11,7 @@
 mod build;
 mod builder;
 pub(crate) mod de;
+mod descriptors;
 mod error;
 mod limit;
 mod numbers;
@@ -34,6 +35,8 @@ use std::time::Duration;
 use http::Method;
 
 pub use builder::ConfigBuilder;
+#[cfg_attr(not(feature = "rls"), allow(unused_imports))]
+pub(crate) use descriptors::{DescriptorRule, EntryIs};
 pub use error::ConfigError;
 pub use limit::LimitConfig;
 pub(crate) use redis::RedisSettings;
@@ -184,6 +187,8 @@ pub struct Config {
     pub(crate) limits: Vec<Arc<Limit>>,
     pub(crate) routes: Vec<RouteEntry>,
     pub(crate) default_route: Option<Arc<Policy>>,
+    /// `[[descriptors]]`: what `fleetlimit rls` charges Envoy's descriptors to.
+    pub(crate) descriptors: Vec<Arc<DescriptorRule>>,
     /// Keyed by callers' key values (API keys among them): never printed.
     pub(crate) plan_assignments: Hidden<HashMap<String, Arc<str>>>,
     pub(crate) plan_cache_ttl: Duration,
@@ -243,8 +248,8 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Whether no request is limited: no `[[routes]]` entry and no
-    /// `[default]` names a limit (an empty or truncated file, say).
+    /// Whether no request is limited: no `[[routes]]` entry, no `[default]`
+    /// and no `[[descriptors]]` entry names a limit (an empty or truncated file, say).
     /// `fleetlimit check-config` warns about it, and a reload to it is
     /// refused unless forced ([`ReloadHandle::force`](crate::reload::ReloadHandle::force)).
     ///
@@ -265,6 +270,7 @@ impl Config {
                 .default_route
                 .as_ref()
                 .is_none_or(|p| p.limits.is_empty())
+            && self.descriptors.iter().all(|d| d.policy.limits.is_empty())
     }
 
     /// Whether some limit is keyed by custom key `name`.
@@ -405,6 +411,9 @@ impl Config {
                 |m| m.iter().map(Method::as_str).collect::<Vec<_>>().join(","),
             );
             let _ = writeln!(out, "route {methods} {}: {}", r.path, r.policy.describe());
+        }
+        for d in &self.descriptors {
+            let _ = writeln!(out, "descriptor {}: {}", d.describe(), d.policy.describe());
         }
         match &self.default_route {
             Some(p) => {

@@ -76,6 +76,38 @@ impl RateLimitLayer {
         ReloadHandle::new(&self.live)
     }
 
+    /// Envoy's rate limit service (`envoy.service.ratelimit.v3`, feature
+    /// `rls`) deciding `[[descriptors]]` on this layer: its store, buckets,
+    /// policies and reloads, so a limit a route and a descriptor share is
+    /// charged on one key. `fleetlimit rls` serves it (docs/rls.md); this
+    /// is the way to serve it from a tonic server of one's own:
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fleetlimit::{Config, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::new(Config::from_toml_file("fleetlimit.toml")?).await?;
+    /// tonic::transport::Server::builder()
+    ///     .add_service(layer.rls_service())
+    ///     .serve("0.0.0.0:8081".parse()?)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// (A message tonic cannot decode, such as a non-UTF-8 byte in a
+    /// string, is tonic's `INTERNAL` here; `fleetlimit rls` answers it
+    /// `INVALID_ARGUMENT`.)
+    #[cfg(feature = "rls")]
+    #[must_use]
+    pub fn rls_service(
+        &self,
+    ) -> envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<
+        impl envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService,
+    >{
+        crate::rls::service(&self.live)
+    }
+
     /// The store deciding requests.
     #[must_use]
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -19,6 +19,8 @@ use super::{Decided, Decision, Pending, trace};
 use crate::answer::RefusalHook;
 use crate::breaker::BreakerStats;
 use crate::config::Config;
+#[cfg(feature = "rls")]
+use crate::config::DescriptorRule;
 use crate::key::{CustomKeys, KeyExtractor, KeySecret};
 use crate::plan::{PlanResolver, Plans};
 use crate::record::{RecordStats, Recorder};
@@ -41,6 +43,9 @@ pub(crate) struct Limiter {
     /// The "no `MatchedPath`" error was logged (once per configuration).
     unrouted_logged: AtomicBool,
     on_refusal: Option<RefusalHook>,
+    /// `[[descriptors]]`, each with its plan (`fleetlimit rls`).
+    #[cfg(feature = "rls")]
+    descriptors: Vec<(Arc<DescriptorRule>, Arc<RoutePlan>)>,
 }
 
 /// What lives as long as the layer, whatever configuration it runs: the
@@ -123,6 +128,20 @@ impl Limiter {
             self.check_unrouted(req.uri().path());
         }
         let plan = self.routes.policy_of(matched, req.method());
+        self.handle_on(plan, matched, req, None)
+    }
+
+    /// [`handle`](Self::handle) once the route's plan is known: shedding,
+    /// then key → check → settle; `cost`: a front door's own (see
+    /// `key::keys`).
+    #[inline(always)]
+    fn handle_on<B>(
+        &self,
+        plan: Option<&Arc<RoutePlan>>,
+        matched: Option<&str>,
+        req: &Request<B>,
+        cost: Option<u32>,
+    ) -> Decided {
         let ticket = match &self.core.shed {
             None => None,
             Some(shedder) => {
@@ -145,7 +164,7 @@ impl Limiter {
                 // thread-local's accessor: a decision is large, and each
                 // return copied it.
                 let mut decided = Decided::Unlimited;
-                Pending::with(|p| decided = self.decide(plan, matched, req, p));
+                Pending::with(|p| decided = self.decide(plan, matched, req, cost, p));
                 decided
             }
         };
@@ -165,9 +184,10 @@ impl Limiter {
         plan: &Arc<RoutePlan>,
         matched: Option<&str>,
         req: &Request<B>,
+        cost: Option<u32>,
         p: &mut Pending,
     ) -> Decided {
-        if let Err(r) = key::keys(plan, &self.keys, req, matched, p) {
+        if let Err(r) = key::keys(plan, &self.keys, req, matched, cost, p) {
             return Decided::Now(Decision::early(r));
         }
         match trace::span(matched, plan, p) {
@@ -217,6 +237,28 @@ impl Limiter {
             let answer = chain.later(&plan, &mut p).await;
             settle(&plan, &chain, &p, answer)
         }))
+    }
+
+    /// The rules of Envoy's descriptors (`[[descriptors]]`), in the
+    /// configuration's order, for `rls/` to match a descriptor against.
+    #[cfg(feature = "rls")]
+    pub(crate) fn descriptor_rules(&self) -> impl Iterator<Item = &DescriptorRule> {
+        self.descriptors.iter().map(|(rule, _)| &**rule)
+    }
+
+    /// Envoy's front door (`rls/`): a descriptor that matched rule `i` of
+    /// [`descriptor_rules`](Self::descriptor_rules), made into `req` (its
+    /// entries' values as the request fields its limits read), decided by
+    /// the same steps as a request through the layer, at `cost`.
+    #[cfg(feature = "rls")]
+    pub(crate) fn handle_descriptor<B>(
+        &self,
+        i: usize,
+        req: &Request<B>,
+        cost: Option<u32>,
+    ) -> Decided {
+        let plan = self.descriptors.get(i).map(|(_, plan)| plan);
+        self.handle_on(plan, None, req, cost)
     }
 
     /// The refusal hook and the ticket onto a decision.
@@ -304,6 +346,10 @@ impl Limiter {
             ))
         };
         Self {
+            #[cfg(feature = "rls")]
+            descriptors: (cfg.descriptors.iter())
+                .map(|d| (Arc::clone(d), compile(&d.policy)))
+                .collect(),
             routes: RouteTable::new(&cfg.routes, cfg.default_route.as_ref(), compile),
             keys: Keys {
                 client_ip: cfg.client_ip.clone(),

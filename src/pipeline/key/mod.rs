@@ -42,7 +42,9 @@ pub(crate) struct Keys {
 }
 
 /// Each limit's key and the request's cost, written into `p`, or the
-/// answer to a request without its key. `matched`: its `MatchedPath`.
+/// answer to a request without its key. `matched`: its `MatchedPath`;
+/// `cost`: the cost its front door gave (Envoy's `hits_addend`), which
+/// wins over a cost function and the route's.
 // The refusal is rare; boxing it would cost every caller.
 #[allow(clippy::result_large_err)]
 #[inline]
@@ -51,6 +53,7 @@ pub(super) fn keys<B>(
     keys: &Keys,
     req: &Request<B>,
     matched: Option<&str>,
+    cost: Option<u32>,
     p: &mut Pending,
 ) -> Result<(), Rejection> {
     let (headers, ext) = (req.headers(), req.extensions());
@@ -90,11 +93,12 @@ pub(super) fn keys<B>(
     } else {
         matched.and_then(|m| keys.cost_fns.get(m))
     };
-    p.cost = match cost_fn {
+    p.cost = match (cost, cost_fn) {
         // At least one unit, as a fixed cost must be: a computed 0 would
         // be free and never refused (`?pages=0`).
-        Some(f) => f(&view).max(1),
-        None => plan.policy.cost,
+        (Some(c), _) => c.max(1),
+        (None, Some(f)) => f(&view).max(1),
+        (None, None) => plan.policy.cost,
     };
     p.check.cost = f64::from(p.cost);
     Ok(())
