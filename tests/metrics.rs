@@ -442,25 +442,19 @@ async fn lease_refusals_and_stranded_tokens_are_counted_on_redis() {
     assert_eq!(server.calls_of("evalsha"), 5 + 3, "5 leases, 3 lean checks");
 }
 
-/// Regions (`[regions]`, `scope = "global"`): two `redis-server`s as
-/// regions `a` and `b`, one instance each, in this test's process. Only
-/// region `a` is asked for the key, so `b` gives its quota away: the
-/// exchange's figures, labelled by limit and region, match what
-/// `RateLimitLayer::region_stats` says.
-#[tokio::test]
-async fn the_regions_exchange_is_counted() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let _local = metrics::set_default_local_recorder(&recorder);
+/// Two `redis-server`s as regions `a` and `b` and one layer in each, on a
+/// global limit `api` keyed by `x-api-key` of burst `n[x]` refilled
+/// `n[x]` a second (interval 400 ms).
+async fn two_regions(test: &str, n: [u32; 2]) -> ([RedisServer; 2], Vec<RateLimitLayer>) {
     let servers = [RedisServer::start(), RedisServer::start()];
-    let prefix = support::prefix("region-metrics");
+    let prefix = support::prefix(test);
     let exchange = format!(
         "a = \"{}\"\nb = \"{}\"\n",
         servers[0].url(),
         servers[1].url()
     );
     let mut layers = Vec::new();
-    for (server, this) in servers.iter().zip(["a", "b"]) {
+    for ((server, this), n) in servers.iter().zip(["a", "b"]).zip(n) {
         let body = format!(
             r#"
 [regions]
@@ -471,8 +465,8 @@ interval = "400ms"
 {exchange}
 [limits.api]
 key = "header:x-api-key"
-capacity = 20
-refill = "20/s"
+capacity = {n}
+refill = "{n}/s"
 scope = "global"
 
 [default]
@@ -482,6 +476,20 @@ limits = ["api"]
         let cfg = support::redis_config(server, &prefix, "250ms", &body);
         layers.push(RateLimitLayer::new(cfg).await.unwrap());
     }
+    (servers, layers)
+}
+
+/// Regions (`[regions]`, `scope = "global"`): two `redis-server`s as
+/// regions `a` and `b`, one instance each, in this test's process. Only
+/// region `a` is asked for the key, so `b` gives its quota away: the
+/// exchange's figures, labelled by limit and region, match what
+/// `RateLimitLayer::region_stats` says.
+#[tokio::test]
+async fn the_regions_exchange_is_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (_servers, layers) = two_regions("region-metrics", [20, 20]).await;
     let a = support::ok_routes(layers[0].clone(), ["/"]);
     // 50 a second in region a for 3 s: several intervals of demand.
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
@@ -539,36 +547,7 @@ async fn regions_whose_rules_differ_are_counted() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let servers = [RedisServer::start(), RedisServer::start()];
-    let prefix = support::prefix("region-rules");
-    let exchange = format!(
-        "a = \"{}\"\nb = \"{}\"\n",
-        servers[0].url(),
-        servers[1].url()
-    );
-    let mut layers = Vec::new();
-    for ((server, this), n) in servers.iter().zip(["a", "b"]).zip([20, 40]) {
-        let body = format!(
-            r#"
-[regions]
-this = "{this}"
-interval = "400ms"
-
-[regions.exchange]
-{exchange}
-[limits.api]
-key = "header:x-api-key"
-capacity = {n}
-refill = "{n}/s"
-scope = "global"
-
-[default]
-limits = ["api"]
-"#
-        );
-        let cfg = support::redis_config(server, &prefix, "250ms", &body);
-        layers.push(RateLimitLayer::new(cfg).await.unwrap());
-    }
+    let (_servers, _layers) = two_regions("region-rules", [20, 40]).await;
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     let s = snapshot(&snapshotter);
     for region in ["a", "b"] {
@@ -589,39 +568,10 @@ async fn a_restart_and_a_stale_region_are_counted() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let servers = [RedisServer::start(), RedisServer::start()];
-    let prefix = support::prefix("region-restart");
-    let exchange = format!(
-        "a = \"{}\"\nb = \"{}\"\n",
-        servers[0].url(),
-        servers[1].url()
-    );
-    let mut apps = Vec::new();
-    for (server, this) in servers.iter().zip(["a", "b"]) {
-        let body = format!(
-            r#"
-[regions]
-this = "{this}"
-interval = "400ms"
-
-[regions.exchange]
-{exchange}
-[limits.api]
-key = "header:x-api-key"
-capacity = 20
-refill = "20/s"
-scope = "global"
-
-[default]
-limits = ["api"]
-"#
-        );
-        let cfg = support::redis_config(server, &prefix, "250ms", &body);
-        apps.push(support::ok_routes(
-            RateLimitLayer::new(cfg).await.unwrap(),
-            ["/"],
-        ));
-    }
+    let (servers, layers) = two_regions("region-restart", [20, 20]).await;
+    let apps: Vec<Router> = (layers.into_iter())
+        .map(|l| support::ok_routes(l, ["/"]))
+        .collect();
     let interval = std::time::Duration::from_millis(400);
     let api = |region: &'static str| [("limit", "api"), ("region", region)];
     // The key asked in both regions, so that b's cycle meets it.
