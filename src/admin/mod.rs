@@ -55,6 +55,7 @@ mod top;
 #[cfg(feature = "cli")]
 pub(crate) use explain::TimeRange;
 pub use inspect::BucketInfo;
+#[cfg(feature = "cli")]
 pub(crate) use quota::global_words;
 #[cfg(feature = "cli")]
 pub(crate) use sweep::SweepOptions;

@@ -248,6 +248,7 @@ pub(crate) fn words(flights: &[Flight], indent: &str) -> String {
 
 /// `inspect`'s lines for a global limit's bucket: the share it is read
 /// under, and the flights (nothing for a regional limit).
+#[cfg(feature = "cli")]
 pub(crate) fn global_words(b: &super::BucketInfo) -> String {
     let Some(g) = &b.global else {
         return String::new();
