@@ -498,3 +498,191 @@ async fn a_region_with_no_live_instance_gives_its_share_back() {
     );
     assert_bound_every_run(&answers, BURST, RATE, "a and b");
 }
+
+/// The breaker's default `cool_off` (docs/configuration.md): how long a
+/// region whose Redis stopped answering decides by its failure policy
+/// before it asks that Redis again.
+const COOL_OFF: Duration = Duration::from_millis(500);
+
+/// The most the shares summed in any sample read whole (all three Redis
+/// servers answered), in parts per million, and how many were whole.
+fn most_shares(samples: &[(Instant, Vec<Option<u64>>)]) -> (u64, usize) {
+    let sums: Vec<u64> = samples
+        .iter()
+        .filter_map(|(_, s)| Some(s[0]? + s[1]? + s[2]?))
+        .collect();
+    (sums.iter().copied().max().unwrap_or(0), sums.len())
+}
+
+/// A held case of the red team's (issue 42): region c's Redis is stopped
+/// (SIGSTOP) for 3 s while every region asks 80 % of the limit. c's route
+/// is `closed`: while stopped, c answers 503, never 200 or 500 (a 429
+/// only from a refusal it remembers, which lasts at most the time its
+/// share refills a token); a and b keep admitting their shares; the fleet
+/// keeps the bound over every run of windows and the shares never sum
+/// above the limit; after SIGCONT, c admits again once its breaker's
+/// cool-off, a deadline and a fresh view of its share have passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_whose_redis_stops_for_3_s_answers_503_and_the_others_keep_their_shares() {
+    const STOPPED: Duration = Duration::from_secs(3);
+    const RECOVERY: Duration = COOL_OFF
+        .saturating_add(support::regions::DEADLINE)
+        .saturating_add(INTERVAL);
+    let warm = INTERVAL * 3;
+    let fleet = Arc::new(fleet("regions-stopped", [(BURST, RATE); 3]).await);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_shares(&fleet, "stopped", INTERVAL / 4, Arc::clone(&stop));
+    let stopping = {
+        let fleet = Arc::clone(&fleet);
+        tokio::spawn(async move {
+            tokio::time::sleep(warm).await;
+            fleet.servers[2].freeze();
+            let frozen = Instant::now();
+            tokio::time::sleep(STOPPED).await;
+            fleet.servers[2].thaw();
+            (frozen, Instant::now())
+        })
+    };
+    let rates = [0.8 * RATE; 3];
+    let secs = warm + STOPPED + INTERVAL * 6;
+    drive_into(&fleet, "stopped", rates, secs, &answers).await;
+    let (frozen, thawed) = stopping.await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.join().unwrap();
+    let answers = answers.lock().unwrap().clone();
+
+    let (most, whole) = most_shares(&samples);
+    assert!(
+        most <= 1_000_000,
+        "the shares summed to {most} ppm ({samples:?})"
+    );
+    assert!(whole >= 10, "{whole} whole samples of the shares");
+    assert_bound_every_run(&answers, BURST, RATE, "fleet, c's Redis stopped");
+    // What each region held when c stopped.
+    let before: Vec<&Vec<Option<u64>>> = samples
+        .iter()
+        .filter(|(t, s)| *t < frozen && s.iter().all(Option::is_some))
+        .map(|(_, s)| s)
+        .collect();
+    let c_least = before.iter().filter_map(|s| s[2]).min().unwrap();
+    let last = before.last().unwrap();
+    let ab_share = (last[0].unwrap() + last[1].unwrap()) as f64 / 1e6;
+    // c while stopped: answered before SIGCONT, so not by its Redis.
+    let c: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.region == 2 && a.sent >= frozen && a.at <= thawed)
+        .collect();
+    assert!(
+        c.iter().all(|a| a.status == 503 || a.status == 429),
+        "c while stopped: {:?}",
+        c.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    // A refusal remembered from before lasts at most a token's refill at
+    // the least share c held: 503 only after that.
+    let remembered = Duration::from_secs_f64(1e6 / (c_least as f64 * RATE));
+    let after: Vec<u16> = c
+        .iter()
+        .filter(|a| a.sent >= frozen + remembered)
+        .map(|a| a.status)
+        .collect();
+    assert!(
+        after.iter().all(|&s| s == 503),
+        "c while stopped: {after:?}"
+    );
+    let asked = 0.8 * RATE * (STOPPED - remembered - support::regions::DEADLINE).as_secs_f64();
+    assert!(
+        after.len() as f64 >= 0.5 * asked,
+        "{} answers from c while stopped, of about {asked:.0} asked",
+        after.len()
+    );
+    // a and b while c is stopped (its first interval left to settle): at
+    // least 90 % of what their shares refill.
+    let from = frozen + INTERVAL;
+    let ab = answers
+        .iter()
+        .filter(|a| a.region < 2 && a.status == 200 && a.at >= from && a.at <= thawed)
+        .count();
+    let ab_rate = ab as f64 / (thawed - from).as_secs_f64();
+    // c again: its first admission after SIGCONT.
+    let again = answers
+        .iter()
+        .filter(|a| a.region == 2 && a.status == 200 && a.sent >= thawed)
+        .map(|a| a.at - thawed)
+        .min();
+    eprintln!(
+        "figures: c's Redis stopped {STOPPED:?}: c answered {} × 503 of {} after {remembered:?}; \
+         a and b admitted {:.2} of the limit's refill (their shares {ab_share:.3}); \
+         c admitted again after {again:?} (bound {RECOVERY:?}); shares at most {most} ppm",
+        after.iter().filter(|&&s| s == 503).count(),
+        after.len(),
+        ab_rate / RATE,
+    );
+    assert!(
+        ab_rate >= 0.9 * ab_share * RATE,
+        "a and b admitted {ab_rate:.1}/s while c was stopped, their shares refill {:.1}/s",
+        ab_share * RATE
+    );
+    let again = again.unwrap_or_else(|| panic!("c never admitted after SIGCONT"));
+    assert!(
+        again <= RECOVERY,
+        "c admitted again {again:?} after SIGCONT, over {RECOVERY:?}"
+    );
+}
+
+/// A held case of the red team's (issue 42): every exchange link to and
+/// from region c is cut and healed again, about once an interval, while
+/// quota moves to c (c asked nothing, then asks 80 % of twice the limit):
+/// hand-offs are held, pushed and repeated across the cuts. The fleet
+/// never admits above the bound over any run of windows, and the shares
+/// never sum above the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_link_to_a_region_keeps_the_bound_and_the_shares() {
+    const FLAPS: u32 = 6;
+    let fleet = Arc::new(fleet("regions-flap", [(BURST, RATE); 3]).await);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_shares(&fleet, "flap", INTERVAL / 4, Arc::clone(&stop));
+    drive_into(&fleet, "flap", [RATE, RATE, 0.0], INTERVAL * 3, &answers).await;
+    let flapping = {
+        let fleet = Arc::clone(&fleet);
+        // A cut blocks while the relays let the answers under way through.
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..FLAPS {
+                fleet.isolate(2);
+                std::thread::sleep(INTERVAL / 2);
+                fleet.heal(2);
+                std::thread::sleep(INTERVAL);
+            }
+            Instant::now()
+        })
+    };
+    let rates = [0.2 * RATE, 0.2 * RATE, 1.6 * RATE];
+    // Bounded by the flaps.
+    while !flapping.is_finished() {
+        drive_into(&fleet, "flap", rates, INTERVAL, &answers).await;
+    }
+    let healed = flapping.await.unwrap();
+    drive_into(&fleet, "flap", rates, INTERVAL * 3, &answers).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.join().unwrap();
+    let answers = answers.lock().unwrap().clone();
+
+    let (most, whole) = most_shares(&samples);
+    let last = samples.last().map(|(_, s)| s.clone());
+    let c_most = samples
+        .iter()
+        .filter(|(t, _)| *t > healed)
+        .filter_map(|(_, s)| s[2])
+        .max();
+    eprintln!(
+        "figures: c's links flapped {FLAPS} times: shares at most {most} ppm ({whole} samples), \
+         c at most {c_most:?} ppm after the last heal, last {last:?}"
+    );
+    assert!(
+        most <= 1_000_000,
+        "the shares summed to {most} ppm ({samples:?})"
+    );
+    assert!(whole >= 20, "{whole} whole samples of the shares");
+    assert_bound_every_run(&answers, BURST, RATE, "fleet, c's links flapping");
+}

@@ -12,6 +12,8 @@ use super::relay::Relay;
 use super::{RedisServer, ok_routes, prefix, redis_config, request, send};
 
 pub const NAMES: [&str; 3] = ["a", "b", "c"];
+/// Each instance's deadline on its Redis.
+pub const DEADLINE: Duration = Duration::from_millis(250);
 
 pub struct Fleet {
     pub servers: Vec<RedisServer>,
@@ -81,7 +83,8 @@ on_redis_error = "closed"
                 this = NAMES[x],
                 interval = interval.as_millis(),
             );
-            configs.push(redis_config(&servers[x], &prefix, "250ms", &body));
+            let deadline = format!("{}ms", DEADLINE.as_millis());
+            configs.push(redis_config(&servers[x], &prefix, &deadline, &body));
             sources.push(format!(
                 "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n{body}",
                 servers[x].url()
@@ -89,7 +92,7 @@ on_redis_error = "closed"
             let mut two = Vec::new();
             let mut region = Vec::new();
             for _ in 0..2 {
-                let cfg = redis_config(&servers[x], &prefix, "250ms", &body);
+                let cfg = redis_config(&servers[x], &prefix, &deadline, &body);
                 let layer = fleetlimit::RateLimitLayer::new(cfg).await.unwrap();
                 region.push(layer.clone());
                 two.push(ok_routes(layer, ["/"]));
