@@ -9,15 +9,13 @@
 
 use crate::support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use support::relay::Relay;
+use support::regions::{Answer, Fleet, drive};
 use support::stats::{Parts, Region};
 use support::*;
 
-const NAMES: [&str; 3] = ["a", "b", "c"];
 /// The exchange's interval: quotas move once per interval. Every other
 /// time here is this one scaled (the refill, the windows, the relays'
 /// round trip, the scenarios' lengths), so a shorter interval runs the
@@ -33,103 +31,19 @@ const WINDOW: Duration = INTERVAL;
 /// long by its relay (a fiftieth of the interval).
 const RTT: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 / 50);
 
-struct Fleet {
-    servers: Vec<RedisServer>,
-    /// `links[x][y]`: region x's exchange to region y (`None`: x == y).
-    links: Vec<Vec<Option<Relay>>>,
-    /// Two instances per region.
-    apps: Vec<[Router; 2]>,
-    layers: Vec<fleetlimit::RateLimitLayer>,
-    prefix: String,
+/// The fleet with the limit refilled at `RATE`, quotas moved once per
+/// `INTERVAL`.
+async fn fleet(test: &str) -> Fleet {
+    fleet_at(test, RATE, INTERVAL).await
+}
+
+/// With the limit refilled at `rate` a second, and quotas moved once per
+/// `interval`.
+async fn fleet_at(test: &str, rate: f64, interval: Duration) -> Fleet {
+    Fleet::start(test, interval, RTT, [(BURST, rate); 3]).await
 }
 
 impl Fleet {
-    async fn start(test: &str) -> Self {
-        Self::start_at(test, RATE, INTERVAL).await
-    }
-
-    /// With the limit refilled at `rate` a second, and quotas moved once
-    /// per `interval`.
-    async fn start_at(test: &str, rate: f64, interval: Duration) -> Self {
-        let servers: Vec<RedisServer> = NAMES.iter().map(|_| RedisServer::start()).collect();
-        let links: Vec<Vec<Option<Relay>>> = (0..3)
-            .map(|x| {
-                (0..3)
-                    .map(|y| (x != y).then(|| Relay::with_latency(servers[y].port, RTT)))
-                    .collect()
-            })
-            .collect();
-        let prefix = prefix(test);
-        let mut apps = Vec::new();
-        let mut layers = Vec::new();
-        for x in 0..3 {
-            let mut exchange = String::new();
-            for (y, name) in NAMES.iter().enumerate() {
-                let url = match &links[x][y] {
-                    Some(relay) => relay.url(),
-                    None => servers[x].url(),
-                };
-                exchange.push_str(&format!("{name} = \"{url}\"\n"));
-            }
-            let body = format!(
-                r#"
-[regions]
-this = "{this}"
-interval = "{interval}ms"
-
-[regions.exchange]
-{exchange}
-[limits.api]
-key = "header:x-api-key"
-capacity = {BURST}
-refill = "{rate}/s"
-scope = "global"
-
-[default]
-limits = ["api"]
-on_redis_error = "closed"
-"#,
-                this = NAMES[x],
-                interval = interval.as_millis(),
-            );
-            let mut two = Vec::new();
-            for _ in 0..2 {
-                let cfg = redis_config(&servers[x], &prefix, "250ms", &body);
-                let layer = fleetlimit::RateLimitLayer::new(cfg).await.unwrap();
-                layers.push(layer.clone());
-                two.push(ok_routes(layer, ["/"]));
-            }
-            apps.push([two[0].clone(), two[1].clone()]);
-        }
-        Self {
-            servers,
-            links,
-            apps,
-            layers,
-            prefix,
-        }
-    }
-
-    /// Cuts every exchange link to and from region `x`.
-    fn isolate(&self, x: usize) {
-        for y in 0..3 {
-            if let Some(r) = &self.links[x][y] {
-                r.cut();
-            }
-            if let Some(r) = &self.links[y][x] {
-                r.cut();
-            }
-        }
-    }
-
-    fn heal(&self, x: usize) {
-        for y in 0..3 {
-            for r in [&self.links[x][y], &self.links[y][x]].into_iter().flatten() {
-                r.heal();
-            }
-        }
-    }
-
     /// Prints what a scenario admitted, per window, as a share of the
     /// limit's refill, and what the exchange cost (docs/regions.md's
     /// table is made of these lines: `-- --nocapture`).
@@ -138,7 +52,12 @@ on_redis_error = "closed"
         let min = counts.iter().copied().min().map_or(0.0, per);
         let max = counts.iter().copied().max().map_or(0.0, per);
         let mean = per(counts.iter().sum::<u64>()) / counts.len().max(1) as f64;
-        let stats: Vec<Region> = self.layers.iter().filter_map(|l| l.region()).collect();
+        let stats: Vec<Region> = self
+            .layers
+            .iter()
+            .flatten()
+            .filter_map(|l| l.region())
+            .collect();
         let calls: u64 = stats.iter().map(|s| s.calls).sum();
         let cycles: u64 = stats.iter().map(|s| s.cycles).sum();
         let moved: u64 = stats.iter().map(|s| s.moved).sum();
@@ -160,65 +79,6 @@ on_redis_error = "closed"
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(333_333)
     }
-}
-
-/// One answer: its region, when it was asked and answered, its status.
-#[derive(Clone, Copy, Debug)]
-struct Answer {
-    region: usize,
-    sent: Instant,
-    at: Instant,
-    status: u16,
-}
-
-/// Sends API key `value` to each region at `rates[x]` requests a second
-/// (alternating its two instances) for `secs`, and collects every answer.
-async fn drive(fleet: &Fleet, value: &str, rates: [f64; 3], secs: Duration) -> Vec<Answer> {
-    let answers = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for (x, &rate) in rates.iter().enumerate() {
-        if rate == 0.0 {
-            continue;
-        }
-        let apps = fleet.apps[x].clone();
-        let answers = Arc::clone(&answers);
-        let value = value.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            let end = Instant::now() + secs;
-            let mut sent = Vec::new();
-            let mut i = 0usize;
-            // Bounded by `secs`.
-            while Instant::now() < end {
-                tick.tick().await;
-                let app = apps[i % 2].clone();
-                i += 1;
-                let answers = Arc::clone(&answers);
-                let value = value.clone();
-                sent.push(tokio::spawn(async move {
-                    let t = Instant::now();
-                    let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", &value)]);
-                    let res = send(&app, req).await;
-                    let a = Answer {
-                        region: x,
-                        sent: t,
-                        at: Instant::now(),
-                        status: res.status().as_u16(),
-                    };
-                    answers.lock().unwrap().push(a);
-                }));
-            }
-            for s in sent {
-                s.await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let mut v = answers.lock().unwrap().clone();
-    v.sort_by_key(|a| a.at);
-    v
 }
 
 /// Admitted answers of `regions` in each window of `answers` after `skip`,
@@ -286,7 +146,7 @@ async fn headers_say_the_global_policy_and_what_this_region_can_still_admit() {
     // 50/s), and before quota moves: at least an interval and a quarter
     // after the first (6 s at 5 s). Retry-After stays 1 (a third of a
     // token: 200 ms).
-    let fleet = Fleet::start_at("regions-headers", 5.0, Duration::from_secs(5)).await;
+    let fleet = fleet_at("regions-headers", 5.0, Duration::from_secs(5)).await;
     // Views are read before the layer is built: decided at once. Each
     // region holds its own third (quota moves a whole interval later).
     let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", "h")]);
@@ -318,7 +178,7 @@ const CONVERGE: Duration = INTERVAL.saturating_mul(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_asked_in_one_region_reaches_nearly_the_whole_limit_there() {
-    let fleet = Fleet::start("regions-one").await;
+    let fleet = fleet("regions-one").await;
     let answers = drive(
         &fleet,
         "solo",
@@ -348,7 +208,7 @@ async fn a_key_asked_in_one_region_reaches_nearly_the_whole_limit_there() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twice_the_limit_split_60_30_10_is_admitted_at_90_to_100_percent() {
-    let fleet = Fleet::start("regions-split").await;
+    let fleet = fleet("regions-split").await;
     let rates = [1.2 * RATE, 0.6 * RATE, 0.2 * RATE];
     let answers = drive(&fleet, "split", rates, CONVERGE + 20 * WINDOW).await;
     assert_bound(&answers, &[0, 1, 2], 1.0, "fleet");
@@ -371,7 +231,7 @@ async fn twice_the_limit_split_60_30_10_is_admitted_at_90_to_100_percent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest() {
-    let fleet = Fleet::start("regions-cut").await;
+    let fleet = fleet("regions-cut").await;
     let rates = [1.2 * RATE, 0.6 * RATE, 0.2 * RATE];
     let before = drive(&fleet, "cut", rates, CONVERGE).await;
     assert_bound(&before, &[0, 1, 2], 1.0, "before the cut");
@@ -414,7 +274,7 @@ async fn a_partitioned_region_keeps_its_quota_and_the_others_stay_under_the_rest
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_without_its_redis_follows_its_policy_and_the_others_are_unchanged() {
-    let fleet = Fleet::start("regions-down").await;
+    let fleet = fleet("regions-down").await;
     let rates = [1.2 * RATE, 0.6 * RATE, 0.2 * RATE];
     let before = drive(&fleet, "down", rates, CONVERGE + 5 * WINDOW).await;
     assert_bound(&before, &[0, 1, 2], 1.0, "before");
@@ -554,7 +414,7 @@ async fn a_bucket_rescaled_to_a_larger_share_keeps_its_tokens() {
 /// and the exchange repairs it with quota from the other regions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_share_refuses_that_key_alone_until_the_exchange_repairs_it() {
-    let fleet = Fleet::start("regions-garbage").await;
+    let fleet = fleet("regions-garbage").await;
     let hash = format!("{}:regions:{{api}}:share", fleet.prefix);
     let bad = header_key(&fleet.prefix, "api", "bad");
     fleet.servers[0]

@@ -10,11 +10,9 @@ use crate::support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use support::relay::Relay;
+use support::regions::{Answer, Fleet, drive_into};
 use support::*;
 
-const NAMES: [&str; 3] = ["a", "b", "c"];
 /// The exchange's interval; every other time here is this one scaled.
 const INTERVAL: Duration = Duration::from_millis(400);
 /// The limit: a burst of `BURST` refilled in one interval.
@@ -26,96 +24,12 @@ const RTT: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 / 50);
 /// The configured split: a third each.
 const SPLIT: u64 = 333_333;
 
-struct Fleet {
-    servers: Vec<RedisServer>,
-    links: Vec<Vec<Option<Relay>>>,
-    apps: Vec<[Router; 2]>,
-    prefix: String,
-    /// Each region's configuration (for the admin tools), and its text.
-    configs: Vec<fleetlimit::Config>,
-    sources: Vec<String>,
+/// The fleet with region `x`'s limit `rules[x]`: (burst, refill a second).
+async fn fleet(test: &str, rules: [(f64, f64); 3]) -> Fleet {
+    Fleet::start(test, INTERVAL, RTT, rules).await
 }
 
 impl Fleet {
-    /// Region `x`'s limit is `rules[x]`: (burst, refill a second).
-    async fn start(test: &str, rules: [(f64, f64); 3]) -> Self {
-        let servers: Vec<RedisServer> = NAMES.iter().map(|_| RedisServer::start()).collect();
-        let links: Vec<Vec<Option<Relay>>> = (0..3)
-            .map(|x| {
-                (0..3)
-                    .map(|y| (x != y).then(|| Relay::with_latency(servers[y].port, RTT)))
-                    .collect()
-            })
-            .collect();
-        let prefix = prefix(test);
-        let mut apps = Vec::new();
-        let mut configs = Vec::new();
-        let mut sources = Vec::new();
-        for x in 0..3 {
-            let mut exchange = String::new();
-            for (y, name) in NAMES.iter().enumerate() {
-                let url = match &links[x][y] {
-                    Some(relay) => relay.url(),
-                    None => servers[x].url(),
-                };
-                exchange.push_str(&format!("{name} = \"{url}\"\n"));
-            }
-            let (burst, rate) = rules[x];
-            let body = format!(
-                r#"
-[regions]
-this = "{this}"
-interval = "{interval}ms"
-
-[regions.exchange]
-{exchange}
-[limits.api]
-key = "header:x-api-key"
-capacity = {burst}
-refill = "{rate}/s"
-scope = "global"
-
-[default]
-limits = ["api"]
-on_redis_error = "closed"
-"#,
-                this = NAMES[x],
-                interval = INTERVAL.as_millis(),
-            );
-            configs.push(redis_config(&servers[x], &prefix, "250ms", &body));
-            sources.push(format!(
-                "[redis]\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n{body}",
-                servers[x].url()
-            ));
-            let mut two = Vec::new();
-            for _ in 0..2 {
-                let cfg = redis_config(&servers[x], &prefix, "250ms", &body);
-                let layer = fleetlimit::RateLimitLayer::new(cfg).await.unwrap();
-                two.push(ok_routes(layer, ["/"]));
-            }
-            apps.push([two[0].clone(), two[1].clone()]);
-        }
-        Self {
-            servers,
-            links,
-            apps,
-            prefix,
-            configs,
-            sources,
-        }
-    }
-
-    /// Cuts (or heals) every exchange link to and from region `x`.
-    fn isolate(&self, x: usize, cut: bool) {
-        for (y, row) in self.links.iter().enumerate() {
-            for (z, relay) in row.iter().enumerate() {
-                if let Some(r) = relay.as_ref().filter(|_| y == x || z == x) {
-                    if cut { r.cut() } else { r.heal() }
-                }
-            }
-        }
-    }
-
     /// Field `field` of region `x`'s exchange hash `part` (`None`: none).
     fn hget(&self, x: usize, part: &str, field: &str) -> Option<String> {
         let hash = format!("{}:regions:{{api}}:{part}", self.prefix);
@@ -151,65 +65,6 @@ on_redis_error = "closed"
                 })
             })
             .collect()
-    }
-}
-
-/// One answer: when it was asked and answered, its status.
-#[derive(Clone, Copy, Debug)]
-struct Answer {
-    sent: Instant,
-    at: Instant,
-    status: u16,
-}
-
-/// Sends API key `value` to each region at `rates[x]` a second
-/// (alternating its two instances) for `secs`, into `answers`.
-async fn drive(
-    fleet: &Fleet,
-    value: &str,
-    rates: [f64; 3],
-    secs: Duration,
-    answers: &Arc<Mutex<Vec<Answer>>>,
-) {
-    let mut tasks = Vec::new();
-    for (x, &rate) in rates.iter().enumerate() {
-        if rate == 0.0 {
-            continue;
-        }
-        let apps = fleet.apps[x].clone();
-        let answers = Arc::clone(answers);
-        let value = value.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            let end = Instant::now() + secs;
-            let mut sent = Vec::new();
-            let mut i = 0usize;
-            // Bounded by `secs`.
-            while Instant::now() < end {
-                tick.tick().await;
-                let app = apps[i % 2].clone();
-                i += 1;
-                let answers = Arc::clone(&answers);
-                let value = value.clone();
-                sent.push(tokio::spawn(async move {
-                    let t = Instant::now();
-                    let req = request("GET", "/", "10.0.0.1:1000", &[("x-api-key", &value)]);
-                    let status = send(&app, req).await.status().as_u16();
-                    let a = Answer {
-                        sent: t,
-                        at: Instant::now(),
-                        status,
-                    };
-                    answers.lock().unwrap().push(a);
-                }));
-            }
-            for s in sent {
-                s.await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
     }
 }
 
@@ -278,13 +133,13 @@ fn sample_shares(
 async fn a_region_restarted_empty_while_quota_moves_to_it_never_doubles_quota() {
     init_tracing();
     for trial in 0..5u32 {
-        let fleet = Arc::new(Fleet::start("regions-restart", [(BURST, RATE); 3]).await);
+        let fleet = Arc::new(fleet("regions-restart", [(BURST, RATE); 3]).await);
         let answers = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = sample_shares(&fleet, "moving", INTERVAL / 4, Arc::clone(&stop));
         // c gives its share away to a and b.
         let idle_c = [RATE, RATE, 0.0];
-        drive(&fleet, "moving", idle_c, INTERVAL * 3, &answers).await;
+        drive_into(&fleet, "moving", idle_c, INTERVAL * 3, &answers).await;
         // Then asks most: quota moves to c, and c's Redis restarts a
         // different moment into it each trial.
         let rates = [0.2 * RATE, 0.2 * RATE, 1.6 * RATE];
@@ -304,7 +159,7 @@ async fn a_region_restarted_empty_while_quota_moves_to_it_never_doubles_quota() 
                 .unwrap()
             })
         };
-        drive(&fleet, "moving", rates, offset + after, &answers).await;
+        drive_into(&fleet, "moving", rates, offset + after, &answers).await;
         let restarted = restarted.await.unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let samples = sampler.join().unwrap();
@@ -374,9 +229,9 @@ async fn regions_that_disagree_on_a_limit_decide_with_the_smaller_rule() {
     // Current-thread runtime: the exchange's tasks log on this thread,
     // where `logged` captures.
     let (fleet, log) = logged(async {
-        let fleet = Fleet::start("regions-disagree", [SMALL, SMALL, LARGE]).await;
+        let fleet = fleet("regions-disagree", [SMALL, SMALL, LARGE]).await;
         let rates = [2.0 * SMALL.1, 2.0 * SMALL.1, 2.0 * LARGE.1];
-        drive(&fleet, "disagree", rates, INTERVAL * 2, &answers).await;
+        drive_into(&fleet, "disagree", rates, INTERVAL * 2, &answers).await;
         fleet
     })
     .await;
@@ -396,7 +251,7 @@ async fn regions_that_disagree_on_a_limit_decide_with_the_smaller_rule() {
         assert!(line.contains(differ), "{region}: {line}");
     }
     let rates = [2.0 * SMALL.1, 2.0 * SMALL.1, 2.0 * LARGE.1];
-    drive(&fleet, "disagree", rates, INTERVAL * 6, &answers).await;
+    drive_into(&fleet, "disagree", rates, INTERVAL * 6, &answers).await;
     let answers = answers.lock().unwrap().clone();
     assert_bound_every_run(&answers, SMALL.0, SMALL.1, "fleet, rules differ");
     let admitted = answers.iter().filter(|a| a.status == 200).count();
@@ -418,10 +273,10 @@ fn amount(v: Option<String>) -> u64 {
 /// from each region as the exchange's own records have it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
-    let fleet = Fleet::start("regions-inspect", [(BURST, RATE); 3]).await;
+    let mut fleet = fleet("regions-inspect", [(BURST, RATE); 3]).await;
     let answers = Arc::new(Mutex::new(Vec::new()));
     // a asks, b and c do not: a takes nearly all, b and c keep 2 % each.
-    drive(
+    drive_into(
         &fleet,
         "seen",
         [2.0 * RATE, 0.0, 0.0],
@@ -490,28 +345,14 @@ async fn inspect_answers_from_the_share_and_shows_the_quota_in_flight() {
         fleet.hget(0, "held", &field).is_some(),
         "a never gave c quota"
     );
-    fleet.isolate(2, true);
+    fleet.isolate(2);
     c_asks.await.unwrap();
     // Every layer gone, the exchange stops: its records stand still.
-    let Fleet {
-        servers,
-        links,
-        apps,
-        prefix,
-        configs,
-        sources,
-    } = fleet;
-    drop(apps);
+    for x in 0..3 {
+        fleet.stop(x);
+    }
     tokio::time::sleep(INTERVAL * 2).await;
-    let fleet = Fleet {
-        servers,
-        links,
-        apps: Vec::new(),
-        prefix,
-        configs,
-        sources,
-    };
-    fleet.isolate(2, false);
+    fleet.heal(2);
     // What the records say is in flight between each pair.
     let names = ["a", "b", "c"];
     let flight = |x: usize, y: usize| {
@@ -601,21 +442,21 @@ const STRANDED: Duration = INTERVAL
 /// of the limit after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_with_no_live_instance_gives_its_share_back() {
-    let mut fleet = Fleet::start("regions-gone", [(BURST, RATE); 3]).await;
+    let mut fleet = fleet("regions-gone", [(BURST, RATE); 3]).await;
     let answers = Arc::new(Mutex::new(Vec::new()));
     let all = [0.8 * RATE; 3];
-    drive(&fleet, "gone", all, INTERVAL * 3, &answers).await;
+    drive_into(&fleet, "gone", all, INTERVAL * 3, &answers).await;
     let before = fleet.shares("gone");
     assert!(before[2].unwrap() > 100_000, "c holds its part: {before:?}");
     // Every instance of c gone (its Redis stays up).
-    fleet.apps[2] = [Router::new(), Router::new()];
+    fleet.stop(2);
     let stopped = Instant::now();
     let after = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fleet = Arc::new(fleet);
     let sampler = sample_shares(&fleet, "gone", INTERVAL / 4, Arc::clone(&stop));
     let rates = [1.2 * RATE, 1.2 * RATE, 0.0];
-    drive(&fleet, "gone", rates, STRANDED + WINDOW * 6, &after).await;
+    drive_into(&fleet, "gone", rates, STRANDED + WINDOW * 6, &after).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let samples = sampler.join().unwrap();
     let back = samples
@@ -656,4 +497,192 @@ async fn a_region_with_no_live_instance_gives_its_share_back() {
         "a and b after the bound: {counts:?}, under {least}"
     );
     assert_bound_every_run(&answers, BURST, RATE, "a and b");
+}
+
+/// The breaker's default `cool_off` (docs/configuration.md): how long a
+/// region whose Redis stopped answering decides by its failure policy
+/// before it asks that Redis again.
+const COOL_OFF: Duration = Duration::from_millis(500);
+
+/// The most the shares summed in any sample read whole (all three Redis
+/// servers answered), in parts per million, and how many were whole.
+fn most_shares(samples: &[(Instant, Vec<Option<u64>>)]) -> (u64, usize) {
+    let sums: Vec<u64> = samples
+        .iter()
+        .filter_map(|(_, s)| Some(s[0]? + s[1]? + s[2]?))
+        .collect();
+    (sums.iter().copied().max().unwrap_or(0), sums.len())
+}
+
+/// A held case of the red team's (issue 42): region c's Redis is stopped
+/// (SIGSTOP) for 3 s while every region asks 80 % of the limit. c's route
+/// is `closed`: while stopped, c answers 503, never 200 or 500 (a 429
+/// only from a refusal it remembers, which lasts at most the time its
+/// share refills a token); a and b keep admitting their shares; the fleet
+/// keeps the bound over every run of windows and the shares never sum
+/// above the limit; after SIGCONT, c admits again once its breaker's
+/// cool-off, a deadline and a fresh view of its share have passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_whose_redis_stops_for_3_s_answers_503_and_the_others_keep_their_shares() {
+    const STOPPED: Duration = Duration::from_secs(3);
+    const RECOVERY: Duration = COOL_OFF
+        .saturating_add(support::regions::DEADLINE)
+        .saturating_add(INTERVAL);
+    let warm = INTERVAL * 3;
+    let fleet = Arc::new(fleet("regions-stopped", [(BURST, RATE); 3]).await);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_shares(&fleet, "stopped", INTERVAL / 4, Arc::clone(&stop));
+    let stopping = {
+        let fleet = Arc::clone(&fleet);
+        tokio::spawn(async move {
+            tokio::time::sleep(warm).await;
+            fleet.servers[2].freeze();
+            let frozen = Instant::now();
+            tokio::time::sleep(STOPPED).await;
+            fleet.servers[2].thaw();
+            (frozen, Instant::now())
+        })
+    };
+    let rates = [0.8 * RATE; 3];
+    let secs = warm + STOPPED + INTERVAL * 6;
+    drive_into(&fleet, "stopped", rates, secs, &answers).await;
+    let (frozen, thawed) = stopping.await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.join().unwrap();
+    let answers = answers.lock().unwrap().clone();
+
+    let (most, whole) = most_shares(&samples);
+    assert!(
+        most <= 1_000_000,
+        "the shares summed to {most} ppm ({samples:?})"
+    );
+    assert!(whole >= 10, "{whole} whole samples of the shares");
+    assert_bound_every_run(&answers, BURST, RATE, "fleet, c's Redis stopped");
+    // What each region held when c stopped.
+    let before: Vec<&Vec<Option<u64>>> = samples
+        .iter()
+        .filter(|(t, s)| *t < frozen && s.iter().all(Option::is_some))
+        .map(|(_, s)| s)
+        .collect();
+    let c_least = before.iter().filter_map(|s| s[2]).min().unwrap();
+    let last = before.last().unwrap();
+    let ab_share = (last[0].unwrap() + last[1].unwrap()) as f64 / 1e6;
+    // c while stopped: answered before SIGCONT, so not by its Redis.
+    let c: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.region == 2 && a.sent >= frozen && a.at <= thawed)
+        .collect();
+    assert!(
+        c.iter().all(|a| a.status == 503 || a.status == 429),
+        "c while stopped: {:?}",
+        c.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    // A refusal remembered from before lasts at most a token's refill at
+    // the least share c held: 503 only after that.
+    let remembered = Duration::from_secs_f64(1e6 / (c_least as f64 * RATE));
+    let after: Vec<u16> = c
+        .iter()
+        .filter(|a| a.sent >= frozen + remembered)
+        .map(|a| a.status)
+        .collect();
+    assert!(
+        after.iter().all(|&s| s == 503),
+        "c while stopped: {after:?}"
+    );
+    let asked = 0.8 * RATE * (STOPPED - remembered - support::regions::DEADLINE).as_secs_f64();
+    assert!(
+        after.len() as f64 >= 0.5 * asked,
+        "{} answers from c while stopped, of about {asked:.0} asked",
+        after.len()
+    );
+    // a and b while c is stopped (its first interval left to settle): at
+    // least 90 % of what their shares refill.
+    let from = frozen + INTERVAL;
+    let ab = answers
+        .iter()
+        .filter(|a| a.region < 2 && a.status == 200 && a.at >= from && a.at <= thawed)
+        .count();
+    let ab_rate = ab as f64 / (thawed - from).as_secs_f64();
+    // c again: its first admission after SIGCONT.
+    let again = answers
+        .iter()
+        .filter(|a| a.region == 2 && a.status == 200 && a.sent >= thawed)
+        .map(|a| a.at - thawed)
+        .min();
+    eprintln!(
+        "figures: c's Redis stopped {STOPPED:?}: c answered {} × 503 of {} after {remembered:?}; \
+         a and b admitted {:.2} of the limit's refill (their shares {ab_share:.3}); \
+         c admitted again after {again:?} (bound {RECOVERY:?}); shares at most {most} ppm",
+        after.iter().filter(|&&s| s == 503).count(),
+        after.len(),
+        ab_rate / RATE,
+    );
+    assert!(
+        ab_rate >= 0.9 * ab_share * RATE,
+        "a and b admitted {ab_rate:.1}/s while c was stopped, their shares refill {:.1}/s",
+        ab_share * RATE
+    );
+    let again = again.unwrap_or_else(|| panic!("c never admitted after SIGCONT"));
+    assert!(
+        again <= RECOVERY,
+        "c admitted again {again:?} after SIGCONT, over {RECOVERY:?}"
+    );
+}
+
+/// A held case of the red team's (issue 42): every exchange link to and
+/// from region c is cut and healed again, about once an interval, while
+/// quota moves to c (c asked nothing, then asks 80 % of twice the limit):
+/// hand-offs are held, pushed and repeated across the cuts. The fleet
+/// never admits above the bound over any run of windows, and the shares
+/// never sum above the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_link_to_a_region_keeps_the_bound_and_the_shares() {
+    const FLAPS: u32 = 6;
+    let fleet = Arc::new(fleet("regions-flap", [(BURST, RATE); 3]).await);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_shares(&fleet, "flap", INTERVAL / 4, Arc::clone(&stop));
+    drive_into(&fleet, "flap", [RATE, RATE, 0.0], INTERVAL * 3, &answers).await;
+    let flapping = {
+        let fleet = Arc::clone(&fleet);
+        // A cut blocks while the relays let the answers under way through.
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..FLAPS {
+                fleet.isolate(2);
+                std::thread::sleep(INTERVAL / 2);
+                fleet.heal(2);
+                std::thread::sleep(INTERVAL);
+            }
+            Instant::now()
+        })
+    };
+    let rates = [0.2 * RATE, 0.2 * RATE, 1.6 * RATE];
+    // Bounded by the flaps.
+    while !flapping.is_finished() {
+        drive_into(&fleet, "flap", rates, INTERVAL, &answers).await;
+    }
+    let healed = flapping.await.unwrap();
+    drive_into(&fleet, "flap", rates, INTERVAL * 3, &answers).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.join().unwrap();
+    let answers = answers.lock().unwrap().clone();
+
+    let (most, whole) = most_shares(&samples);
+    let last = samples.last().map(|(_, s)| s.clone());
+    let c_most = samples
+        .iter()
+        .filter(|(t, _)| *t > healed)
+        .filter_map(|(_, s)| s[2])
+        .max();
+    eprintln!(
+        "figures: c's links flapped {FLAPS} times: shares at most {most} ppm ({whole} samples), \
+         c at most {c_most:?} ppm after the last heal, last {last:?}"
+    );
+    assert!(
+        most <= 1_000_000,
+        "the shares summed to {most} ppm ({samples:?})"
+    );
+    assert!(whole >= 20, "{whole} whole samples of the shares");
+    assert_bound_every_run(&answers, BURST, RATE, "fleet, c's links flapping");
 }

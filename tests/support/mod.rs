@@ -5,6 +5,8 @@
 #[cfg(feature = "redis")]
 pub mod chaos;
 pub mod example;
+#[cfg(feature = "redis")]
+pub mod regions;
 pub mod relay;
 pub mod stats;
 
