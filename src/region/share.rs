@@ -146,10 +146,12 @@ impl Quota {
         }
     }
 
-    /// This region's share of `key` now, in [`WHOLE`]s; `Err` with the
-    /// last one read when the view is too old to be trusted (for the
-    /// `local` policy's estimate, never for Redis's decision).
-    pub(crate) fn share(&self, key: &str) -> Result<u32, u32> {
+    /// The bucket `key` is decided with here: `rule` (or the fleet's
+    /// smaller rule, while the regions' rules differ) scaled by this
+    /// region's share of `key`, both from one view; `Err` with the last
+    /// view's when it is too old to be trusted (for the `local` policy's
+    /// estimate, never for Redis's decision).
+    pub(crate) fn bucket(&self, key: &str, rule: Rule) -> Result<Rule, Rule> {
         let view = self.view.load();
         // After a restart, a key not claimed yet is held by no one here;
         // while the regions' rules differ, the least split.
@@ -158,11 +160,13 @@ impl Quota {
             Some(a) => a.split[self.this],
             None => self.default,
         };
+        let rule = view.agreement.as_ref().map_or(rule, |a| a.rule);
         let share = view.shares.get(key).copied().unwrap_or(absent);
+        let bucket = rule.quota(share);
         if view.trusted_until.is_none_or(|t| Instant::now() >= t) {
-            return Err(share);
+            return Err(bucket);
         }
-        Ok(share)
+        Ok(bucket)
     }
 
     /// Replaces the view with shares read by a call sent at `sent`, in

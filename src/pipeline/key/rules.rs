@@ -52,11 +52,10 @@ pub(in crate::pipeline) fn rules(
                     q.offer(&b.key, cost);
                     // Not trusted: Redis is not asked; `local` estimates
                     // with the last share read.
-                    let share = q.share(&b.key).unwrap_or_else(|last| {
+                    stored = q.bucket(&b.key, rule).unwrap_or_else(|last| {
                         p.quota_unknown = true;
                         last
                     });
-                    stored = q.rule_now(rule).quota(share);
                 }
                 None => p.quota_unknown = true,
             }
